@@ -1,0 +1,56 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// C libraries are reached only through the small C shim targets (CHiredis, COpenSSL, CNghttp2)
+// and the Swift modules that wrap them (HiredisCodec, OpenSSLKit, HTTP2Kit). Nothing above those
+// imports a C module.
+let package = Package(
+    name: "ActivityCast",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "activitycast", targets: ["activitycast"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+    ],
+    targets: [
+        // C shims: each includes one library's headers and turns its function-like macros into functions.
+        .target(name: "CHiredis", linkerSettings: [.linkedLibrary("hiredis")]),
+        .target(name: "COpenSSL", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+
+        // Swift wrappers: the only modules that see C pointers.
+        .target(name: "HiredisCodec", dependencies: ["CHiredis"]),
+        .target(name: "OpenSSLKit", dependencies: ["COpenSSL"]),
+
+        // Sockets, polling and byte streams (plain or TLS) for the client adapters.
+        .target(name: "NetIO", dependencies: ["OpenSSLKit"]),
+        .target(name: "RedisClient", dependencies: ["HiredisCodec", "NetIO", "OpenSSLKit"]),
+
+        // The pure core: schema, decoding, planning, key layout. No I/O.
+        .target(name: "ActivityCastCore"),
+
+        // Worker, inspect, publish and configuration: wires the core to Redis.
+        .target(name: "ActivityCastWorker", dependencies: [
+            "ActivityCastCore", "RedisClient",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Yams", package: "Yams"),
+        ]),
+        .executableTarget(name: "activitycast", dependencies: [
+            "ActivityCastWorker", "ActivityCastCore", "RedisClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+
+        // Helpers for tests: a real redis-server on a free loopback port, child processes by PID.
+        .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
+
+        .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
+        .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
+        .testTarget(name: "WorkerTests", dependencies: [
+            "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",
+        ]),
+    ]
+)

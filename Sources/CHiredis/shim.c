@@ -1,0 +1,5 @@
+#include "CHiredis.h"
+
+const char *chiredis_reader_error(redisReader *reader) {
+    return reader->err ? reader->errstr : NULL;
+}
