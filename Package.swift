@@ -6,13 +6,13 @@ import PackageDescription
 // imports a C module.
 let package = Package(
     name: "ActivityCast",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "activitycast", targets: ["activitycast"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
     ],
     targets: [

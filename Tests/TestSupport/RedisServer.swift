@@ -1,1 +1,115 @@
 import Foundation
+import RedisClient
+
+/// A real `redis-server` on a free loopback port, with nothing persisted unless asked. Killed by
+/// PID when the test's reference goes away (`deinit`), or earlier with `stop()`/`crash()`.
+public final class RedisServer: @unchecked Sendable {
+    public struct TLSFiles: Sendable {
+        public var certificate: String
+        public var key: String
+        public var ca: String
+        public init(certificate: String, key: String, ca: String) { self.certificate = certificate; self.key = key; self.ca = ca }
+    }
+
+    public let port: Int
+    public let extraArguments: [String]
+    public let tls: TLSFiles?
+    private let lock = NSLock()
+    private var process: ChildProcess?
+
+    /// Starts a server; `extraArguments` go on its command line (e.g. `--requirepass secret`).
+    public init(extraArguments: [String] = [], tls: TLSFiles? = nil) async throws {
+        self.extraArguments = extraArguments
+        self.tls = tls
+        var lastError: Error?
+        for _ in 0..<5 {
+            let port = freeLoopbackPort()
+            do {
+                process = try await RedisServer.launch(port: port, extra: extraArguments, tls: tls)
+                self.port = port
+                return
+            } catch {
+                lastError = error  // the port was taken in between: try another
+            }
+        }
+        throw lastError!
+    }
+
+    deinit {
+        process?.kill(signal: SIGKILL)
+        process?.removeLogs()
+    }
+
+    public var pid: Int32? { lock.withLock { process?.pid } }
+
+    /// `redis://127.0.0.1:PORT` (or `rediss://` with the test CA for a TLS server).
+    public var url: RedisURL {
+        var url = RedisURL(tls: tls != nil, host: "127.0.0.1", port: port)
+        if let tls { url.caFile = tls.ca }
+        return url
+    }
+
+    public var urlString: String {
+        tls.map { "rediss://127.0.0.1:\(port)?ca=\($0.ca)" } ?? "redis://127.0.0.1:\(port)"
+    }
+
+    /// Stops the server by PID (SIGTERM, then SIGKILL).
+    public func stop() async {
+        let p = lock.withLock { () -> ChildProcess? in defer { process = nil }; return process }
+        await p?.stop()
+        p?.removeLogs()
+    }
+
+    /// Kills the server outright (SIGKILL) as a crash would.
+    public func crash() async {
+        let p = lock.withLock { () -> ChildProcess? in defer { process = nil }; return process }
+        p?.kill(signal: SIGKILL)
+        _ = await p?.waitForExit(timeout: .seconds(5))
+        p?.removeLogs()
+    }
+
+    /// Starts it again on the same port, empty (nothing is persisted).
+    public func start() async throws {
+        let p = try await RedisServer.launch(port: port, extra: extraArguments, tls: tls)
+        lock.withLock { process = p }
+    }
+
+    public func connection() -> RedisConnection {
+        RedisConnection(configuration: RedisConfiguration(url: url, connectTimeout: .seconds(2), commandTimeout: .seconds(5)))
+    }
+
+    private static func launch(port: Int, extra: [String], tls: TLSFiles?) async throws -> ChildProcess {
+        var args = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", ""]
+        if let tls {
+            args += ["--port", "0", "--tls-port", String(port), "--tls-cert-file", tls.certificate,
+                     "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "no"]
+        } else {
+            args += ["--port", String(port)]
+        }
+        args += extra
+        let child = try ChildProcess(executable: redisServerPath(), arguments: args, logName: "redis-\(port)")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if !child.isRunning {
+                let log = child.stdout + child.stderr
+                child.removeLogs()
+                throw RedisServerError(description: "redis-server on port \(port) exited: \(log.suffix(500))")
+            }
+            if loopbackPortAccepts(port) { return child }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        child.kill(signal: SIGKILL)
+        throw RedisServerError(description: "redis-server on port \(port) did not start within 10 s")
+    }
+
+    static func redisServerPath() throws -> String {
+        for candidate in ["/usr/bin/redis-server", "/usr/local/bin/redis-server"] where FileManager.default.isExecutableFile(atPath: candidate) {
+            return candidate
+        }
+        throw RedisServerError(description: "redis-server not found: install it (apt-get install redis-server)")
+    }
+}
+
+public struct RedisServerError: Error, CustomStringConvertible {
+    public var description: String
+}

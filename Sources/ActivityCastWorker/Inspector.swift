@@ -1,0 +1,222 @@
+import ActivityCastCore
+import Foundation
+import RedisClient
+
+/// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (summary), XLEN,
+/// XREVRANGE, ZCARD, SCARD, HLEN and SMEMBERS/ZRANGE on small index sets.
+public struct InspectReport: Codable, Sendable {
+    public struct Consumer: Codable, Sendable {
+        public var name: String
+        public var pending: Int64
+        public var idleMillis: Int64
+    }
+
+    public struct Group: Codable, Sendable {
+        public var name: String
+        public var consumers: [Consumer]
+        public var pending: Int64
+        public var oldestPendingID: String?
+        /// Age of the oldest pending entry, from the time in its id.
+        public var oldestPendingAgeMillis: Int64?
+        /// Entries not yet delivered to the group (`lag` from XINFO GROUPS); nil when Redis can't
+        /// tell (after deletions).
+        public var lag: Int64?
+        public var lastDeliveredID: String
+    }
+
+    public struct Stream: Codable, Sendable {
+        public var name: String
+        public var kind: String
+        public var exists: Bool
+        public var length: Int64
+        public var firstID: String?
+        public var lastID: String?
+        public var groups: [Group]
+    }
+
+    public struct DeadLetter: Codable, Sendable {
+        public var id: String
+        public var reason: String
+        public var stream: String
+        public var entryID: String
+    }
+
+    public struct Registrations: Codable, Sendable {
+        public var activityKeys: Int64
+        public var activityTokens: Int64
+        public var pushToStartTokens: Int64
+        public var follows: Int64
+        /// True when the key or target index was larger than what was counted.
+        public var truncated: Bool
+    }
+
+    public var redis: String
+    public var generatedAtMillis: Int64
+    public var streams: [Stream]
+    public var deadLetterStream: String
+    public var deadLetterCount: Int64
+    public var latestDeadLetters: [DeadLetter]
+    public var registrations: Registrations
+}
+
+public struct Inspector: Sendable {
+    let settings: Settings
+    let redis: RedisConnection
+    /// Index sets larger than this are not counted in full (inspect must stay cheap).
+    let countLimit = 10_000
+
+    public init(settings: Settings, redis: RedisConnection) {
+        self.settings = settings
+        self.redis = redis
+    }
+
+    public func report(latest: Int = 5) async throws -> InspectReport {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var streams: [InspectReport.Stream] = []
+        for feed in settings.inputStreams {
+            streams.append(try await stream(feed.stream, kind: feed.kind.rawValue, now: now))
+        }
+        let dlq = settings.deadLetterStream
+        let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", latest)])
+        var latestDead: [InspectReport.DeadLetter] = []
+        for item in dlqReplies[1].array ?? [] {
+            guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
+            let map = pairs(fields)
+            latestDead.append(.init(id: entry.id, reason: map["reason"] ?? "", stream: map["stream"] ?? "", entryID: map["id"] ?? ""))
+        }
+        return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
+                             deadLetterStream: dlq, deadLetterCount: try dlqReplies[0].orThrow("XLEN").int ?? 0,
+                             latestDeadLetters: latestDead, registrations: try await registrations())
+    }
+
+    private func pairs(_ fields: [[UInt8]]) -> [String: String] {
+        var map: [String: String] = [:]
+        var i = 0
+        while i + 1 < fields.count { map[String(decoding: fields[i], as: UTF8.self)] = String(decoding: fields[i + 1], as: UTF8.self); i += 2 }
+        return map
+    }
+
+    private func dictionary(_ value: RESPValue) -> [String: RESPValue] {
+        var map: [String: RESPValue] = [:]
+        let items = value.array ?? []
+        var i = 0
+        while i + 1 < items.count { if let k = items[i].string { map[k] = items[i + 1] }; i += 2 }
+        return map
+    }
+
+    private func stream(_ name: String, kind: String, now: Int64) async throws -> InspectReport.Stream {
+        let info = try await redis.pipeline([RedisCommand("XINFO", "STREAM", name), RedisCommand("XINFO", "GROUPS", name)])
+        if let error = info[0].errorMessage {
+            if error.contains("no such key") {
+                return .init(name: name, kind: kind, exists: false, length: 0, firstID: nil, lastID: nil, groups: [])
+            }
+            throw RedisError(.server, "XINFO STREAM \(name): \(error)")
+        }
+        let s = dictionary(info[0])
+        let firstID = s["first-entry"].flatMap { try? StreamReplies.entry($0) }?.id
+        let lastID = s["last-entry"].flatMap { try? StreamReplies.entry($0) }?.id
+        var groups: [InspectReport.Group] = []
+        for g in (try info[1].orThrow("XINFO GROUPS")).array ?? [] {
+            let gd = dictionary(g)
+            guard let groupName = gd["name"]?.string else { continue }
+            let more = try await redis.pipeline([RedisCommand("XINFO", "CONSUMERS", name, groupName), RedisCommand("XPENDING", name, groupName)])
+            let consumers = (try more[0].orThrow("XINFO CONSUMERS")).array?.map { c -> InspectReport.Consumer in
+                let cd = dictionary(c)
+                return .init(name: cd["name"]?.string ?? "?", pending: cd["pending"]?.int ?? 0, idleMillis: cd["idle"]?.int ?? 0)
+            } ?? []
+            let summary = (try more[1].orThrow("XPENDING")).array ?? []
+            let oldest = summary.count > 1 ? summary[1].string : nil
+            let age = oldest.flatMap { id in Int64(id.split(separator: "-").first ?? "") }.map { now - $0 }
+            groups.append(.init(name: groupName, consumers: consumers, pending: gd["pending"]?.int ?? 0,
+                                oldestPendingID: oldest, oldestPendingAgeMillis: age,
+                                lag: gd["lag"].flatMap { $0.isNull ? nil : $0.int },
+                                lastDeliveredID: gd["last-delivered-id"]?.string ?? ""))
+        }
+        return .init(name: name, kind: kind, exists: true, length: s["length"]?.int ?? 0, firstID: firstID, lastID: lastID, groups: groups)
+    }
+
+    private func registrations() async throws -> InspectReport.Registrations {
+        let keys = settings.keys
+        let index = try await redis.pipeline([
+            RedisCommand("ZCARD", keys.keysIndex),
+            RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1),
+            RedisCommand("SMEMBERS", keys.activityTypes),
+            RedisCommand("SCARD", keys.targets),
+            RedisCommand("SRANDMEMBER", keys.targets, countLimit),
+        ])
+        let keyCount = try index[0].orThrow("ZCARD").int ?? 0
+        let keyNames = (index[1].array ?? []).compactMap(\.string).compactMap(ActivityKey.init(parsing:))
+        let types = (index[2].array ?? []).compactMap(\.string)
+        let targetCount = index[3].int ?? 0
+        let targets = (index[4].array ?? []).compactMap(\.string).compactMap(FollowTarget.init(parsing:))
+        var counts: [RedisCommand] = keyNames.map { RedisCommand("HLEN", keys.tokens($0)) }
+        counts += types.map { RedisCommand("SCARD", keys.startTokens(activityType: $0)) }
+        counts += targets.map { RedisCommand("SCARD", keys.followers($0)) }
+        let replies = try await redis.pipeline(counts)
+        func sum(_ r: ArraySlice<RESPValue>) -> Int64 { r.reduce(0) { $0 + ($1.int ?? 0) } }
+        let k = keyNames.count, t = types.count
+        return .init(activityKeys: keyCount,
+                     activityTokens: sum(replies[0..<k]),
+                     pushToStartTokens: sum(replies[k..<(k + t)]),
+                     follows: sum(replies[(k + t)...]),
+                     truncated: keyCount > Int64(keyNames.count) || targetCount > Int64(targets.count))
+    }
+}
+
+extension InspectReport {
+    /// A human-readable table.
+    public func rendered() -> String {
+        var out = "ActivityCast at \(redis)\n\nSTREAMS\n"
+        var rows = [["stream", "kind", "length", "first id", "last id"]]
+        for s in streams {
+            rows.append([s.name, s.kind, s.exists ? "\(s.length)" : "missing", s.firstID ?? "-", s.lastID ?? "-"])
+        }
+        out += table(rows)
+        out += "\nGROUPS\n"
+        rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
+        for s in streams {
+            for g in s.groups {
+                rows.append([s.name, g.name, "\(g.consumers.count)", "\(g.pending)",
+                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", g.lastDeliveredID])
+            }
+        }
+        out += table(rows)
+        out += "\nCONSUMERS\n"
+        rows = [["stream", "group", "consumer", "pending", "idle"]]
+        for s in streams {
+            for g in s.groups {
+                for c in g.consumers { rows.append([s.name, g.name, c.name, "\(c.pending)", formatAge(c.idleMillis)]) }
+            }
+        }
+        out += table(rows)
+        out += "\nDEAD LETTERS  \(deadLetterStream): \(deadLetterCount)\n"
+        if !latestDeadLetters.isEmpty {
+            rows = [["id", "source", "reason"]]
+            for d in latestDeadLetters { rows.append([d.id, "\(d.stream)/\(d.entryID)", String(d.reason.prefix(100))]) }
+            out += table(rows)
+        }
+        let r = registrations
+        out += "\nREGISTRATIONS\(r.truncated ? " (partial counts: large index)" : "")\n"
+        out += table([["activity keys", "activity tokens", "push-to-start tokens", "follows"],
+                      ["\(r.activityKeys)", "\(r.activityTokens)", "\(r.pushToStartTokens)", "\(r.follows)"]])
+        return out
+    }
+
+    private func formatAge(_ ms: Int64) -> String {
+        if ms < 1000 { return "\(ms)ms" }
+        if ms < 120_000 { return String(format: "%.1fs", Double(ms) / 1000) }
+        if ms < 7_200_000 { return "\(ms / 60_000)m" }
+        return "\(ms / 3_600_000)h"
+    }
+
+    private func table(_ rows: [[String]]) -> String {
+        guard let header = rows.first else { return "" }
+        if rows.count == 1 { return "  (none)\n" }
+        var widths = header.map(\.count)
+        for row in rows { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
+        return rows.map { row in
+            "  " + row.enumerated().map { i, cell in cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }.joined(separator: "  ")
+                .trimmingCharacters(in: .whitespaces)
+        }.joined(separator: "\n") + "\n"
+    }
+}

@@ -1,0 +1,104 @@
+import ActivityCastCore
+import RedisClient
+
+/// The Redis commands an entry causes, in up to two dependent pipelines: `first` always, then
+/// `second(firstReplies)` for writes that must only happen if a first-phase script accepted the
+/// registration as newest (index sets, follower sets). Error replies in either phase fail the
+/// entry, which then stays pending and is retried.
+struct EntryEffects: Sendable {
+    var first: [RedisCommand] = []
+    var second: (@Sendable ([RESPValue]) -> [RedisCommand])? = nil
+    /// Registrations ignored as older than what is stored; counted for `inspect`, not errors.
+    var staleIfZero: Int? = nil
+}
+
+/// Turns registrations into Redis writes following docs/schema.md's layout.
+struct Registrar: Sendable {
+    let keys: RedisKeys
+    let activityTTLSeconds: Int
+    let deviceTTLSeconds: Int
+
+    func effects(of registration: Registration, timestampMillis ts: Int64) -> EntryEffects {
+        switch registration {
+        case let .activityToken(device, key, activity, token, settings):
+            let meta = "\(device) \(settings.env?.rawValue ?? "-") \(settings.tier?.rawValue ?? "-") \(settings.broadcast.map { $0 ? "1" : "0" } ?? "-")"
+            var first: [RedisCommand] = [
+                .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key)],
+                        args: [activity, token, ts, meta, activityTTLSeconds]),
+                deviceField(device, ts, field: "act:\(key) \(activity)", value: "1"),
+                RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
+            ]
+            first += settingsCommand(device, ts, settings)
+            return EntryEffects(first: first, staleIfZero: 0)
+
+        case let .startToken(device, activityType, token, settings):
+            var first = [deviceField(device, ts, field: "start:\(activityType)", value: token)]
+            first += settingsCommand(device, ts, settings)
+            let startTokens = keys.startTokens(activityType: activityType)
+            let types = keys.activityTypes
+            return EntryEffects(first: first, second: { replies in
+                replies[0] == .integer(1)
+                    ? [RedisCommand("SADD", startTokens, device), RedisCommand("SADD", types, activityType)]
+                    : []
+            }, staleIfZero: 0)
+
+        case let .follow(device, target), let .unfollow(device, target):
+            let following: Bool
+            if case .follow = registration { following = true } else { following = false }
+            let followers = keys.followers(target)
+            let targets = keys.targets
+            return EntryEffects(first: [deviceField(device, ts, field: "follow:\(target)", value: following ? "1" : "0")], second: { replies in
+                guard replies[0] == .integer(1) else { return [] }
+                return following
+                    ? [RedisCommand("SADD", followers, device), RedisCommand("SADD", targets, target.description)]
+                    : [RedisCommand("SREM", followers, device)]
+            }, staleIfZero: 0)
+
+        case let .device(device, settings):
+            return EntryEffects(first: settingsCommand(device, ts, settings), staleIfZero: 0)
+
+        case let .unregisterActivity(device, key, activity):
+            return EntryEffects(first: [
+                .script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key)], args: [activity, ts, activityTTLSeconds]),
+                deviceField(device, ts, field: "act:\(key) \(activity)", value: "0"),
+            ], staleIfZero: 0)
+
+        case let .unregisterDevice(device):
+            let keys = self.keys
+            let ttl = activityTTLSeconds
+            return EntryEffects(first: [
+                .script(RegistrationScripts.forgetDevice, keys: [keys.device(device)], args: [ts, deviceTTLSeconds]),
+            ], second: { replies in
+                guard let fields = replies[0].array else { return [] }
+                var cleanup: [RedisCommand] = []
+                for field in fields.compactMap(\.string) {
+                    if field.hasPrefix("follow:"), let target = FollowTarget(parsing: String(field.dropFirst(7))) {
+                        cleanup.append(RedisCommand("SREM", keys.followers(target), device))
+                    } else if field.hasPrefix("start:") {
+                        cleanup.append(RedisCommand("SREM", keys.startTokens(activityType: String(field.dropFirst(6))), device))
+                    } else if field.hasPrefix("act:") {
+                        let parts = field.dropFirst(4).split(separator: " ", maxSplits: 1)
+                        if parts.count == 2, let key = ActivityKey(parsing: String(parts[0])) {
+                            cleanup.append(.script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key)],
+                                                   args: [String(parts[1]), ts, ttl]))
+                        }
+                    }
+                }
+                return cleanup
+            })
+        }
+    }
+
+    private func deviceField(_ device: String, _ ts: Int64, field: String, value: String) -> RedisCommand {
+        .script(RegistrationScripts.deviceField, keys: [keys.device(device)], args: [ts, deviceTTLSeconds, field, value])
+    }
+
+    private func settingsCommand(_ device: String, _ ts: Int64, _ settings: DeviceSettings) -> [RedisCommand] {
+        var pairs: [any RedisArgument] = []
+        if let env = settings.env { pairs += ["env", env.rawValue] }
+        if let tier = settings.tier { pairs += ["tier", tier.rawValue] }
+        if let broadcast = settings.broadcast { pairs += ["broadcast", broadcast ? "1" : "0"] }
+        if pairs.isEmpty { return [] }
+        return [.script(RegistrationScripts.deviceSettings, keys: [keys.device(device)], args: [ts, deviceTTLSeconds] + pairs)]
+    }
+}

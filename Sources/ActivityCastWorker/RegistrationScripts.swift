@@ -1,0 +1,92 @@
+import RedisClient
+
+/// Lua scripts that apply registrations in timestamp order. Several workers apply registrations
+/// concurrently and streams can be replayed, so every write compares the registration's `ts`
+/// with the one stored beside the value and never lets an older registration overwrite a newer
+/// one. Each script touches one hash slot (one device, or one activity key).
+enum RegistrationScripts {
+    /// KEYS[1] = device hash. ARGV = ts, ttl seconds, field, value.
+    /// Writes `field = "ts value"` unless the stored one is newer or the device was unregistered
+    /// later. Returns 1 if written, 0 if ignored as stale.
+    static let deviceField = RedisScript("""
+    local ts = tonumber(ARGV[1])
+    local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
+    if ts < gone then return 0 end
+    local cur = redis.call('HGET', KEYS[1], ARGV[3])
+    if cur then
+      local t = tonumber(string.match(cur, '^%d+'))
+      if t and t > ts then return 0 end
+    end
+    redis.call('HSET', KEYS[1], ARGV[3], ARGV[1] .. ' ' .. ARGV[4])
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return 1
+    """)
+
+    /// KEYS[1] = device hash. ARGV = ts, ttl seconds, then name/value pairs of the settings given.
+    /// Settings share one timestamp (`ts` field). Returns 1 if written, 0 if stale.
+    static let deviceSettings = RedisScript("""
+    local ts = tonumber(ARGV[1])
+    local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
+    if ts < gone then return 0 end
+    local cur = tonumber(redis.call('HGET', KEYS[1], 'ts') or '0')
+    if cur > ts then return 0 end
+    redis.call('HSET', KEYS[1], 'ts', ARGV[1])
+    for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return 1
+    """)
+
+    /// KEYS[1] = device hash. ARGV = ts, ttl seconds.
+    /// Forgets the device as of `ts`: keeps only a `gone` tombstone (so older registrations that
+    /// arrive late are ignored) and returns what the device had, for the caller to clean up:
+    /// a flat list of field names (`follow:<target>`, `start:<type>`, `act:<key> <activity>`)
+    /// whose values were live. Returns -1 if a newer unregister already happened.
+    static let forgetDevice = RedisScript("""
+    local ts = tonumber(ARGV[1])
+    local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
+    if ts < gone then return -1 end
+    local all = redis.call('HGETALL', KEYS[1])
+    local live = {}
+    for i = 1, #all, 2 do
+      local f, v = all[i], all[i + 1]
+      if f ~= 'gone' and f ~= 'ts' and f ~= 'env' and f ~= 'tier' and f ~= 'broadcast' then
+        local t = tonumber(string.match(v, '^%d+')) or 0
+        if t <= ts and not string.match(v, ' 0$') then table.insert(live, f) end
+      end
+    end
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'gone', ARGV[1])
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return live
+    """)
+
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, ts, meta, ttl.
+    /// Stores the activity's update token unless a newer token (or a newer unregister) for the
+    /// same activity is stored: tokens rotate, and the newest wins. Returns 1 or 0.
+    static let activityToken = RedisScript("""
+    local cur = redis.call('HGET', KEYS[2], ARGV[1])
+    if cur then
+      local t = tonumber(string.match(cur, '^%d+'))
+      if t and t > tonumber(ARGV[3]) then return 0 end
+    end
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4])
+    redis.call('EXPIRE', KEYS[1], ARGV[5])
+    redis.call('EXPIRE', KEYS[2], ARGV[5])
+    return 1
+    """)
+
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, ts, ttl.
+    /// Removes the activity's token as of `ts`, leaving a tombstone in meta. Returns 1 or 0.
+    static let forgetActivity = RedisScript("""
+    local cur = redis.call('HGET', KEYS[2], ARGV[1])
+    if cur then
+      local t = tonumber(string.match(cur, '^%d+'))
+      if t and t > tonumber(ARGV[2]) then return 0 end
+    end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' -')
+    redis.call('EXPIRE', KEYS[2], ARGV[3])
+    return 1
+    """)
+}

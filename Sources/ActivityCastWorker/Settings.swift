@@ -1,0 +1,255 @@
+import ActivityCastCore
+import Foundation
+import RedisClient
+import Yams
+
+/// Everything a worker (and `inspect`/`publish`) is configured with. Sources, later ones winning:
+/// built-in defaults, the YAML file (`--config` or `ACTIVITYCAST_CONFIG`), environment variables
+/// `ACTIVITYCAST_<KEY>` (the key upper-cased, dots as underscores: `worker.batch_size` is
+/// `ACTIVITYCAST_WORKER_BATCH_SIZE`), then command-line flags. See docs/configuration.md.
+public struct Settings: Sendable {
+    public struct Feed: Sendable, Equatable {
+        public var kind: StreamKind
+        public var stream: String
+    }
+
+    public var redisURL: RedisURL
+    public var connectTimeout: Duration
+    public var commandTimeout: Duration
+    public var prefix: String
+    public var group: String
+    public var registrationsStream: String
+    public var deadLetterStream: String
+    public var feeds: [Feed]
+    /// Empty: `<hostname>-<pid>`, unique per process.
+    public var consumer: String
+    public var batchSize: Int
+    public var block: Duration
+    public var maxInFlight: Int
+    public var visibilityTimeout: Duration
+    public var claimInterval: Duration
+    public var maxDeliveries: Int
+    public var shutdownDeadline: Duration
+    public var limits: DecodeLimits
+    public var activityTTLSeconds: Int
+    public var deviceTTLSeconds: Int
+    public var logLevel: String
+    public var logFormat: String
+
+    /// The streams the worker reads, registrations first, each with its kind.
+    public var inputStreams: [Feed] {
+        [Feed(kind: .registrations, stream: registrationsStream)] + feeds
+    }
+
+    public var redisConfiguration: RedisConfiguration {
+        RedisConfiguration(url: redisURL, connectTimeout: connectTimeout, commandTimeout: commandTimeout)
+    }
+
+    public var keys: RedisKeys { RedisKeys(prefix: prefix) }
+}
+
+/// A setting that is wrong: which key, where it came from, and why.
+public struct SettingsError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+}
+
+public enum SettingsLoader {
+    /// Every key the file may contain, with its default (nil: derived or required elsewhere).
+    static let known: [(key: String, help: String)] = [
+        ("redis.url", "redis://127.0.0.1:6379"),
+        ("redis.connect_timeout_ms", "3000"),
+        ("redis.command_timeout_ms", "5000"),
+        ("prefix", "ac"),
+        ("group", "activitycast"),
+        ("streams.registrations", "<prefix>:registrations"),
+        ("streams.dead_letter", "<prefix>:deadletter"),
+        ("streams.feeds", "sports=<prefix>:feed:sports,transit=<prefix>:feed:transit"),
+        ("worker.consumer", "<hostname>-<pid>"),
+        ("worker.batch_size", "256"),
+        ("worker.block_ms", "1000"),
+        ("worker.max_in_flight", "4096"),
+        ("worker.visibility_timeout_ms", "30000"),
+        ("worker.claim_interval_ms", "5000"),
+        ("worker.max_deliveries", "5"),
+        ("worker.shutdown_deadline_ms", "10000"),
+        ("limits.max_fields", "64"),
+        ("limits.max_value_bytes", "1024"),
+        ("limits.max_entry_bytes", "8192"),
+        ("ttl.activity_s", "43200"),
+        ("ttl.device_s", "7776000"),
+        ("log.level", "info"),
+        ("log.format", "text"),
+    ]
+
+    public static func environmentName(_ key: String) -> String {
+        "ACTIVITYCAST_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
+    }
+
+    /// Loads and validates. `overrides` are command-line values by key (e.g. `redis.url`).
+    public static func load(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment,
+                            overrides: [String: String] = [:]) throws -> Settings {
+        var raw: [String: (value: String, source: String)] = [:]
+        let path = file ?? environment["ACTIVITYCAST_CONFIG"]
+        if let path, !path.isEmpty {
+            let text: String
+            do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+                throw SettingsError(description: "cannot read the configuration file \(path): \(error.localizedDescription)")
+            }
+            for (key, value) in try flatten(yaml: text, file: path) { raw[key] = (value, path) }
+        }
+        for (key, _) in known {
+            let name = environmentName(key)
+            if let value = environment[name] { raw[key] = (value, name) }
+        }
+        for (key, value) in overrides { raw[key] = (value, "the command line") }
+        return try build(raw)
+    }
+
+    /// Reads YAML into dotted keys. Nested mappings become `a.b`; the feed list may be a sequence
+    /// of `{kind, stream}` mappings.
+    static func flatten(yaml: String, file: String) throws -> [(String, String)] {
+        let node: Node?
+        do { node = try Yams.compose(yaml: yaml) } catch {
+            throw SettingsError(description: "\(file) is not valid YAML: \(error)")
+        }
+        guard let node else { return [] }
+        guard let root = node.mapping else { throw SettingsError(description: "\(file): the top level must be a mapping of settings") }
+        var out: [(String, String)] = []
+        let knownKeys = Set(known.map(\.key))
+        func walk(_ mapping: Node.Mapping, prefix: String) throws {
+            for (k, v) in mapping {
+                guard let name = k.string else { throw SettingsError(description: "\(file): keys must be strings") }
+                let key = prefix.isEmpty ? name : "\(prefix).\(name)"
+                if key == "streams.feeds", let list = v.sequence {
+                    var parts: [String] = []
+                    for item in list {
+                        guard let m = item.mapping, let kind = m["kind"]?.string, let stream = m["stream"]?.string, m.count == 2 else {
+                            throw SettingsError(description: "\(file): streams.feeds: each feed needs exactly 'kind' and 'stream'")
+                        }
+                        parts.append("\(kind)=\(stream)")
+                    }
+                    out.append((key, parts.joined(separator: ",")))
+                } else if let m = v.mapping {
+                    try walk(m, prefix: key)
+                } else if let s = v.scalar?.string {
+                    guard knownKeys.contains(key) else { throw unknownKey(key, file: file) }
+                    out.append((key, s))
+                } else {
+                    throw SettingsError(description: "\(file): \(key) must be a single value")
+                }
+            }
+        }
+        try walk(root, prefix: "")
+        return out
+    }
+
+    static func unknownKey(_ key: String, file: String) -> SettingsError {
+        let close = known.map(\.key).min { distance($0, key) < distance($1, key) }
+        let hint = close.map { distance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
+        return SettingsError(description: "\(file): unknown setting '\(key)'\(hint)")
+    }
+
+    static func build(_ raw: [String: (value: String, source: String)]) throws -> Settings {
+        func wrong(_ key: String, _ why: String) -> SettingsError {
+            let source = raw[key]?.source ?? "the defaults"
+            return SettingsError(description: "setting \(key) (from \(source)): \(why)")
+        }
+        func string(_ key: String, _ fallback: String) -> String { raw[key]?.value ?? fallback }
+        func int(_ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
+            guard let text = raw[key]?.value else { return fallback }
+            guard let v = Int(text.trimmingCharacters(in: .whitespaces)) else { throw wrong(key, "must be a whole number, got '\(text)'") }
+            guard range.contains(v) else { throw wrong(key, "must be between \(range.lowerBound) and \(range.upperBound), got \(v)") }
+            return v
+        }
+        func millis(_ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Duration {
+            .milliseconds(try int(key, fallback, range))
+        }
+        func name(_ key: String, _ fallback: String) throws -> String {
+            let v = string(key, fallback)
+            guard !v.isEmpty, v.utf8.count <= 200, !v.contains(where: { $0.isWhitespace }) else {
+                throw wrong(key, "must be a non-empty name without spaces, got '\(v)'")
+            }
+            return v
+        }
+
+        let url: RedisURL
+        do { url = try RedisURL(string("redis.url", "redis://127.0.0.1:6379")) } catch {
+            throw wrong("redis.url", "\(error)")
+        }
+        let prefix = try name("prefix", "ac")
+        guard !prefix.contains("{") && !prefix.contains("}") else { throw wrong("prefix", "must not contain { or } (they mark Cluster hash tags)") }
+
+        var feeds: [Settings.Feed] = []
+        let feedText = string("streams.feeds", "sports=\(prefix):feed:sports,transit=\(prefix):feed:transit")
+        for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
+            let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
+            guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
+                throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(part)'")
+            }
+            feeds.append(.init(kind: kind, stream: kv[1]))
+        }
+        let registrations = try name("streams.registrations", "\(prefix):registrations")
+        let deadLetter = try name("streams.dead_letter", "\(prefix):deadletter")
+        let all = feeds.map(\.stream) + [registrations, deadLetter]
+        if Set(all).count != all.count {
+            throw wrong("streams.feeds", "every stream (feeds, registrations, dead letters) must be distinct: \(all.joined(separator: ", "))")
+        }
+
+        var limits = DecodeLimits()
+        limits.maxFields = try int("limits.max_fields", 64, 2...4096)
+        limits.maxValueBytes = try int("limits.max_value_bytes", 1024, 16...(1 << 20))
+        limits.maxEntryBytes = try int("limits.max_entry_bytes", 8192, 64...(16 << 20))
+
+        let level = string("log.level", "info")
+        guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
+            throw wrong("log.level", "must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'")
+        }
+        let format = string("log.format", "text")
+        guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(format)'") }
+
+        let settings = Settings(
+            redisURL: url,
+            connectTimeout: try millis("redis.connect_timeout_ms", 3000, 10...600_000),
+            commandTimeout: try millis("redis.command_timeout_ms", 5000, 10...600_000),
+            prefix: prefix,
+            group: try name("group", "activitycast"),
+            registrationsStream: registrations,
+            deadLetterStream: deadLetter,
+            feeds: feeds,
+            consumer: string("worker.consumer", ""),
+            batchSize: try int("worker.batch_size", 256, 1...10_000),
+            block: try millis("worker.block_ms", 1000, 1...60_000),
+            maxInFlight: try int("worker.max_in_flight", 4096, 1...1_000_000),
+            visibilityTimeout: try millis("worker.visibility_timeout_ms", 30_000, 100...86_400_000),
+            claimInterval: try millis("worker.claim_interval_ms", 5000, 10...3_600_000),
+            maxDeliveries: try int("worker.max_deliveries", 5, 1...1000),
+            shutdownDeadline: try millis("worker.shutdown_deadline_ms", 10_000, 0...3_600_000),
+            limits: limits,
+            activityTTLSeconds: try int("ttl.activity_s", 43_200, 60...(30 * 86_400)),
+            deviceTTLSeconds: try int("ttl.device_s", 7_776_000, 60...(3650 * 86_400)),
+            logLevel: level,
+            logFormat: format)
+        if settings.maxInFlight < settings.batchSize {
+            throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
+        }
+        if settings.consumer.contains(where: { $0.isWhitespace }) {
+            throw wrong("worker.consumer", "must not contain spaces")
+        }
+        return settings
+    }
+
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var row = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var prev = row[0]
+            row[0] = i
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                let cur = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1))
+                prev = cur
+            }
+        }
+        return row[b.count]
+    }
+}

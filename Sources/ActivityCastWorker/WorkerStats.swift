@@ -1,0 +1,38 @@
+import Synchronization
+
+/// Counters a worker keeps while it runs; logged at exit and used by the intake benchmark.
+public final class WorkerStats: Sendable {
+    let read = Atomic<Int>(0)
+    let acked = Atomic<Int>(0)
+    let ackMissed = Atomic<Int>(0)
+    let deadLettered = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
+    let claimed = Atomic<Int>(0)
+    let stale = Atomic<Int>(0)
+    let plans = Atomic<Int>(0)
+
+    public init() {}
+
+    public struct Snapshot: Sendable, Equatable, Codable {
+        /// Entries taken from streams (new reads and claims).
+        public var read: Int
+        /// Entries this worker acknowledged (XACK answered 1).
+        public var acked: Int
+        /// Acknowledgements that found the entry already acknowledged: someone else finished it.
+        public var ackMissed: Int
+        public var deadLettered: Int
+        /// Processing attempts that failed and left the entry pending for a retry.
+        public var failed: Int
+        public var claimed: Int
+        /// Registrations ignored because a newer one was already stored.
+        public var stale: Int
+        public var plans: Int
+    }
+
+    public var snapshot: Snapshot {
+        Snapshot(read: read.load(ordering: .relaxed), acked: acked.load(ordering: .relaxed),
+                 ackMissed: ackMissed.load(ordering: .relaxed), deadLettered: deadLettered.load(ordering: .relaxed),
+                 failed: failed.load(ordering: .relaxed), claimed: claimed.load(ordering: .relaxed),
+                 stale: stale.load(ordering: .relaxed), plans: plans.load(ordering: .relaxed))
+    }
+}

@@ -1,0 +1,112 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An owned, non-blocking socket descriptor. Closed on deinit.
+///
+/// Not Sendable: a socket belongs to the one I/O thread that drives it.
+public final class Socket {
+    public let fd: Int32
+    private var closed = false
+
+    public init(adopting fd: Int32) { self.fd = fd }
+
+    deinit { close() }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        _ = Glibc.close(fd)
+    }
+
+    /// Connects to `host:port` over TCP, trying each address in turn, within `timeout`.
+    public static func connectTCP(host: String, port: Int, timeout: Duration) throws -> Socket {
+        let deadline = Deadline.after(timeout)
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_protocol = Int32(IPPROTO_TCP)
+        var list: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0, let first = list else {
+            let text = rc == 0 ? "no addresses" : String(cString: gai_strerror(rc))
+            throw StreamError.system(SystemError("getaddrinfo", errno: EHOSTUNREACH, context: "\(host): \(text)"))
+        }
+        defer { freeaddrinfo(list) }
+        var lastError: Error = StreamError.system(SystemError("connect", errno: ECONNREFUSED, context: "\(host):\(port)"))
+        var cursor: UnsafeMutablePointer<addrinfo>? = first
+        while let info = cursor {
+            cursor = info.pointee.ai_next
+            let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            if fd < 0 { lastError = StreamError.system(SystemError("socket", errno: errno)); continue }
+            let sock = Socket(adopting: fd)
+            do {
+                try sock.finishConnect(info.pointee.ai_addr, info.pointee.ai_addrlen, deadline: deadline, what: "\(host):\(port)")
+                sock.setNoDelay()
+                return sock
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError
+    }
+
+    private func finishConnect(_ address: UnsafeMutablePointer<sockaddr>?, _ length: socklen_t, deadline: Deadline, what: String) throws {
+        if connect(fd, address, length) == 0 { return }
+        guard errno == EINPROGRESS else { throw StreamError.system(SystemError("connect", errno: errno, context: what)) }
+        guard try wait(forWriting: true, until: deadline) else { throw StreamError.timedOut("connecting to \(what)") }
+        var error: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size)
+        if error != 0 { throw StreamError.system(SystemError("connect", errno: error, context: what)) }
+    }
+
+    public func setNoDelay() {
+        var on: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// Waits until the socket is readable (or writable); false on timeout. Retries EINTR.
+    public func wait(forWriting: Bool, until deadline: Deadline) throws -> Bool {
+        while true {
+            var p = pollfd(fd: fd, events: Int16(forWriting ? POLLOUT : POLLIN), revents: 0)
+            let n = poll(&p, 1, deadline.pollTimeoutMillis)
+            if n > 0 { return true }
+            if n == 0 { return false }
+            if errno != EINTR { throw StreamError.system(SystemError("poll", errno: errno)) }
+        }
+    }
+
+    public enum IO: Equatable { case bytes(Int), wouldBlock, closed }
+
+    /// One non-blocking read. Retries EINTR; EAGAIN becomes `.wouldBlock`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> IO {
+        while true {
+            let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
+            if n > 0 { return .bytes(n) }
+            if n == 0 { return .closed }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            case ECONNRESET: return .closed
+            default: throw StreamError.system(SystemError("read", errno: errno))
+            }
+        }
+    }
+
+    /// One non-blocking write. Retries EINTR; EAGAIN becomes `.wouldBlock`.
+    public func write(_ buffer: UnsafeRawBufferPointer) throws -> IO {
+        while true {
+            let n = send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+            if n >= 0 { return .bytes(n) }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            case EPIPE, ECONNRESET: return .closed
+            default: throw StreamError.system(SystemError("send", errno: errno))
+            }
+        }
+    }
+}

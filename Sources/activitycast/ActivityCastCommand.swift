@@ -1,0 +1,33 @@
+import ActivityCastCore
+import ActivityCastWorker
+import ArgumentParser
+import Foundation
+import Logging
+import RedisClient
+
+@main
+struct ActivityCastCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "activitycast",
+        abstract: "Live Activity push backend: Redis stream workers that keep iOS Live Activities current through APNs.",
+        subcommands: [WorkerCommand.self, InspectCommand.self, PublishCommand.self, BenchCommand.self])
+}
+
+/// Options every Redis-facing command takes.
+struct CommonOptions: ParsableArguments {
+    @Option(name: .long, help: "Configuration file (YAML). Also ACTIVITYCAST_CONFIG.")
+    var config: String?
+
+    @Option(name: .long, help: "Redis URL: redis://[user[:password]@]host:port[/db] or rediss://… Also ACTIVITYCAST_REDIS_URL.")
+    var redis: String?
+
+    func settings(extra: [String: String] = [:]) throws -> Settings {
+        var overrides = extra
+        if let redis { overrides["redis.url"] = redis }
+        do {
+            return try SettingsLoader.load(file: config, overrides: overrides)
+        } catch let error as SettingsError {
+            throw ValidationError(error.description)
+        }
+    }
+}

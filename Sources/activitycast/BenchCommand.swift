@@ -1,0 +1,83 @@
+import ActivityCastCore
+import ActivityCastWorker
+import ArgumentParser
+import Foundation
+import Logging
+import RedisClient
+
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges.",
+        subcommands: [IntakeBench.self])
+}
+
+struct IntakeBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "intake",
+        abstract: "Preload a stream, then time one worker consuming it; prints each run and the median.",
+        discussion: "Uses a private key prefix and deletes what it wrote. Run it against a Redis nobody else uses (scripts/bench.sh starts one).")
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: "Events per run.") var events = 200_000
+    @Option(help: "Runs; the median is reported.") var runs = 5
+    @Option(help: "Entries per XREADGROUP (worker.batch_size).") var batchSize = 512
+    @Option(help: "decode: decode + plan + ack (trivial handler); full: also count audiences and log plans at debug.")
+    var mode = "decode"
+
+    func run() async throws {
+        guard mode == "decode" || mode == "full" else { throw ValidationError("--mode is decode or full") }
+        LineLogHandler.bootstrap(level: "warning", format: "text")
+        var results: [(rate: Double, roundTrips: Double, seconds: Double)] = []
+        for run in 1...runs {
+            let prefix = "bench\(UInt32.random(in: 0...UInt32.max))"
+            let settings = try common.settings(extra: [
+                "prefix": prefix, "streams.feeds": "sports=\(prefix):feed:sports",
+                "worker.batch_size": "\(batchSize)", "worker.max_in_flight": "\(batchSize * 8)",
+                "worker.block_ms": "50", "log.level": "warning",
+            ])
+            let redis = RedisConnection(configuration: settings.redisConfiguration)
+            defer { redis.close() }
+            try await preload(redis, stream: settings.feeds[0].stream, count: events)
+
+            let worker = Worker(settings: settings, logger: Logger(label: "bench"), mode: mode == "full" ? .full : .decodeOnly)
+            let started = ContinuousClock.now
+            let task = Task { await worker.run() }
+            while worker.stats.snapshot.acked < events {
+                try await Task.sleep(for: .milliseconds(2))
+                if ContinuousClock.now - started > .seconds(600) { throw ValidationError("run \(run) did not finish in 10 minutes") }
+            }
+            let elapsed = ContinuousClock.now - started
+            let roundTrips = Double(worker.redisStats.roundTrips) / Double(events)
+            worker.requestStop()
+            let snapshot = await task.value
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            results.append((Double(events) / seconds, roundTrips, seconds))
+            print(String(format: "run %d: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)",
+                         run, events, seconds, Double(events) / seconds, roundTrips, snapshot.acked, snapshot.deadLettered))
+            let keys = ["\(prefix):feed:sports", "\(prefix):registrations", "\(prefix):deadletter", "\(prefix):keys"]
+            _ = try await redis.send(RedisCommand("DEL", keys))
+        }
+        let rates = results.map(\.rate).sorted()
+        let trips = results.map(\.roundTrips).sorted()
+        print(String(format: "median: %.0f events/s, %.4f round trips/event (%d runs of %d events, batch %d, mode %@)",
+                     rates[rates.count / 2], trips[trips.count / 2], runs, events, batchSize, mode))
+    }
+
+    /// Adds `count` realistic score updates, pipelined in chunks (not timed).
+    private func preload(_ redis: RedisConnection, stream: String, count: Int) async throws {
+        let base = Int64(Date().timeIntervalSince1970 * 1000)
+        var done = 0
+        while done < count {
+            let n = min(5000, count - done)
+            let commands = (0..<n).map { i -> RedisCommand in
+                let k = done + i
+                return RedisCommand("XADD", stream, "*", "type", "match.score", "ts", base + Int64(k), "match", "m\(k % 500)",
+                                    "home_score", k % 7, "away_score", k % 5, "clock", "\(k % 90)'", "period", "second_half")
+            }
+            for r in try await redis.pipeline(commands) { _ = try r.orThrow("XADD") }
+            done += n
+        }
+    }
+}

@@ -1,0 +1,37 @@
+import ActivityCastWorker
+import ArgumentParser
+import Foundation
+import RedisClient
+
+struct InspectCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inspect",
+        abstract: "Show streams, groups, consumers, lag, pending entries, dead letters and registration counts (read-only).")
+
+    @OptionGroup var common: CommonOptions
+
+    @Flag(help: "Print JSON instead of tables.")
+    var json = false
+
+    @Option(help: "How many of the latest dead letters to show.")
+    var deadLetters = 5
+
+    func run() async throws {
+        let settings = try common.settings()
+        let redis = RedisConnection(configuration: settings.redisConfiguration)
+        defer { redis.close() }
+        let report: InspectReport
+        do {
+            report = try await Inspector(settings: settings, redis: redis).report(latest: deadLetters)
+        } catch {
+            throw CleanExit.message("inspect failed: \(error)")
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print(report.rendered(), terminator: "")
+        }
+    }
+}

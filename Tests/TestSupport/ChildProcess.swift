@@ -1,0 +1,173 @@
+import Foundation
+
+/// A child process that is always stopped by its PID: on `stop()`, in `deinit`, and (for a test
+/// process that exits early) by an `atexit` hook that kills every child still registered.
+///
+/// Spawned with `posix_spawn` and an empty signal mask: `Foundation.Process` started from a
+/// Dispatch thread hands the child that thread's blocked-signal mask, and a child with SIGTERM
+/// blocked can't be stopped gracefully.
+public final class ChildProcess: @unchecked Sendable {
+    public let pid: pid_t
+    public let stdoutPath: String
+    public let stderrPath: String
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var exitStatus: Int32?
+
+    public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil, logName: String = "child") throws {
+        let dir = directory ?? FileManager.default.temporaryDirectory.path
+        let stamp = UUID().uuidString.prefix(8)
+        stdoutPath = "\(dir)/\(logName)-\(stamp).out"
+        stderrPath = "\(dir)/\(logName)-\(stamp).err"
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for s in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, s) }
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var env = ProcessInfo.processInfo.environment
+        if let environment { env.merge(environment) { _, new in new } }
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        guard rc == 0 else { throw RedisServerError(description: "cannot start \(executable): \(String(cString: strerror(rc)))") }
+        pid = child
+        ChildRegistry.shared.add(child)
+    }
+
+    deinit {
+        if reap(block: false) == nil {
+            Glibc.kill(pid, SIGKILL)
+            _ = reap(block: true)
+        }
+        ChildRegistry.shared.remove(pid)
+    }
+
+    /// The exit status once the child has exited (collecting it with `waitpid`), else nil.
+    @discardableResult
+    private func reap(block: Bool) -> Int32? {
+        lock.lock(); defer { lock.unlock() }
+        if let exitStatus { return exitStatus }
+        var status: Int32 = 0
+        let r = waitpid(pid, &status, block ? 0 : WNOHANG)
+        guard r == pid else { return nil }
+        // Exited: its code; killed by a signal: 128 + the signal, as a shell reports it.
+        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        exitStatus = code
+        ChildRegistry.shared.remove(pid)
+        return code
+    }
+
+    public var isRunning: Bool { reap(block: false) == nil }
+
+    /// Sends `signal` to this child's PID if it is still running.
+    public func kill(signal: Int32) {
+        if isRunning { Glibc.kill(pid, signal) }
+    }
+
+    /// Waits up to `timeout` for the child to exit; its exit status, or nil if still running.
+    public func waitForExit(timeout: Duration) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            if let status = reap(block: false) { return status }
+            if ContinuousClock.now >= deadline { return nil }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it hasn't exited within `grace`. Returns the exit status.
+    @discardableResult
+    public func stop(grace: Duration = .seconds(5)) async -> Int32? {
+        kill(signal: SIGTERM)
+        if let status = await waitForExit(timeout: grace) { return status }
+        kill(signal: SIGKILL)
+        return await waitForExit(timeout: .seconds(5))
+    }
+
+    public var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
+    public var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    public func removeLogs() {
+        try? FileManager.default.removeItem(atPath: stdoutPath)
+        try? FileManager.default.removeItem(atPath: stderrPath)
+    }
+}
+
+/// Every child still running, so a test process that exits early kills them by PID.
+final class ChildRegistry: @unchecked Sendable {
+    static let shared: ChildRegistry = {
+        let r = ChildRegistry()
+        atexit { ChildRegistry.shared.killAll() }
+        return r
+    }()
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var pids: Set<pid_t> = []
+
+    func add(_ pid: pid_t) { lock.lock(); pids.insert(pid); lock.unlock() }
+    func remove(_ pid: pid_t) { lock.lock(); pids.remove(pid); lock.unlock() }
+    func killAll() {
+        lock.lock(); let all = pids; pids = []; lock.unlock()
+        for pid in all { Glibc.kill(pid, SIGKILL) }
+    }
+}
+
+/// A loopback TCP port that was free a moment ago (bound to port 0, then released).
+public func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    precondition(fd >= 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let ok = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+    }
+    precondition(ok, "cannot bind a loopback socket")
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// True when something accepts TCP connections on 127.0.0.1:`port`.
+public func loopbackPortAccepts(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = in_port_t(UInt16(port).bigEndian)
+    return withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+    }
+}
+
+/// A fresh temporary directory, removed by `remove()`.
+public struct TemporaryDirectory: Sendable {
+    public let path: String
+    public init() throws {
+        path = FileManager.default.temporaryDirectory.appendingPathComponent("activitycast-test-\(UUID().uuidString.prefix(12))").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    public func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
