@@ -51,6 +51,7 @@ let package = Package(
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: [
             "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",
+            .product(name: "Logging", package: "swift-log"),
         ]),
     ]
 )

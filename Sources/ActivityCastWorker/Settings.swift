@@ -11,6 +11,7 @@ public struct Settings: Sendable {
     public struct Feed: Sendable, Equatable {
         public var kind: StreamKind
         public var stream: String
+        public init(kind: StreamKind, stream: String) { self.kind = kind; self.stream = stream }
     }
 
     public var redisURL: RedisURL

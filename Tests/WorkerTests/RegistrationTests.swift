@@ -1,0 +1,108 @@
+import ActivityCastCore
+import ActivityCastWorker
+import RedisClient
+import Testing
+import TestSupport
+
+/// Registrations applied by a real worker to a real Redis, checked in Redis's own terms.
+@Suite struct RegistrationTests {
+    let tokenA = String(repeating: "a1", count: 32)
+    let tokenB = String(repeating: "b2", count: 32)
+    let tokenC = String(repeating: "c3", count: 32)
+    let tokenS = String(repeating: "d4", count: 32)
+
+    @Test func appliesInTimestampOrderAndCleansUp() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let keys = settings.keys
+        let reg = settings.registrationsStream
+        let sports = settings.feeds[0].stream
+        let match = ActivityKey(kind: .match, id: "1")
+
+        let stats = try await withWorker(settings) { _ in
+            func add(_ fields: [(String, String)]) async throws { _ = try await xadd(redis, reg, fields) }
+            try await add([("type", "activity.token"), ("ts", "1000"), ("device", "d-1"), ("key", "match:1"), ("activity", "A1"), ("token", tokenA.uppercased()), ("env", "development")])
+            try await add([("type", "activity.token"), ("ts", "3000"), ("device", "d-1"), ("key", "match:1"), ("activity", "A1"), ("token", tokenB)])
+            // An older token that arrives late must not undo the rotation.
+            try await add([("type", "activity.token"), ("ts", "2000"), ("device", "d-1"), ("key", "match:1"), ("activity", "A1"), ("token", tokenC)])
+            try await add([("type", "follow"), ("ts", "1000"), ("device", "d-1"), ("target", "team:ars")])
+            try await add([("type", "unfollow"), ("ts", "500"), ("device", "d-1"), ("target", "team:ars")])
+            try await add([("type", "start.token"), ("ts", "1000"), ("device", "d-1"), ("activity_type", "MatchActivityAttributes"), ("token", tokenS), ("tier", "frequent"), ("broadcast", "true")])
+            try await add([("type", "device"), ("ts", "1000"), ("device", "d-2"), ("env", "production")])
+            try await add([("type", "follow"), ("ts", "1000"), ("device", "d-2"), ("target", "route:42")])
+            try await add([("type", "start.token"), ("ts", "1000"), ("device", "d-2"), ("activity_type", "TripActivityAttributes"), ("token", tokenS)])
+            try await add([("type", "unregister"), ("ts", "2000"), ("device", "d-2")])
+            try await add([("type", "follow"), ("ts", "1500"), ("device", "d-2"), ("target", "route:9")])  // older than the unregister
+            #expect(await eventually { await drained(redis, reg) })
+
+            #expect(try await redis.command("HGETALL", keys.tokens(match)) == .array([.bulk(Array("A1".utf8)), .bulk(Array(tokenB.utf8))]))
+            #expect(try await redis.command("HGET", keys.meta(match), "A1").string?.hasPrefix("3000 d-1") == true)
+            #expect(try await redis.command("TTL", keys.tokens(match)).int ?? 0 > 3600)
+            #expect(try await redis.command("ZSCORE", keys.keysIndex, "match:1") != .null)
+            #expect(try await redis.command("SMEMBERS", keys.followers(FollowTarget(kind: .team, id: "ars"))) == .array([.bulk(Array("d-1".utf8))]))
+            #expect(try await redis.command("SMEMBERS", keys.startTokens(activityType: "MatchActivityAttributes")) == .array([.bulk(Array("d-1".utf8))]))
+            #expect(try await redis.command("HGET", keys.device("d-1"), "tier") == .bulk(Array("frequent".utf8)))
+            #expect(try await redis.command("HGET", keys.device("d-1"), "start:MatchActivityAttributes").string == "1000 \(tokenS)")
+            // d-2 is forgotten: no follows, no start token, only its tombstone.
+            #expect(try await redis.command("SCARD", keys.followers(FollowTarget(kind: .route, id: "42"))) == .integer(0))
+            #expect(try await redis.command("SCARD", keys.followers(FollowTarget(kind: .route, id: "9"))) == .integer(0))
+            #expect(try await redis.command("SCARD", keys.startTokens(activityType: "TripActivityAttributes")) == .integer(0))
+            #expect(try await redis.command("HGETALL", keys.device("d-2")) == .array([.bulk(Array("gone".utf8)), .bulk(Array("2000".utf8))]))
+
+            // The activity ends on the device; a late rotation must not bring it back.
+            try await add([("type", "unregister"), ("ts", "4000"), ("device", "d-1"), ("key", "match:1"), ("activity", "A1")])
+            try await add([("type", "activity.token"), ("ts", "3500"), ("device", "d-1"), ("key", "match:1"), ("activity", "A1"), ("token", tokenC)])
+            #expect(await eventually { await drained(redis, reg) })
+            #expect(try await redis.command("HLEN", keys.tokens(match)) == .integer(0))
+
+            // A new activity on the key, then full time: nothing about the key is left behind.
+            try await add([("type", "activity.token"), ("ts", "5000"), ("device", "d-1"), ("key", "match:1"), ("activity", "A2"), ("token", tokenA)])
+            #expect(await eventually { await drained(redis, reg) })
+            _ = try await xadd(redis, sports, [("type", "match.full_time"), ("ts", "6000"), ("match", "1"), ("home_score", "2"), ("away_score", "1")])
+            #expect(await eventually { await drained(redis, sports) })
+            #expect(try await redis.command("EXISTS", keys.tokens(match), keys.meta(match)) == .integer(0))
+            #expect(try await redis.command("ZSCORE", keys.keysIndex, "match:1") == .null)
+        }
+        #expect(stats.acked == 15 && stats.deadLettered == 0 && stats.failed == 0)
+        #expect(stats.stale == 4)  // the late token, the late unfollow, d-2's late follow, the late rotation
+        #expect(stats.plans == 1)
+    }
+
+    @Test func malformedEntriesBecomeDeadLettersWithTheirFields() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let stats = try await withWorker(settings) { _ in
+            _ = try await xadd(redis, settings.registrationsStream, [("type", "activity.token"), ("ts", "1"), ("device", "d-1"), ("key", "match:1"), ("activity", "A"), ("token", "xyz")])
+            _ = try await xadd(redis, settings.feeds[0].stream, [("type", "no.such.type"), ("ts", "1")])
+            let binary = try await redis.send(RedisCommand("XADD", settings.feeds[1].stream, "*", "type", "trip.ended", "ts", "1", "trip", [UInt8]([0xff, 0xfe])))
+            let binaryID = binary.string ?? ""
+            #expect(await eventually { (try? await redis.command("XLEN", settings.deadLetterStream)) == .integer(3) })
+            let all = try await redis.send(RedisCommand("XRANGE", settings.deadLetterStream, "-", "+"))
+            let entries = try (all.array ?? []).map(StreamReplies.entry)
+            func field(_ e: StreamEntry, _ name: String) -> [UInt8]? {
+                guard let f = e.fields else { return nil }
+                var i = 0
+                while i + 1 < f.count { if f[i] == Array(name.utf8) { return f[i + 1] }; i += 2 }
+                return nil
+            }
+            let reasons = entries.compactMap { field($0, "reason").map { String(decoding: $0, as: UTF8.self) } }
+            #expect(reasons.contains { $0.contains("token") })
+            #expect(reasons.contains { $0.contains("no.such.type") })
+            #expect(reasons.contains { $0.contains("UTF-8") })
+            // The original fields travel with the dead letter, byte for byte.
+            let bad = entries.first { field($0, "id").map { String(decoding: $0, as: UTF8.self) } == binaryID }
+            #expect(bad.flatMap { field($0, "f:trip") } == [0xff, 0xfe])
+            #expect(bad.flatMap { field($0, "stream") } == Array(settings.feeds[1].stream.utf8))
+            #expect(await eventually {
+                let a = await drained(redis, settings.feeds[1].stream)
+                let b = await drained(redis, settings.registrationsStream)
+                return a && b
+            })
+        }
+        #expect(stats.deadLettered == 3 && stats.acked == 3)
+    }
+}

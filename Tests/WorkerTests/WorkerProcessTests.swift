@@ -1,0 +1,213 @@
+import ActivityCastCore
+import ActivityCastWorker
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// Real `activitycast worker` processes against a real Redis: scale-out, crashes, poison
+/// entries, Redis restarts and graceful shutdown.
+@Suite(.serialized) struct WorkerProcessTests {
+    /// Adds `count` feed events (and every fifth a registration) in pipelined chunks; returns
+    /// the feed entry ids.
+    func publish(_ redis: RedisConnection, _ settings: Settings, count: Int, from start: Int = 0) async throws -> [String] {
+        var feedIDs: [String] = []
+        var i = start
+        while i < start + count {
+            let n = min(1000, start + count - i)
+            var commands: [RedisCommand] = []
+            var isFeed: [Bool] = []
+            for k in i..<(i + n) {
+                if k % 5 == 4 {
+                    commands.append(RedisCommand("XADD", settings.registrationsStream, "*", "type", "follow", "ts", 1000 + k,
+                                                 "device", "d-\(k)", "target", "team:t\(k % 20)"))
+                    isFeed.append(false)
+                } else if k % 2 == 0 {
+                    commands.append(RedisCommand("XADD", settings.feeds[0].stream, "*", "type", "match.score", "ts", 1000 + k,
+                                                 "match", "m\(k % 50)", "home_score", k % 9, "away_score", k % 4))
+                    isFeed.append(true)
+                } else {
+                    commands.append(RedisCommand("XADD", settings.feeds[1].stream, "*", "type", "trip.eta", "ts", 1000 + k,
+                                                 "trip", "t\(k % 50)", "stop", "s\(k % 7)", "eta", 2_000_000 + k))
+                    isFeed.append(true)
+                }
+            }
+            let replies = try await redis.pipeline(commands)
+            for (reply, feed) in zip(replies, isFeed) where feed { feedIDs.append(try reply.orThrow().string ?? "") }
+            i += n
+        }
+        return feedIDs
+    }
+
+    func allDrained(_ redis: RedisConnection, _ settings: Settings) async -> Bool {
+        for s in settings.inputStreams.map(\.stream) where !(await drained(redis, s)) { return false }
+        return true
+    }
+
+    func workerEnv(_ settings: Settings, _ extra: [String: String] = [:]) -> [String: String] {
+        var env = ["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200",
+                   "worker.visibility_timeout_ms": "2000", "worker.batch_size": "200", "worker.max_in_flight": "1000"]
+        env.merge(extra) { _, new in new }
+        return env
+    }
+
+    func plannedEntries(_ logs: String) -> [String] {
+        jsonLogLines(logs).filter { $0["msg"] == "plan" }.compactMap { $0["entry"] }
+    }
+
+    func stoppedLine(_ logs: String) -> [String: String]? {
+        jsonLogLines(logs).last { $0["msg"] == "worker stopped" }
+    }
+
+    @Test func threeWorkersProcess20000EntriesEachAckedExactlyOnce() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let workers = try (1...3).map { n in
+            try startActivitycast(["worker", "--consumer", "w\(n)"], redis: server, settings: workerEnv(settings), logName: "w\(n)")
+        }
+        defer { workers.forEach { $0.removeLogs() } }
+        let feedIDs = try await publish(redis, settings, count: 20_000)
+        #expect(await eventually(timeout: .seconds(120)) { await allDrained(redis, settings) })
+        var planned: [String] = []
+        var acked = 0, missed = 0, perWorker: [Int] = []
+        for w in workers {
+            #expect(await w.stop() == 0)
+            let logs = w.stderr
+            planned += plannedEntries(logs)
+            let stopped = try #require(stoppedLine(logs))
+            acked += Int(stopped["acked"] ?? "") ?? -1
+            missed += Int(stopped["ack_missed"] ?? "") ?? -1
+            perWorker.append(Int(stopped["acked"] ?? "") ?? 0)
+        }
+        #expect(acked == 20_000)
+        #expect(missed == 0)
+        #expect(perWorker.allSatisfy { $0 > 0 })  // the group really shared the work
+        let feedSet = Set(feedIDs.map { id in id })
+        #expect(planned.count == feedIDs.count)
+        #expect(Set(planned.map { String($0.split(separator: "/").last!) }) == feedSet)
+        #expect(try await redis.command("XLEN", settings.deadLetterStream) == .integer(0))
+    }
+
+    @Test func aKilledWorkersEntriesAreClaimedAndFinishedByAnother() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let feedIDs = try await publish(redis, settings, count: 20_000)
+        let victim = try startActivitycast(["worker", "--consumer", "victim"], redis: server, settings: workerEnv(settings), logName: "victim")
+        defer { victim.removeLogs() }
+        // Kill it mid-run, with batches read but not acknowledged.
+        #expect(await eventually { plannedEntries(victim.stderr).count > 100 })
+        victim.kill(signal: SIGKILL)
+        #expect(await victim.waitForExit(timeout: .seconds(5)) == 128 + SIGKILL)
+        var orphaned: Int64 = 0
+        for s in settings.inputStreams.map(\.stream) {
+            let p = try StreamReplies.pending(try await redis.send(.xpending(stream: s, group: settings.group, count: 100_000, consumer: "victim")))
+            orphaned += Int64(p.count)
+        }
+        #expect(orphaned > 0)
+
+        let rescuer = try startActivitycast(["worker", "--consumer", "rescuer"], redis: server,
+                                            settings: workerEnv(settings, ["worker.visibility_timeout_ms": "500"]), logName: "rescuer")
+        defer { rescuer.removeLogs() }
+        #expect(await eventually(timeout: .seconds(120)) { await allDrained(redis, settings) })
+        #expect(await rescuer.stop() == 0)
+        let stopped = try #require(stoppedLine(rescuer.stderr))
+        #expect(Int(stopped["claimed"] ?? "") ?? 0 >= Int(orphaned))
+        // Every feed event was planned by one of the two (some twice: the victim may have
+        // finished entries it never got to acknowledge: at-least-once).
+        let planned = Set((plannedEntries(victim.stderr) + plannedEntries(rescuer.stderr)).map { String($0.split(separator: "/").last!) })
+        #expect(planned == Set(feedIDs))
+    }
+
+    @Test func poisonEntriesAreDeadLetteredAfterMaxDeliveries() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        // The device's hash key holds a string: every attempt to apply the registration fails.
+        try await redis.command("SET", settings.keys.device("cursed"), "not a hash")
+        let poison = try await xadd(redis, settings.registrationsStream, [("type", "device"), ("ts", "1"), ("device", "cursed"), ("tier", "frequent")])
+        let fine = try await xadd(redis, settings.registrationsStream, [("type", "device"), ("ts", "1"), ("device", "fine"), ("tier", "frequent")])
+        let worker = try startActivitycast(["worker", "--consumer", "w"], redis: server,
+                                           settings: workerEnv(settings, ["worker.visibility_timeout_ms": "300", "worker.claim_interval_ms": "100",
+                                                                          "worker.max_deliveries": "3"]), logName: "poison")
+        defer { worker.removeLogs() }
+        #expect(await eventually(timeout: .seconds(30)) { (try? await redis.command("XLEN", settings.deadLetterStream)) == .integer(1) })
+        #expect(await eventually { await drained(redis, settings.registrationsStream) })
+        #expect(await worker.stop() == 0)
+        let letter = try StreamReplies.entry(try #require(try await redis.send(RedisCommand("XRANGE", settings.deadLetterStream, "-", "+")).array?.first))
+        let f = letter.fields?.map { String(decoding: $0, as: UTF8.self) } ?? []
+        var map: [String: String] = [:]
+        var i = 0
+        while i + 1 < f.count { map[f[i]] = f[i + 1]; i += 2 }
+        #expect(map["id"] == poison && map["stream"] == settings.registrationsStream)
+        #expect(map["deliveries"] == "4")
+        #expect(map["reason"]?.contains("delivered 4 times without a final outcome (max 3)") == true)
+        #expect(map["reason"]?.contains("WRONGTYPE") == true)
+        #expect(map["f:device"] == "cursed" && map["f:type"] == "device")
+        #expect(try await redis.command("HGET", settings.keys.device("fine"), "tier") == .bulk(Array("frequent".utf8)))
+        _ = fine
+    }
+
+    @Test func aRedisRestartLosesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try await RedisServer(extraArguments: ["--appendonly", "yes", "--appendfsync", "always", "--dir", dir.path])
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let worker = try startActivitycast(["worker", "--consumer", "survivor"], redis: server, settings: workerEnv(settings), logName: "survivor")
+        defer { worker.removeLogs() }
+        var feedIDs = try await publish(redis, settings, count: 5000)
+        #expect(await eventually { plannedEntries(worker.stderr).count > 50 })
+        await server.crash()
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(worker.isRunning)
+        try await server.start()
+        feedIDs += try await eventuallyPublish(redis, settings, count: 5000, from: 5000)
+        #expect(await eventually(timeout: .seconds(120)) { await allDrained(redis, settings) })
+        #expect(worker.isRunning)
+        #expect(await worker.stop() == 0)
+        let logs = worker.stderr
+        let planned = Set(plannedEntries(logs).map { String($0.split(separator: "/").last!) })
+        #expect(planned == Set(feedIDs))
+        #expect(jsonLogLines(logs).contains { $0["msg"] == "Redis reachable again" })
+    }
+
+    /// Publishes once Redis answers again after a restart.
+    func eventuallyPublish(_ redis: RedisConnection, _ settings: Settings, count: Int, from: Int) async throws -> [String] {
+        for _ in 0..<100 {
+            if (try? await redis.command("PING")) == .status("PONG") { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return try await publish(redis, settings, count: count, from: from)
+    }
+
+    @Test func sigtermDrainsInFlightWorkAndExitsZero() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        _ = try await publish(redis, settings, count: 20_000)
+        let worker = try startActivitycast(["worker", "--consumer", "drainer"], redis: server, settings: workerEnv(settings), logName: "drainer")
+        defer { worker.removeLogs() }
+        #expect(await eventually { plannedEntries(worker.stderr).count > 200 })
+        worker.kill(signal: SIGTERM)
+        let status = await worker.waitForExit(timeout: .seconds(10))
+        #expect(status == 0)
+        let logs = worker.stderr
+        let stopped = try #require(stoppedLine(logs))
+        // Everything it read was finished and acknowledged: nothing pending under its name.
+        #expect(stopped["read"] == stopped["acked"])
+        for s in settings.inputStreams.map(\.stream) {
+            let p = try StreamReplies.pending(try await redis.send(.xpending(stream: s, group: settings.group, count: 10, consumer: "drainer")))
+            #expect(p.isEmpty)
+        }
+        // It stopped early: entries remain for the next worker.
+        let remaining = try await groupState(redis, stream: settings.feeds[0].stream)
+        #expect((remaining?.lag ?? 0) > 0)
+    }
+}

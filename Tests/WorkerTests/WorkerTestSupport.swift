@@ -1,0 +1,65 @@
+import ActivityCastWorker
+import Foundation
+import Logging
+import RedisClient
+import TestSupport
+
+/// Settings for a test worker against `server`, with a unique prefix and fast timings.
+func testSettings(_ server: RedisServer, _ extra: [String: String] = [:]) throws -> Settings {
+    var overrides = [
+        "redis.url": server.urlString, "prefix": "t\(UInt32.random(in: 0...UInt32.max))",
+        "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
+        "worker.shutdown_deadline_ms": "5000",
+    ]
+    overrides.merge(extra) { _, new in new }
+    return try SettingsLoader.load(file: nil, environment: [:], overrides: overrides)
+}
+
+let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+/// The group's view of `stream`: entries delivered and pending.
+struct GroupState: Equatable {
+    var entriesRead: Int64
+    var pending: Int64
+    var lag: Int64?
+}
+
+func groupState(_ redis: RedisConnection, stream: String, group: String = "activitycast") async throws -> GroupState? {
+    let reply = try await redis.send(RedisCommand("XINFO", "GROUPS", stream))
+    for g in reply.array ?? [] {
+        let items = g.array ?? []
+        var map: [String: RESPValue] = [:]
+        var i = 0
+        while i + 1 < items.count { if let k = items[i].string { map[k] = items[i + 1] }; i += 2 }
+        if map["name"]?.string == group {
+            return GroupState(entriesRead: map["entries-read"]?.int ?? 0, pending: map["pending"]?.int ?? 0,
+                              lag: map["lag"].flatMap { $0.isNull ? nil : $0.int })
+        }
+    }
+    return nil
+}
+
+/// True once every entry of `stream` was delivered to the group and none is pending.
+func drained(_ redis: RedisConnection, _ stream: String) async -> Bool {
+    guard let s = try? await groupState(redis, stream: stream) else { return false }
+    return s.lag == 0 && s.pending == 0
+}
+
+func xadd(_ redis: RedisConnection, _ stream: String, _ fields: [(String, String)]) async throws -> String {
+    try await redis.send(RedisCommand("XADD", [stream, "*"] + fields.flatMap { [$0.0, $0.1] as [any RedisArgument] })).string ?? ""
+}
+
+/// Runs an in-process worker for the duration of `body`, then stops it and returns its counters.
+func withWorker(_ settings: Settings, _ body: (Worker) async throws -> Void) async throws -> WorkerStats.Snapshot {
+    let worker = Worker(settings: settings, logger: quietLogger)
+    let task = Task { await worker.run() }
+    do {
+        try await body(worker)
+    } catch {
+        worker.requestStop()
+        _ = await task.value
+        throw error
+    }
+    worker.requestStop()
+    return await task.value
+}
