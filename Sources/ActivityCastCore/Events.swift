@@ -13,8 +13,8 @@ public struct RawField: Sendable, Equatable {
     public init(_ name: String, _ value: String) { self.name = Array(name.utf8); self.value = Array(value.utf8) }
 }
 
-public enum APNsEnvironment: String, Sendable, Codable { case development, production }
-public enum Tier: String, Sendable, Codable { case standard, frequent }
+public enum APNsEnvironment: String, Sendable, Codable, CaseIterable { case development, production }
+public enum Tier: String, Sendable, Codable, CaseIterable { case standard, frequent }
 public enum PriorityClass: String, Sendable, Codable { case critical, routine }
 
 /// An activity key such as `match:4711`, `trip:t-981` or `route:42`.

@@ -1,1 +1,23 @@
-// OpenSSLKit: TLS sessions and ES256 over OpenSSL 3. (in progress)
+internal import COpenSSL
+
+// OpenSSLKit: the only Swift module that touches OpenSSL 3 pointers.
+//
+// - TLS: `TLSContext` (owns SSL_CTX, shared), `TLSSession` (owns SSL, one thread, non-blocking fd).
+// - Crypto: `Digest`, `secureRandomBytes`, `ES256PrivateKey`/`ES256PublicKey`, `Base64URL`,
+//   `SelfSignedCertificate`.
+// - Errors: `TLSError`, carrying the drained OpenSSL error queue.
+//
+// No C type appears in the public API; COpenSSL is imported `internal` everywhere.
+
+/// Facts about the OpenSSL library linked at run time.
+public enum OpenSSLLibrary {
+    /// e.g. "OpenSSL 3.0.13 30 Jan 2024".
+    public static var versionString: String {
+        String(cString: OpenSSL_version(OPENSSL_VERSION))
+    }
+
+    /// OPENSSL_VERSION_NUMBER of the library in use (0xMNN00PP0L).
+    public static var versionNumber: UInt {
+        OpenSSL_version_num()
+    }
+}

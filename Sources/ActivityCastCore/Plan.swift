@@ -1,0 +1,89 @@
+/// The `event` of a Live Activity push (`aps.event`).
+public enum LiveActivityEvent: String, Sendable, CaseIterable {
+    /// Push-to-start, sent to push-to-start tokens.
+    case start
+    case update
+    case end
+}
+
+/// Who a plan's push goes to.
+public enum Audience: Equatable, Sendable {
+    /// The key's broadcast channel and its per-token subscribers (update and end).
+    case activity(ActivityKey)
+    /// The push-to-start tokens of the devices following these targets (start).
+    case followers([FollowTarget])
+    /// Nobody (nothing to send, or a start whose followers aren't known).
+    case none
+}
+
+/// The alert shown with a push (`aps.alert`).
+public struct PlanAlert: Equatable, Sendable {
+    public var title: String
+    public var body: String
+
+    public init(title: String, body: String) {
+        self.title = title
+        self.body = body
+    }
+}
+
+/// What a worker would send for one feed event, before budgets and scheduling: the activity it
+/// concerns, the Live Activity event, how urgent it is, who gets it and what it says.
+public struct Plan: Equatable, Sendable, CustomStringConvertible {
+    /// The activity key the event concerns (also the key a start creates).
+    public var key: ActivityKey
+    /// nil: nothing to send yet (for example `match.scheduled`).
+    public var event: LiveActivityEvent?
+    /// Critical events may spend priority-10 budget; routine ones go at priority 5.
+    public var priority: PriorityClass
+    /// The source event's time (`ts`); the push's `timestamp` and the order of updates per key.
+    public var timestampMillis: Int64
+    public var audience: Audience
+    /// `aps.content-state`, camelCase keys as an app's `ContentState` decodes them with a default
+    /// `JSONDecoder`. Only what the event says is included.
+    public var contentState: [String: JSONValue]
+    /// `aps.attributes` for a start (the activity's fixed attributes, such as the teams); empty otherwise.
+    public var attributes: [String: JSONValue]
+    public var alert: PlanAlert?
+
+    public init(key: ActivityKey, event: LiveActivityEvent?, priority: PriorityClass, timestampMillis: Int64,
+                audience: Audience, contentState: [String: JSONValue] = [:],
+                attributes: [String: JSONValue] = [:], alert: PlanAlert? = nil) {
+        self.key = key
+        self.event = event
+        self.priority = priority
+        self.timestampMillis = timestampMillis
+        self.audience = audience
+        self.contentState = contentState
+        self.attributes = attributes
+        self.alert = alert
+    }
+
+    /// One log line:
+    /// `key=match:4711 event=update priority=critical audience=channel+tokens(match:4711) alert=Goal!`
+    public var description: String {
+        var line = "key=\(key) event=\(event?.rawValue ?? "none") priority=\(priority.rawValue) audience="
+        switch audience {
+        case .activity(let key): line += "channel+tokens(\(key))"
+        case .followers(let targets): line += "followers(" + targets.map(\.description).joined(separator: ",") + ")"
+        case .none: line += "none"
+        }
+        if let alert {
+            line += " alert=" + Self.oneLine(alert.title)
+        }
+        return line
+    }
+
+    /// A plan can be built by anyone, so its log line must not trust the title to be one line.
+    private static func oneLine(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if UTF8Scanner.isControl(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029 {
+                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,33 @@
+/// Names of the Redis keys that hold registrations (docs/schema.md, "How registrations are kept in
+/// Redis"). Data about one activity key or one follow target sits under a Cluster hash tag
+/// (`{match:4711}`) so one script touches one slot. Ids are identifiers (no `{`, `}` or `:`), which
+/// the decoder guarantees, so a name can't escape its hash tag.
+public struct RedisKeys: Sendable, Equatable {
+    /// The common prefix, `ac` by default.
+    public var prefix: String
+
+    public init(prefix: String = "ac") {
+        self.prefix = prefix
+    }
+
+    /// Hash `activity` → update token: `ac:{match:4711}:tokens`.
+    public func tokens(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:tokens" }
+
+    /// Hash `activity` → `ts device env tier broadcast` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
+    public func meta(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:meta" }
+
+    /// Sorted set of live activity keys, scored by last write (ms): `ac:keys`.
+    public var keysIndex: String { "\(prefix):keys" }
+
+    /// Hash of one device's settings, start tokens and activities: `ac:device:{d-1}`.
+    public func device(_ id: String) -> String { "\(prefix):device:{\(id)}" }
+
+    /// Set of the devices following a target: `ac:{team:ars}:followers`.
+    public func followers(_ target: FollowTarget) -> String { "\(prefix):{\(target)}:followers" }
+
+    /// Set of the devices with a push-to-start token for an activity type: `ac:starttokens:MatchActivityAttributes`.
+    public func startTokens(activityType: String) -> String { "\(prefix):starttokens:\(activityType)" }
+
+    /// Set of the targets with at least one follower: `ac:targets`.
+    public var targets: String { "\(prefix):targets" }
+}
