@@ -19,10 +19,12 @@ let package = Package(
         // C shims: each includes one library's headers and turns its function-like macros into functions.
         .target(name: "CHiredis", linkerSettings: [.linkedLibrary("hiredis")]),
         .target(name: "COpenSSL", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(name: "CNghttp2", linkerSettings: [.linkedLibrary("nghttp2")]),
 
         // Swift wrappers: the only modules that see C pointers.
         .target(name: "HiredisCodec", dependencies: ["CHiredis"]),
         .target(name: "OpenSSLKit", dependencies: ["COpenSSL"]),
+        .target(name: "HTTP2Kit", dependencies: ["CNghttp2"]),
 
         // Sockets, polling and byte streams (plain or TLS) for the client adapters.
         .target(name: "NetIO", dependencies: ["OpenSSLKit"]),
@@ -30,6 +32,8 @@ let package = Package(
 
         // The pure core: schema, decoding, planning, key layout. No I/O.
         .target(name: "ActivityCastCore"),
+        // APNs protocol values: reasons and actions, responses, provider tokens, payloads. No I/O.
+        .target(name: "APNsCore", dependencies: ["ActivityCastCore", "OpenSSLKit"]),
 
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
@@ -47,7 +51,9 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
 
         .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
+        .testTarget(name: "APNsCoreTests", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
+        .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: [
             "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",

@@ -112,4 +112,5 @@ public final class RedisServer: @unchecked Sendable {
 
 public struct RedisServerError: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }
