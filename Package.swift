@@ -34,6 +34,8 @@ let package = Package(
         .target(name: "ActivityCastCore"),
         // APNs protocol values: reasons and actions, responses, provider tokens, payloads. No I/O.
         .target(name: "APNsCore", dependencies: ["ActivityCastCore", "OpenSSLKit"]),
+        // The APNs sandbox: request validation, device views, faults (pure), and its server loop.
+        .target(name: "APNsSandbox", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit"]),
 
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
@@ -45,12 +47,18 @@ let package = Package(
             "ActivityCastWorker", "ActivityCastCore", "RedisClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
+        ], linkerSettings: [
+            // jemalloc replaces glibc's malloc process-wide: the stream hot path allocates many
+            // small reply objects, and glibc's fastbin consolidation cost half the intake rate
+            // (docs/benchmarks.md).
+            .linkedLibrary("jemalloc"),
         ]),
 
         // Helpers for tests: a real redis-server on a free loopback port, child processes by PID.
         .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
 
         .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
+        .testTarget(name: "APNsSandboxTests", dependencies: ["APNsSandbox", "APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "APNsCoreTests", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),
