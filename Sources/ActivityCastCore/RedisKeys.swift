@@ -25,8 +25,16 @@ public struct RedisKeys: Sendable, Equatable {
     /// Set of the devices following a target: `ac:{team:ars}:followers`.
     public func followers(_ target: FollowTarget) -> String { "\(prefix):{\(target)}:followers" }
 
-    /// Set of the devices with a push-to-start token for an activity type: `ac:starttokens:MatchActivityAttributes`.
-    public func startTokens(activityType: String) -> String { "\(prefix):starttokens:\(activityType)" }
+    /// Hash `device` → `ts 1|0`: when each device last followed or unfollowed the target, so
+    /// concurrent workers apply follow changes in timestamp order: `ac:{team:ars}:followers-ts`.
+    public func followerTimes(_ target: FollowTarget) -> String { "\(prefix):{\(target)}:followers-ts" }
+
+    /// Set of the devices with a push-to-start token for an activity type:
+    /// `ac:{starttokens:MatchActivityAttributes}:devices`.
+    public func startTokens(activityType: String) -> String { "\(prefix):{starttokens:\(activityType)}:devices" }
+
+    /// Hash `device` → `ts 1|0` beside `startTokens`, for timestamp order.
+    public func startTokenTimes(activityType: String) -> String { "\(prefix):{starttokens:\(activityType)}:devices-ts" }
 
     /// Set of the targets with at least one follower: `ac:targets`.
     public var targets: String { "\(prefix):targets" }

@@ -34,24 +34,20 @@ struct Registrar: Sendable {
         case let .startToken(device, activityType, token, settings):
             var first = [deviceField(device, ts, field: "start:\(activityType)", value: token)]
             first += settingsCommand(device, ts, settings)
-            let startTokens = keys.startTokens(activityType: activityType)
+            let membership = startTokenMembership(device, activityType, ts, add: true)
             let types = keys.activityTypes
             return EntryEffects(first: first, second: { replies in
-                replies[0] == .integer(1)
-                    ? [RedisCommand("SADD", startTokens, device), RedisCommand("SADD", types, activityType)]
-                    : []
+                replies[0] == .integer(1) ? [membership, RedisCommand("SADD", types, activityType)] : []
             }, staleIfZero: 0)
 
         case let .follow(device, target), let .unfollow(device, target):
             let following: Bool
             if case .follow = registration { following = true } else { following = false }
-            let followers = keys.followers(target)
+            let membership = followMembership(device, target, ts, follow: following)
             let targets = keys.targets
             return EntryEffects(first: [deviceField(device, ts, field: "follow:\(target)", value: following ? "1" : "0")], second: { replies in
                 guard replies[0] == .integer(1) else { return [] }
-                return following
-                    ? [RedisCommand("SADD", followers, device), RedisCommand("SADD", targets, target.description)]
-                    : [RedisCommand("SREM", followers, device)]
+                return following ? [membership, RedisCommand("SADD", targets, target.description)] : [membership]
             }, staleIfZero: 0)
 
         case let .device(device, settings):
@@ -66,6 +62,7 @@ struct Registrar: Sendable {
         case let .unregisterDevice(device):
             let keys = self.keys
             let ttl = activityTTLSeconds
+            let registrar = self
             return EntryEffects(first: [
                 .script(RegistrationScripts.forgetDevice, keys: [keys.device(device)], args: [ts, deviceTTLSeconds]),
             ], second: { replies in
@@ -73,9 +70,9 @@ struct Registrar: Sendable {
                 var cleanup: [RedisCommand] = []
                 for field in fields.compactMap(\.string) {
                     if field.hasPrefix("follow:"), let target = FollowTarget(parsing: String(field.dropFirst(7))) {
-                        cleanup.append(RedisCommand("SREM", keys.followers(target), device))
+                        cleanup.append(registrar.followMembership(device, target, ts, follow: false))
                     } else if field.hasPrefix("start:") {
-                        cleanup.append(RedisCommand("SREM", keys.startTokens(activityType: String(field.dropFirst(6))), device))
+                        cleanup.append(registrar.startTokenMembership(device, String(field.dropFirst(6)), ts, add: false))
                     } else if field.hasPrefix("act:") {
                         let parts = field.dropFirst(4).split(separator: " ", maxSplits: 1)
                         if parts.count == 2, let key = ActivityKey(parsing: String(parts[0])) {
@@ -87,6 +84,15 @@ struct Registrar: Sendable {
                 return cleanup
             })
         }
+    }
+
+    func followMembership(_ device: String, _ target: FollowTarget, _ ts: Int64, follow: Bool) -> RedisCommand {
+        .script(RegistrationScripts.membership, keys: [keys.followers(target), keys.followerTimes(target)], args: [device, ts, follow ? "1" : "0"])
+    }
+
+    func startTokenMembership(_ device: String, _ activityType: String, _ ts: Int64, add: Bool) -> RedisCommand {
+        .script(RegistrationScripts.membership, keys: [keys.startTokens(activityType: activityType), keys.startTokenTimes(activityType: activityType)],
+                args: [device, ts, add ? "1" : "0"])
     }
 
     private func deviceField(_ device: String, _ ts: Int64, field: String, value: String) -> RedisCommand {

@@ -60,6 +60,21 @@ enum RegistrationScripts {
     return live
     """)
 
+    /// KEYS[1] = a set, KEYS[2] = its `member → "ts 1|0"` hash (same slot). ARGV = member, ts,
+    /// 1 (add) or 0 (remove). Adds or removes unless a newer change for the member is recorded,
+    /// so two workers applying follow and unfollow (or a device unregister) concurrently end in
+    /// the newest state whatever order their writes land in. Returns 1 or 0.
+    static let membership = RedisScript("""
+    local cur = redis.call('HGET', KEYS[2], ARGV[1])
+    if cur then
+      local t = tonumber(string.match(cur, '^%d+'))
+      if t and t > tonumber(ARGV[2]) then return 0 end
+    end
+    if ARGV[3] == '1' then redis.call('SADD', KEYS[1], ARGV[1]) else redis.call('SREM', KEYS[1], ARGV[1]) end
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+    return 1
+    """)
+
     /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, ts, meta, ttl.
     /// Stores the activity's update token unless a newer token (or a newer unregister) for the
     /// same activity is stored: tokens rotate, and the newest wins. Returns 1 or 0.

@@ -13,7 +13,7 @@ struct RedisKeysTests {
         #expect(keys.device("d-1") == "ac:device:{d-1}")
         #expect(keys.followers(FollowTarget(kind: .team, id: "ars")) == "ac:{team:ars}:followers")
         #expect(keys.followers(FollowTarget(kind: .route, id: "42")) == "ac:{route:42}:followers")
-        #expect(keys.startTokens(activityType: "MatchActivityAttributes") == "ac:starttokens:MatchActivityAttributes")
+        #expect(keys.startTokens(activityType: "MatchActivityAttributes") == "ac:{starttokens:MatchActivityAttributes}:devices")
         #expect(keys.targets == "ac:targets")
         #expect(keys.tokens(ActivityKey(kind: .trip, id: "t-981")) == "ac:{trip:t-981}:tokens")
     }
@@ -24,7 +24,7 @@ struct RedisKeysTests {
         #expect(staging.device("d-1") == "stg:ac:device:{d-1}")
         #expect(staging.keysIndex == "stg:ac:keys")
         #expect(staging.targets == "stg:ac:targets")
-        #expect(staging.startTokens(activityType: "T") == "stg:ac:starttokens:T")
+        #expect(staging.startTokens(activityType: "T") == "stg:ac:{starttokens:T}:devices")
     }
 
     @Test func perKeyDataSharesOneHashTag() {
@@ -37,6 +37,9 @@ struct RedisKeysTests {
         #expect(hashTag(keys.tokens(match)) == "match:4711")
         #expect(hashTag(keys.meta(match)) == hashTag(keys.tokens(match)))
         #expect(hashTag(keys.device("d-1")) == "d-1")
+        let ars = FollowTarget(kind: .team, id: "ars")
+        #expect(hashTag(keys.followers(ars)) == hashTag(keys.followerTimes(ars)))
+        #expect(hashTag(keys.startTokens(activityType: "T")) == hashTag(keys.startTokenTimes(activityType: "T")))
     }
 
     @Test func activityTypesAndParsingBack() {
