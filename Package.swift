@@ -29,13 +29,20 @@ let package = Package(
         // Sockets, polling and byte streams (plain or TLS) for the client adapters.
         .target(name: "NetIO", dependencies: ["OpenSSLKit"]),
         .target(name: "RedisClient", dependencies: ["HiredisCodec", "NetIO", "OpenSSLKit"]),
+        // A socket + TLS + HTTP/2 session pump for event-loop threads (APNs client and sandbox).
+        .target(name: "HTTP2Transport", dependencies: ["HTTP2Kit", "NetIO", "OpenSSLKit"]),
 
         // The pure core: schema, decoding, planning, key layout. No I/O.
         .target(name: "ActivityCastCore"),
         // APNs protocol values: reasons and actions, responses, provider tokens, payloads. No I/O.
         .target(name: "APNsCore", dependencies: ["ActivityCastCore", "OpenSSLKit"]),
+        // The APNs client: connection pools on event-loop threads, batches, provider tokens.
+        .target(name: "APNs", dependencies: [
+            "APNsCore", "HTTP2Kit", "HTTP2Transport", "NetIO", "OpenSSLKit", "RedisClient",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // The APNs sandbox: request validation, device views, faults (pure), and its server loop.
-        .target(name: "APNsSandbox", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit"]),
+        .target(name: "APNsSandbox", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "HTTP2Kit", "HTTP2Transport"]),
 
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
@@ -44,7 +51,7 @@ let package = Package(
             .product(name: "Yams", package: "Yams"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "RedisClient",
+            "ActivityCastWorker", "ActivityCastCore", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [
@@ -59,6 +66,10 @@ let package = Package(
 
         .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
         .testTarget(name: "APNsSandboxTests", dependencies: ["APNsSandbox", "APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
+        .testTarget(name: "APNsClientTests", dependencies: [
+            "APNs", "APNsCore", "HTTP2Kit", "HTTP2Transport", "OpenSSLKit", "RedisClient", "TestSupport",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "APNsCoreTests", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),

@@ -36,6 +36,7 @@ public struct Settings: Sendable {
     public var deviceTTLSeconds: Int
     public var logLevel: String
     public var logFormat: String
+    public var apns: APNsSettings
 
     /// The streams the worker reads, registrations first, each with its kind.
     public var inputStreams: [Feed] {
@@ -80,6 +81,20 @@ public enum SettingsLoader {
         ("ttl.device_s", "7776000"),
         ("log.level", "info"),
         ("log.format", "text"),
+        ("apns.endpoint", "sandbox (127.0.0.1:2197)"),
+        ("apns.channels_endpoint", "the push endpoint's channel host"),
+        ("apns.bundle_id", "com.example.activitycast"),
+        ("apns.team_id", "SANDBOXTM1 with the sandbox"),
+        ("apns.key_id", "SANDBOXK01 with the sandbox"),
+        ("apns.key_file", "<sandbox.dir>/AuthKey_SANDBOXK01.p8 with the sandbox"),
+        ("apns.key", "(PEM text; ACTIVITYCAST_APNS_KEY)"),
+        ("apns.ca_file", "<sandbox.dir>/cert.pem with the sandbox, else system CAs"),
+        ("apns.verify", "true"),
+        ("apns.connections", "2"),
+        ("apns.max_concurrent_streams", "1000"),
+        ("apns.request_timeout_ms", "30000"),
+        ("sandbox.dir", ".activitycast/sandbox"),
+        ("sandbox.listen", "127.0.0.1:2197"),
     ]
 
     public static func environmentName(_ key: String) -> String {
@@ -229,7 +244,8 @@ public enum SettingsLoader {
             activityTTLSeconds: try int("ttl.activity_s", 43_200, 60...(30 * 86_400)),
             deviceTTLSeconds: try int("ttl.device_s", 7_776_000, 60...(3650 * 86_400)),
             logLevel: level,
-            logFormat: format)
+            logFormat: format,
+            apns: try APNsSettings.build(string: { raw[$0]?.value }, wrong: wrong, int: int))
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }
@@ -252,5 +268,71 @@ public enum SettingsLoader {
             }
         }
         return row[b.count]
+    }
+}
+
+/// Where and how to reach APNs. With nothing configured, the built-in sandbox on this machine
+/// (`activitycast sandbox`), with the development key and certificate it writes to `sandbox.dir`.
+public struct APNsSettings: Sendable {
+    /// `development`, `production`, `host:port`, or `sandbox` (the local sandbox at `sandbox.listen`).
+    public var endpoint: String
+    public var channelsEndpoint: String
+    public var usesLocalSandbox: Bool
+    public var bundleID: String
+    public var teamID: String
+    public var keyID: String
+    public var keyFile: String?
+    /// PEM text from the environment (`ACTIVITYCAST_APNS_KEY`); never logged.
+    public var keyPEM: String?
+    public var caFile: String?
+    public var verifyPeer: Bool
+    public var connections: Int
+    public var maxConcurrentStreams: Int
+    public var requestTimeout: Duration
+    public var sandboxDirectory: String
+    public var sandboxListen: String
+
+    public static let sandboxTeamID = "SANDBOXTM1"
+    public static let sandboxKeyID = "SANDBOXK01"
+
+    static func build(string: (String) -> String?, wrong: (String, String) -> SettingsError,
+                      int: (String, Int, ClosedRange<Int>) throws -> Int) throws -> APNsSettings {
+        let dir = string("sandbox.dir") ?? ".activitycast/sandbox"
+        let listen = string("sandbox.listen") ?? "127.0.0.1:2197"
+        let endpoint = string("apns.endpoint") ?? "sandbox"
+        let local = endpoint == "sandbox"
+        let known = ["development", "production", "sandbox"]
+        if !known.contains(endpoint) && endpoint.split(separator: ":").count < 2 {
+            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(endpoint)'")
+        }
+        let channels = string("apns.channels_endpoint") ?? {
+            switch endpoint {
+            case "development": return "development-channels"
+            case "production": return "production-channels"
+            default: return local ? listen : endpoint
+            }
+        }()
+        let verify = string("apns.verify") ?? "true"
+        guard ["true", "false"].contains(verify) else { throw wrong("apns.verify", "must be true or false, got '\(verify)'") }
+        let settings = APNsSettings(
+            endpoint: local ? listen : endpoint,
+            channelsEndpoint: channels,
+            usesLocalSandbox: local,
+            bundleID: string("apns.bundle_id") ?? "com.example.activitycast",
+            teamID: string("apns.team_id") ?? (local ? sandboxTeamID : ""),
+            keyID: string("apns.key_id") ?? (local ? sandboxKeyID : ""),
+            keyFile: string("apns.key_file") ?? (local ? "\(dir)/AuthKey_\(sandboxKeyID).p8" : nil),
+            keyPEM: string("apns.key"),
+            caFile: string("apns.ca_file") ?? (local ? "\(dir)/cert.pem" : nil),
+            verifyPeer: verify == "true",
+            connections: try int("apns.connections", 2, 1...64),
+            maxConcurrentStreams: try int("apns.max_concurrent_streams", 1000, 1...100_000),
+            requestTimeout: .milliseconds(try int("apns.request_timeout_ms", 30_000, 100...600_000)),
+            sandboxDirectory: dir,
+            sandboxListen: listen)
+        if settings.bundleID.isEmpty || settings.bundleID.contains(" ") {
+            throw wrong("apns.bundle_id", "must be the app's bundle id, got '\(settings.bundleID)'")
+        }
+        return settings
     }
 }

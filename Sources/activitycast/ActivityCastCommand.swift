@@ -10,7 +10,8 @@ struct ActivityCastCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "activitycast",
         abstract: "Live Activity push backend: Redis stream workers that keep iOS Live Activities current through APNs.",
-        subcommands: [WorkerCommand.self, InspectCommand.self, PublishCommand.self, BenchCommand.self])
+        subcommands: [WorkerCommand.self, InspectCommand.self, PublishCommand.self, SendCommand.self, ChannelsCommand.self,
+                      SandboxCommand.self, BenchCommand.self])
 }
 
 /// Options every Redis-facing command takes.

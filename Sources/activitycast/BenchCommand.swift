@@ -9,7 +9,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges.",
-        subcommands: [IntakeBench.self])
+        subcommands: [IntakeBench.self, APNsBench.self])
 }
 
 struct IntakeBench: AsyncParsableCommand {

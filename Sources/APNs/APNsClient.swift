@@ -1,0 +1,210 @@
+import APNsCore
+import Foundation
+import HTTP2Kit
+import Logging
+import NetIO
+import OpenSSLKit
+import Synchronization
+
+public struct APNsClientConfiguration: Sendable {
+    public var endpoint: APNsEndpoint
+    /// Connections to keep open to the endpoint.
+    public var connections: Int
+    /// Trust this CA file instead of the system's (the sandbox's certificate).
+    public var caFile: String?
+    /// Verify the server certificate (default). Turning it off is logged loudly.
+    public var verifyPeer: Bool
+    /// Plain-text HTTP/2 (h2c): only for tests of the HTTP/2 layer, never towards APNs.
+    public var plaintext: Bool
+    public var connectTimeout: Duration
+    public var requestTimeout: Duration
+    /// An idle connection is PINGed after this long (Apple: about an hour).
+    public var idlePingInterval: Duration
+    public var pingTimeout: Duration
+    /// Our own cap on concurrent streams per connection (the server's SETTINGS may be lower).
+    public var maxConcurrentStreams: Int
+    /// Tries per request for answers that never came (broken connection, reset stream).
+    public var maxAttempts: Int
+    /// After this many failed connection attempts in a row, waiting requests fail (retryable).
+    public var maxConnectFailuresBeforeFailing: Int
+    public var backoffInitial: Duration
+    public var backoffMaximum: Duration
+
+    public init(endpoint: APNsEndpoint, connections: Int = 2, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
+                connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
+                idlePingInterval: Duration = .seconds(3600), pingTimeout: Duration = .seconds(20), maxConcurrentStreams: Int = 1000,
+                maxAttempts: Int = 3, maxConnectFailuresBeforeFailing: Int = 3,
+                backoffInitial: Duration = .milliseconds(100), backoffMaximum: Duration = .seconds(10)) {
+        self.endpoint = endpoint; self.connections = max(1, connections); self.caFile = caFile; self.verifyPeer = verifyPeer
+        self.plaintext = plaintext; self.connectTimeout = connectTimeout; self.requestTimeout = requestTimeout
+        self.idlePingInterval = idlePingInterval; self.pingTimeout = pingTimeout; self.maxConcurrentStreams = maxConcurrentStreams
+        self.maxAttempts = max(1, maxAttempts); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
+        self.backoffInitial = backoffInitial; self.backoffMaximum = backoffMaximum
+    }
+
+    /// Capped exponential back-off with jitter (half to all of the step).
+    func backoff(_ failures: Int) -> Duration {
+        let step = Double(backoffInitial.nanoseconds) * Double(1 << min(max(failures - 1, 0), 20))
+        let capped = min(step, Double(backoffMaximum.nanoseconds))
+        return .nanoseconds(Int64(capped * Double.random(in: 0.5...1.0)))
+    }
+}
+
+/// Counters for metrics and benchmarks.
+public final class APNsClientStats: Sendable {
+    let delivered = Atomic<Int>(0)
+    let rejected = Atomic<Int>(0)
+    let retried = Atomic<Int>(0)
+    let timeouts = Atomic<Int>(0)
+    let connects = Atomic<Int>(0)
+    let connectionsLost = Atomic<Int>(0)
+    let goAways = Atomic<Int>(0)
+    let tokenRefreshes = Atomic<Int>(0)
+
+    public struct Snapshot: Sendable, Equatable, Codable {
+        public var delivered, rejected, retried, timeouts, connects, connectionsLost, goAways, tokenRefreshes: Int
+    }
+
+    public var snapshot: Snapshot {
+        Snapshot(delivered: delivered.load(ordering: .relaxed), rejected: rejected.load(ordering: .relaxed),
+                 retried: retried.load(ordering: .relaxed), timeouts: timeouts.load(ordering: .relaxed),
+                 connects: connects.load(ordering: .relaxed), connectionsLost: connectionsLost.load(ordering: .relaxed),
+                 goAways: goAways.load(ordering: .relaxed), tokenRefreshes: tokenRefreshes.load(ordering: .relaxed))
+    }
+}
+
+/// Sends requests to one APNs endpoint over a small pool of HTTP/2 connections.
+///
+/// The batch calls take one payload for many targets: headers are encoded once per batch (a
+/// request template), the body is shared, each connection gets one slice with one lock and one
+/// wake-up, and the caller is resumed once when every result is in. Results come back in the
+/// order of the targets, each with the action it implies. A provider token that APNs refuses as
+/// expired or invalid is refreshed (through `tokens`) and the affected requests are sent once
+/// more before results are returned.
+public final class APNsClient: Sendable {
+    public let configuration: APNsClientConfiguration
+    public let stats = APNsClientStats()
+    private let connections: [APNsConnection]
+    private let tokens: (any ProviderTokenSource)?
+    private let logger: Logger
+    private let next = Atomic<Int>(0)
+
+    public init(configuration: APNsClientConfiguration, tokens: (any ProviderTokenSource)?, logger: Logger) throws {
+        self.configuration = configuration
+        self.tokens = tokens
+        self.logger = logger
+        var tls: TLSContext?
+        if !configuration.plaintext {
+            do {
+                tls = try TLSContext.client(verifyPeer: configuration.verifyPeer, caFile: configuration.caFile, alpn: ["h2"])
+            } catch {
+                throw APNsTransportError(.configuration, "TLS setup for \(configuration.endpoint) failed: \(error)")
+            }
+            if !configuration.verifyPeer {
+                logger.warning("TLS CERTIFICATE VERIFICATION IS OFF for APNs endpoint \(configuration.endpoint): anyone on the path can impersonate APNs")
+            }
+        }
+        let stats = self.stats
+        connections = (0..<configuration.connections).map {
+            APNsConnection(id: $0, configuration: configuration, tlsContext: tls, logger: logger, stats: stats)
+        }
+    }
+
+    deinit { shutdown() }
+
+    /// Closes every connection; requests still waiting fail with `.shutdown`.
+    public func shutdown() { connections.forEach { $0.stop() } }
+
+    /// Live Activity pushes of one payload to many device tokens (`/3/device/<token>`).
+    public func sendLiveActivity(payload: [UInt8], to deviceTokens: [String], bundleID: String, priority: Int = 10,
+                                 expiration: Int64? = nil, apnsIDs: [String]? = nil) async -> [APNsResult] {
+        var headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-topic", "\(bundleID).push-type.liveactivity"),
+                       HTTP2Header("apns-priority", String(priority))]
+        if let expiration { headers.append(HTTP2Header("apns-expiration", String(expiration))) }
+        let body = HTTP2Body(payload)
+        let requests = deviceTokens.enumerated().map { i, token in
+            Target(path: "/3/device/\(token)", headers: apnsIDs.map { [HTTP2Header("apns-id", $0[i])] } ?? [])
+        }
+        return await perform(method: "POST", sharedHeaders: headers, body: body, targets: requests)
+    }
+
+    /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). `expiration` must be 0 on a
+    /// channel with storage policy 0.
+    public func broadcast(payload: [UInt8], channelID: String, bundleID: String, priority: Int = 10, expiration: Int64 = 0) async -> APNsResult {
+        let headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-channel-id", channelID),
+                       HTTP2Header("apns-priority", String(priority)), HTTP2Header("apns-expiration", String(expiration))]
+        return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
+                             targets: [Target(path: "/4/broadcasts/apps/\(bundleID)", headers: [])])[0]
+    }
+
+    /// Any single request (channel management): the provider token is added.
+    public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil) async -> APNsResult {
+        await perform(method: method, sharedHeaders: headers, body: body.map { HTTP2Body($0) }, targets: [Target(path: path, headers: [])])[0]
+    }
+
+    struct Target: Sendable {
+        var path: String
+        var headers: [HTTP2Header]
+    }
+
+    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+        guard !targets.isEmpty else { return [] }
+        var token: ProviderToken?
+        if let tokens {
+            do { token = try await tokens.currentToken() } catch {
+                let e = APNsResult.failed(APNsTransportError(.providerToken, "no provider token: \(error)"))
+                return Array(repeating: e, count: targets.count)
+            }
+        }
+        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets)
+
+        // Refused provider token: refresh once (shared with the fleet) and resend those requests.
+        let refused = results.indices.filter { results[$0].action == .refreshProviderToken }
+        if !refused.isEmpty, let tokens, let token {
+            stats.tokenRefreshes.add(1, ordering: .relaxed)
+            logger.warning("APNs refused the provider token; refreshing", metadata: [
+                "reason": "\(results[refused[0]].response?.reason?.rawValue ?? "?")", "requests": "\(refused.count)"])
+            do {
+                let fresh = try await tokens.refresh(rejected: token)
+                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: refused.map { targets[$0] })
+                for (i, r) in zip(refused, again) { results[i] = r }
+            } catch {
+                logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
+            }
+        }
+        return results
+    }
+
+    private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+        var all = headers
+        if let token { all.append(HTTP2Header("authorization", "bearer \(token.value)")) }
+        let template: HTTP2RequestTemplate
+        do {
+            template = try HTTP2RequestTemplate(method: method, scheme: configuration.plaintext ? "http" : "https",
+                                                authority: configuration.endpoint.host, headers: all)
+        } catch {
+            return Array(repeating: .failed(APNsTransportError(.configuration, "bad request headers: \(error)")), count: targets.count)
+        }
+        return await withCheckedContinuation { continuation in
+            let batch = BatchCompletion(count: targets.count, continuation: continuation)
+            // One contiguous slice per connection, starting from a rotating connection.
+            let n = connections.count
+            let first = next.add(1, ordering: .relaxed).newValue
+            let per = (targets.count + n - 1) / n
+            var start = 0
+            var k = 0
+            while start < targets.count {
+                let end = min(start + per, targets.count)
+                var slice: [OutgoingRequest] = []
+                slice.reserveCapacity(end - start)
+                for i in start..<end {
+                    slice.append(OutgoingRequest(template: template, path: targets[i].path, headers: targets[i].headers,
+                                                 body: body, batch: batch, index: i, attempts: 0))
+                }
+                connections[(first + k) % n].enqueue(slice)
+                start = end
+                k += 1
+            }
+        }
+    }
+}

@@ -1,0 +1,371 @@
+import ActivityCastCore
+
+/// A strict RFC 8259 reader over UTF-8 bytes: validates as it goes (string escapes, surrogate
+/// pairs, UTF-8 sequences, number grammar, nesting depth) and never allocates unless asked to
+/// build a value. The payload scanner drives it directly on the hot path; `JSONValue.parse` uses
+/// it for the admin API and views.
+///
+/// Every `scan…`/`skip…` method expects `index` at the first byte of the thing it reads and leaves
+/// it just past that thing; `false`/`nil` means the document is not valid JSON.
+struct JSONReader {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var index = 0
+    var depth = 0
+
+    /// Deeper documents are refused. Apple's payloads are shallow; the limit only keeps the
+    /// recursion bounded.
+    static let maxDepth = 64
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    var atEnd: Bool { index >= bytes.count }
+
+    @inline(__always) var current: UInt8 { bytes[index] }
+
+    @inline(__always) mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x0A, 0x0D, 0x09: index += 1
+            default: return
+            }
+        }
+    }
+
+    /// Consumes `byte` (after whitespace) if it is next.
+    @inline(__always) mutating func consume(_ byte: UInt8) -> Bool {
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == byte { index += 1; return true }
+        return false
+    }
+
+    /// A string token: `index` at the opening quote. Returns the range of its raw contents (without
+    /// quotes) and whether it contains escapes.
+    mutating func scanString() -> (range: Range<Int>, escaped: Bool)? {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+        index += 1
+        let start = index
+        var escaped = false
+        let n = bytes.count
+        while index < n {
+            let c = bytes[index]
+            if c == UInt8(ascii: "\"") {
+                let range = start..<index
+                index += 1
+                return (range, escaped)
+            }
+            if c == UInt8(ascii: "\\") {
+                escaped = true
+                guard scanEscape() else { return nil }
+                continue
+            }
+            if c < 0x20 { return nil }
+            if c < 0x80 { index += 1; continue }
+            guard scanUTF8Sequence(lead: c) else { return nil }
+        }
+        return nil
+    }
+
+    /// After a backslash. Unpaired surrogates are refused, as Foundation's decoders do.
+    private mutating func scanEscape() -> Bool {
+        index += 1
+        guard index < bytes.count else { return false }
+        switch bytes[index] {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+             UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+            index += 1
+            return true
+        case UInt8(ascii: "u"):
+            index += 1
+            guard let unit = hex4() else { return false }
+            if unit >= 0xDC00 && unit <= 0xDFFF { return false }
+            if unit >= 0xD800 && unit <= 0xDBFF {
+                guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else { return false }
+                index += 2
+                guard let low = hex4(), low >= 0xDC00 && low <= 0xDFFF else { return false }
+            }
+            return true
+        default:
+            return false
+        }
+    }
+
+    private mutating func hex4() -> UInt32? {
+        guard index + 4 <= bytes.count else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard let d = hexValue(bytes[index]) else { return nil }
+            value = value << 4 | UInt32(d)
+            index += 1
+        }
+        return value
+    }
+
+    /// One multi-byte UTF-8 sequence starting with `lead` (≥ 0x80): no overlongs, no surrogates,
+    /// nothing above U+10FFFF (the Unicode standard's table 3-7).
+    private mutating func scanUTF8Sequence(lead c: UInt8) -> Bool {
+        var low: UInt8 = 0x80, high: UInt8 = 0xBF
+        let continuation: Int
+        switch c {
+        case 0xC2...0xDF: continuation = 1
+        case 0xE0: continuation = 2; low = 0xA0
+        case 0xE1...0xEC, 0xEE, 0xEF: continuation = 2
+        case 0xED: continuation = 2; high = 0x9F
+        case 0xF0: continuation = 3; low = 0x90
+        case 0xF1...0xF3: continuation = 3
+        case 0xF4: continuation = 3; high = 0x8F
+        default: return false
+        }
+        guard index + continuation < bytes.count else { return false }
+        let second = bytes[index + 1]
+        guard second >= low && second <= high else { return false }
+        var k = 2
+        while k <= continuation {
+            let b = bytes[index + k]
+            guard b >= 0x80 && b <= 0xBF else { return false }
+            k += 1
+        }
+        index += continuation + 1
+        return true
+    }
+
+    /// A number token; returns its range and whether it is a plain integer (no fraction or
+    /// exponent).
+    mutating func scanNumber() -> (range: Range<Int>, integer: Bool)? {
+        let start = index
+        let n = bytes.count
+        if index < n, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < n else { return nil }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if isDigit(bytes[index]) {
+            while index < n, isDigit(bytes[index]) { index += 1 }
+        } else {
+            return nil
+        }
+        var integer = true
+        if index < n, bytes[index] == UInt8(ascii: ".") {
+            integer = false
+            index += 1
+            guard index < n, isDigit(bytes[index]) else { return nil }
+            while index < n, isDigit(bytes[index]) { index += 1 }
+        }
+        if index < n, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            integer = false
+            index += 1
+            if index < n, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < n, isDigit(bytes[index]) else { return nil }
+            while index < n, isDigit(bytes[index]) { index += 1 }
+        }
+        return (start..<index, integer)
+    }
+
+    private mutating func literal(_ text: StaticString) -> Bool {
+        let count = text.utf8CodeUnitCount
+        guard index + count <= bytes.count else { return false }
+        let p = text.utf8Start
+        for k in 0..<count where bytes[index + k] != p[k] { return false }
+        index += count
+        return true
+    }
+
+    /// Skips any value (after whitespace), validating it.
+    mutating func skipValue() -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else { return false }
+        switch bytes[index] {
+        case UInt8(ascii: "\""): return scanString() != nil
+        case UInt8(ascii: "{"): return skipObject()
+        case UInt8(ascii: "["): return skipArray()
+        case UInt8(ascii: "t"): return literal("true")
+        case UInt8(ascii: "f"): return literal("false")
+        case UInt8(ascii: "n"): return literal("null")
+        default: return scanNumber() != nil
+        }
+    }
+
+    /// Skips an object; `index` at `{`.
+    mutating func skipObject() -> Bool {
+        forEachMember { reader, _, _ in reader.skipValue() }
+    }
+
+    /// Walks an object (`index` at `{`), calling `body` with each key's raw range and whether it
+    /// has escapes, with `index` just after the colon; `body` must consume the value. Duplicate
+    /// keys are all visited, in order (so the last one wins for a caller that overwrites).
+    mutating func forEachMember(_ body: (inout JSONReader, Range<Int>, Bool) -> Bool) -> Bool {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { return false }
+        depth += 1
+        guard depth <= Self.maxDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            depth -= 1
+            return true
+        }
+        while true {
+            skipWhitespace()
+            guard let (key, escaped) = scanString() else { return false }
+            guard consume(UInt8(ascii: ":")) else { return false }
+            skipWhitespace()
+            guard body(&self, key, escaped) else { return false }
+            skipWhitespace()
+            guard index < bytes.count else { return false }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; depth -= 1; return true }
+            return false
+        }
+    }
+
+    /// Skips an array; `index` at `[`.
+    mutating func skipArray() -> Bool {
+        forEachElement { reader in reader.skipValue() }
+    }
+
+    mutating func forEachElement(_ body: (inout JSONReader) -> Bool) -> Bool {
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "[") else { return false }
+        depth += 1
+        guard depth <= Self.maxDepth else { return false }
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            depth -= 1
+            return true
+        }
+        while true {
+            skipWhitespace()
+            guard body(&self) else { return false }
+            skipWhitespace()
+            guard index < bytes.count else { return false }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "]") { index += 1; depth -= 1; return true }
+            return false
+        }
+    }
+
+    /// Whether the raw (unescaped) bytes in `range` equal `text`.
+    @inline(__always) func equals(_ range: Range<Int>, _ text: StaticString) -> Bool {
+        let count = text.utf8CodeUnitCount
+        guard range.count == count else { return false }
+        let p = text.utf8Start
+        var k = 0
+        while k < count {
+            if bytes[range.lowerBound + k] != p[k] { return false }
+            k += 1
+        }
+        return true
+    }
+
+    /// The decoded text of a string token's raw contents (validated by `scanString`).
+    func string(_ range: Range<Int>, escaped: Bool) -> String {
+        let slice = UnsafeBufferPointer(rebasing: bytes[range])
+        if !escaped { return String(decoding: slice, as: UTF8.self) }
+        var out: [UInt8] = []
+        out.reserveCapacity(slice.count)
+        var i = 0
+        func hex4(_ at: Int) -> UInt32 {
+            var v: UInt32 = 0
+            for k in 0..<4 { v = v << 4 | UInt32(hexValue(slice[at + k]) ?? 0) }
+            return v
+        }
+        while i < slice.count {
+            let c = slice[i]
+            guard c == UInt8(ascii: "\\") else { out.append(c); i += 1; continue }
+            let e = slice[i + 1]
+            i += 2
+            switch e {
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = hex4(i)
+                i += 4
+                if scalar >= 0xD800 && scalar <= 0xDBFF {
+                    let low = hex4(i + 2)
+                    i += 6
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                }
+                if let s = Unicode.Scalar(scalar) { UTF8.encode(s) { out.append($0) } }
+            default: out.append(e)  // " \ /
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The value of a number token as a Double.
+    func double(_ range: Range<Int>, integer: Bool) -> Double? {
+        if integer, range.count <= 16 {
+            var value: Int64 = 0
+            var k = range.lowerBound
+            let negative = bytes[k] == UInt8(ascii: "-")
+            if negative { k += 1 }
+            while k < range.upperBound { value = value * 10 + Int64(bytes[k] &- 0x30); k += 1 }
+            return Double(negative ? -value : value)
+        }
+        return Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))
+    }
+
+    /// Builds the value at `index` (after whitespace).
+    mutating func readValue() -> JSONValue? {
+        skipWhitespace()
+        guard index < bytes.count else { return nil }
+        switch bytes[index] {
+        case UInt8(ascii: "\""):
+            guard let (range, escaped) = scanString() else { return nil }
+            return .string(string(range, escaped: escaped))
+        case UInt8(ascii: "{"):
+            var members: [String: JSONValue] = [:]
+            let ok = forEachMember { reader, key, escaped in
+                let name = reader.string(key, escaped: escaped)
+                guard let value = reader.readValue() else { return false }
+                members[name] = value
+                return true
+            }
+            return ok ? .object(members) : nil
+        case UInt8(ascii: "["):
+            var items: [JSONValue] = []
+            let ok = forEachElement { reader in
+                guard let value = reader.readValue() else { return false }
+                items.append(value)
+                return true
+            }
+            return ok ? .array(items) : nil
+        case UInt8(ascii: "t"): return literal("true") ? .bool(true) : nil
+        case UInt8(ascii: "f"): return literal("false") ? .bool(false) : nil
+        case UInt8(ascii: "n"): return literal("null") ? .null : nil
+        default:
+            guard let (range, integer) = scanNumber() else { return nil }
+            if integer, let i = Int64(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)) {
+                return .int(i)
+            }
+            guard let d = double(range, integer: false) else { return nil }
+            return .double(d)
+        }
+    }
+}
+
+@inline(__always) func isDigit(_ c: UInt8) -> Bool { c &- 0x30 < 10 }
+
+@inline(__always) func hexValue(_ c: UInt8) -> UInt8? {
+    switch c {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): c - 0x30
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): c - 0x57
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): c - 0x37
+    default: nil
+    }
+}
+
+extension JSONValue {
+    /// Parses a complete JSON document (strict RFC 8259; nothing but whitespace after the value).
+    /// Integers that fit in Int64 become `.int`, other numbers `.double`.
+    static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        bytes.withUnsafeBufferPointer { buffer in
+            var reader = JSONReader(buffer)
+            guard let value = reader.readValue() else { return nil }
+            reader.skipWhitespace()
+            return reader.atEnd ? value : nil
+        }
+    }
+}

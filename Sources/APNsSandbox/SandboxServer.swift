@@ -1,0 +1,47 @@
+import APNsCore
+import Foundation
+import HTTP2Kit
+import HTTP2Transport
+import OpenSSLKit
+
+/// The sandbox on the network: an HTTP/2 TLS server (nghttp2 + OpenSSL) whose every request is
+/// answered by a `SandboxState`.
+public final class SandboxServer: Sendable {
+    public let state: SandboxState
+    private let server: H2Server
+
+    public var port: Int { server.port }
+
+    /// `streamsBeforeAuthentication` must match the state's configuration: a new connection
+    /// starts with that SETTINGS_MAX_CONCURRENT_STREAMS, raised once a provider token is valid.
+    public init(state: SandboxState, host: String, port: Int, tls: TLSContext, threads: Int = 2, streamsBeforeAuthentication: Int = 1) throws {
+        self.state = state
+        self.server = try H2Server(host: host, port: port, tls: tls, threads: threads,
+                                   maxConcurrentStreams: streamsBeforeAuthentication,
+                                   handler: Adapter(state: state))
+    }
+
+    public func stop() { server.stop() }
+
+    struct Adapter: H2RequestHandler {
+        let state: SandboxState
+
+        func handle(_ request: HTTP2Request, connectionID: UInt64, openStreams: Int, requestNumber: Int) -> H2Response {
+            var headers: [(name: String, value: String)] = []
+            headers.reserveCapacity(request.headers.count)
+            for h in request.headers where !h.name.hasPrefix(":") { headers.append((h.name, h.value)) }
+            let r = state.handle(SandboxRequest(method: request.method ?? "", path: request.path ?? "", headers: headers,
+                                                body: request.body, connectionID: connectionID),
+                                 nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+            let fault: H2ConnectionFault? = switch r.connectionFault {
+            case .goAway(let debug)?: .goAway(debugData: debug)
+            case .reset?: .reset
+            case nil: nil
+            }
+            return H2Response(status: r.status, headers: r.headers.map { HTTP2Header($0.name, $0.value) }, body: r.body, delay: r.delay,
+                              connectionFault: fault, maxConcurrentStreams: r.maxConcurrentStreams)
+        }
+
+        func connectionClosed(connectionID: UInt64) { state.connectionClosed(connectionID) }
+    }
+}

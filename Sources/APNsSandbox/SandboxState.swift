@@ -1,0 +1,177 @@
+import ActivityCastCore
+import APNsCore
+import Synchronization
+
+/// The APNs sandbox's request-handling core: turns a decoded HTTP/2 request into APNs's answer and
+/// keeps what a device would show. Pure: no I/O, no clocks (the caller passes the time), so the
+/// server loop (sockets, TLS, HTTP/2) lives elsewhere and everything here is testable with values.
+///
+/// ## Endpoints (shared/APNS.md)
+/// - `POST /3/device/<hex token>`: device push (start, update, end).
+/// - `POST /4/broadcasts/apps/<bundle id>`: broadcast to a channel.
+/// - `POST|GET|DELETE /1/apps/<bundle id>/channels`: create, read, delete a channel.
+/// - `GET /1/apps/<bundle id>/all-channels`: list channels.
+/// - Anything else: 404 `BadPath`; a known path with another method: 405 `MethodNotAllowed`.
+/// - `/sandbox/…`: the admin API, see `SandboxState+Admin.swift`.
+///
+/// ## Order of checks
+/// Apple doesn't document which error wins when a request has several; the sandbox answers with
+/// the first of:
+/// 1. routing (404, 405);
+/// 2. connection state: streams after a GOAWAY fault answer 503 `Shutdown`;
+/// 3. injected faults (reset, 429 `TooManyRequests`, 500, 503 `ServiceUnavailable`; a slow
+///    response delays whatever the answer turns out to be);
+/// 4. `DuplicateHeaders` (any `apns-*` header, or `authorization`, given twice);
+/// 5. the provider token: `MissingProviderToken`, `InvalidProviderToken` (not a bearer ES256 JWT,
+///    unknown `kid`, wrong `iss`, bad signature, `iat` more than `clockSkew` in the future),
+///    `ExpiredProviderToken`, key restrictions (`BadEnvironmentKeyIdInToken`, `Forbidden`), then
+///    the connection's rules (`UnrelatedKeyIdInToken`, 429 `TooManyProviderTokenUpdates`);
+/// 6. headers, in the order each endpoint's file lists;
+/// 7. the body (`PayloadEmpty`, 413 `PayloadTooLarge`, `BadRequestPayload`);
+/// 8. state: device tokens (410 `Unregistered`/`ExpiredToken`, `DeviceTokenNotForTopic`),
+///    channels (`ChannelNotRegistered`, the storage-policy-0 expiration rule, the channel limit).
+///
+/// ## Threads and cost
+/// One mutex guards all mutable state. Parsing, header and payload validation, and building the
+/// response happen outside it; under it, a device push does a handful of hash lookups and
+/// appends one log entry. ECDSA verification of a provider token happens outside the lock, once
+/// per distinct token string (the verdict is cached; `tokenCacheCapacity`).
+public final class SandboxState: Sendable {
+    let settings: SandboxSettings
+    let store: Mutex<SandboxStore>
+    let ids = IDGenerator()
+
+    public var configuration: SandboxConfiguration { settings.configuration }
+
+    public init(configuration: SandboxConfiguration) {
+        let settings = SandboxSettings(configuration)
+        self.settings = settings
+        store = Mutex(SandboxStore(settings))
+    }
+
+    /// Answers one request and updates the sandbox's state. `nowMillis` is the wall-clock time
+    /// (ms since 1970): token ages, budget hours and log times are judged against it.
+    public func handle(_ request: SandboxRequest, nowMillis: Int64) -> SandboxResponse {
+        let route = Route(path: request.path)
+        switch route {
+        case .device(let token):
+            guard request.method == "POST" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-id") }
+            return handleDevice(request, token: token, nowMillis: nowMillis)
+        case .broadcast(let bundle):
+            guard request.method == "POST" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
+            return handleBroadcast(request, bundle: bundle, nowMillis: nowMillis)
+        case .channels(let bundle):
+            let operation: ChannelOperation
+            switch request.method {
+            case "POST": operation = .create
+            case "GET": operation = .read
+            case "DELETE": operation = .delete
+            default: return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id")
+            }
+            return handleChannels(request, bundle: bundle, operation: operation, nowMillis: nowMillis)
+        case .allChannels(let bundle):
+            guard request.method == "GET" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
+            return handleChannels(request, bundle: bundle, operation: .list, nowMillis: nowMillis)
+        case .admin(let rest, let query):
+            return handleAdmin(method: request.method, path: rest, query: query, body: request.body, nowMillis: nowMillis)
+        case .notFound:
+            return unrouted(.badPath, request, idHeader: "apns-id")
+        }
+    }
+
+    // MARK: Faults and state
+
+    /// The faults in force (device tokens lowercase).
+    public var faults: SandboxFaults { store.withLock { $0.faults } }
+
+    /// Replaces the faults. A seed restarts the fault sequence.
+    public func updateFaults(_ faults: SandboxFaults) {
+        store.withLock { $0.setFaults(faults) }
+    }
+
+    /// From now on, pushes to `token` answer 410 `Unregistered` with `timestampMillis` (the time
+    /// APNs last knew the token valid). Returns false if `token` isn't a device token.
+    @discardableResult
+    public func markUnregistered(token: String, timestampMillis: Int64) -> Bool {
+        guard let token = DeviceToken.normalize(Substring(token)) else { return false }
+        store.withLock { $0.faults.unregisteredTokens[token] = timestampMillis }
+        return true
+    }
+
+    /// Sets a device token's budget tier (the app reports `frequentPushesEnabled` to its server;
+    /// the sandbox can't see it). Returns false if `token` isn't a device token.
+    @discardableResult
+    public func setTier(_ tier: Tier, token: String) -> Bool {
+        guard let token = DeviceToken.normalize(Substring(token)) else { return false }
+        store.withLock { $0.setTier(tier, token: token, settings: settings) }
+        return true
+    }
+
+    /// What the device with this token shows, if it received anything.
+    public func deviceView(token: String) -> DeviceView? {
+        guard let token = DeviceToken.normalize(Substring(token)) else { return nil }
+        return store.withLock { $0.devices[token] }
+    }
+
+    /// What activities subscribed to this channel show (also for deleted channels).
+    public func channelView(id: String) -> DeviceView? {
+        store.withLock { $0.channels[id]?.view }
+    }
+
+    /// The newest `limit` accepted pushes, oldest first.
+    public func recentDeliveries(limit: Int) -> [Delivery] {
+        store.withLock { $0.deliveries.last(limit) }
+    }
+
+    public var stats: SandboxStats { store.withLock { $0.stats } }
+
+    /// Forgets a closed connection's streams and provider token.
+    public func connectionClosed(_ connectionID: UInt64) {
+        _ = store.withLock { $0.connections.removeValue(forKey: connectionID) }
+    }
+
+    // MARK: Shared response building
+
+    private func unrouted(_ reason: APNsReason, _ request: SandboxRequest, idHeader: String) -> SandboxResponse {
+        store.withLock { $0.unrouted(reason, connection: request.connectionID) }
+        let id = request.header(idHeader).flatMap { HeaderValue.isUUID($0, lowercase: idHeader == "apns-id") ? $0 : nil } ?? ids.next()
+        return SandboxResponse(status: reason.status, headers: [(idHeader, id)], body: Self.errorBody(reason, timestamp: nil))
+    }
+
+    /// Runs a locked step, verifying the provider token outside the lock when it is new.
+    @inline(__always)
+    func locked(_ step: (inout SandboxStore, ProviderTokenCheck?) -> Locked) -> Outcome {
+        var verified: ProviderTokenCheck?
+        while true {
+            switch store.withLock({ step(&$0, verified) }) {
+            case .done(let outcome):
+                return outcome
+            case .verify(let authorization):
+                verified = ProviderTokenCheck.verify(authorization: authorization, teamID: settings.configuration.teamID,
+                                                     keys: settings.configuration.keys)
+            }
+        }
+    }
+
+    /// The response for an outcome: `idHeader` always, `apns-unique-id` on success when asked,
+    /// the error body on failure.
+    func response(_ o: Outcome, id: (name: String, value: String), uniqueID: Bool) -> SandboxResponse {
+        if o.effects.connectionFault == .reset { return SandboxResponse(status: 0, connectionFault: .reset) }
+        var headers = [id]
+        var body: [UInt8] = []
+        if let reason = o.reason {
+            body = Self.errorBody(reason, timestamp: o.timestamp)
+        } else if uniqueID {
+            headers.append(("apns-unique-id", ids.next()))
+        }
+        return SandboxResponse(status: o.status, headers: headers, body: body, delay: o.effects.delay,
+                               connectionFault: o.effects.connectionFault, maxConcurrentStreams: o.effects.maxConcurrentStreams)
+    }
+
+    /// `{"reason":"…"}`, with `"timestamp"` for 410 Unregistered.
+    static func errorBody(_ reason: APNsReason, timestamp: Int64?) -> [UInt8] {
+        var object: [String: JSONValue] = ["reason": .string(reason.rawValue)]
+        if let timestamp { object["timestamp"] = .int(timestamp) }
+        return JSONValue.object(object).encoded()
+    }
+}

@@ -1,0 +1,473 @@
+internal import CNghttp2
+
+/// A request received by a server session.
+///
+/// Delivered once the request is complete (END_STREAM), or as soon as its body passes the
+/// session's `maxRequestBodySize` (then `bodyTooLarge` is true, `body` is empty and the rest of
+/// the body is discarded as it arrives): answer it (413 for APNs) or reset it. A value type,
+/// safe to keep.
+public struct HTTP2Request: Sendable {
+    /// The stream to answer with `HTTP2ServerSession.respond`.
+    public let stream: Int32
+    /// Every header, pseudo-headers (`:method`, `:scheme`, `:authority`, `:path`) first.
+    public let headers: HTTP2HeaderList
+    /// The body (empty when `bodyTooLarge`).
+    public let body: [UInt8]
+    /// The body exceeded the session's `maxRequestBodySize`.
+    public let bodyTooLarge: Bool
+
+    public var method: String? { headers.value(for: ":method") }
+    public var path: String? { headers.value(for: ":path") }
+    public var authority: String? { headers.value(for: ":authority") }
+}
+
+/// Events of a server session; they fire synchronously on the session's thread from inside
+/// `receive(_:)` or `produceOutput(into:limit:)`. The delegate may respond from inside
+/// `request` (the usual way) or later.
+public protocol HTTP2ServerDelegate: AnyObject {
+    /// A request to answer with `respond` (or `resetStream`).
+    func http2(_ session: HTTP2ServerSession, request: HTTP2Request)
+
+    /// A stream closed: `.noError` after a complete exchange; otherwise the client reset it, or
+    /// it was above a GOAWAY's last stream ID (`.refusedStream`).
+    func http2(_ session: HTTP2ServerSession, streamClosed stream: Int32, errorCode: HTTP2ErrorCode)
+
+    /// The client sent GOAWAY.
+    func http2(_ session: HTTP2ServerSession, goAway lastStreamID: Int32, errorCode: HTTP2ErrorCode,
+               debugData: [UInt8])
+
+    /// The client acknowledged a PING sent with `submitPing(payload:)`.
+    func http2(_ session: HTTP2ServerSession, pingAcknowledged payload: UInt64)
+}
+
+extension HTTP2ServerDelegate {
+    public func http2(_ session: HTTP2ServerSession, streamClosed stream: Int32, errorCode: HTTP2ErrorCode) {}
+    public func http2(_ session: HTTP2ServerSession, goAway lastStreamID: Int32, errorCode: HTTP2ErrorCode,
+                      debugData: [UInt8]) {}
+    public func http2(_ session: HTTP2ServerSession, pingAcknowledged payload: UInt64) {}
+}
+
+/// The server side of one HTTP/2 connection (the APNs sandbox): a protocol engine driven by
+/// memory. See `HTTP2Session` for how to pump it.
+///
+/// Not thread-safe and not `Sendable`: one thread owns it, with its socket and TLS.
+///
+/// Limits: SETTINGS_MAX_CONCURRENT_STREAMS is advertised and enforced by nghttp2 (streams
+/// beyond it are refused with REFUSED_STREAM); request header blocks above
+/// `maxRequestHeaderBytes` are reset with INTERNAL_ERROR; bodies above `maxRequestBodySize` are
+/// handed over early with `bodyTooLarge` (see `HTTP2Request`).
+public final class HTTP2ServerSession: HTTP2Session {
+    struct Stream {
+        var streamID: Int32 = 0
+        var headers = HTTP2HeaderList()
+        var body: [UInt8] = []
+        var bodyTooLarge = false
+        var delivered = false
+        var responded = false
+        var response: [UInt8] = []
+        var responseOffset = 0
+        var inUse = false
+    }
+
+    /// Receives the events. Held weakly.
+    public weak var delegate: (any HTTP2ServerDelegate)?
+
+    let handle: NGHTTP2SessionHandle
+    var streams: ContiguousArray<Stream> = []
+    var freeSlots: [Int] = []
+    var openCount = 0
+    /// Streams answered while their request body was still arriving (too large): each gets an
+    /// RST_STREAM(NO_ERROR) once its response is out, so the client stops sending.
+    var pendingEarlyResponses = 0
+    /// The stream whose header block is being received, and its slot (header blocks are
+    /// contiguous, so one cache entry saves a lookup per header).
+    var headerStream: Int32 = 0
+    var headerSlot = -1
+    let scratch = HeaderScratch()
+    var activeDelegate: (any HTTP2ServerDelegate)?
+
+    /// The body size above which a request is handed over early with `bodyTooLarge`.
+    public let maxRequestBodySize: Int
+    /// The header block size (names plus values) above which a request is reset.
+    public let maxRequestHeaderBytes: Int
+
+    /// Makes a server session and queues its SETTINGS (MAX_CONCURRENT_STREAMS,
+    /// INITIAL_WINDOW_SIZE) and a connection-level WINDOW_UPDATE; nghttp2 expects the client
+    /// magic first. Produce and write right after the TLS handshake.
+    public init(delegate: (any HTTP2ServerDelegate)?, maxConcurrentStreams: Int = 1000,
+                initialWindowSize: Int = 1 << 20, connectionWindowSize: Int = 1 << 24,
+                maxRequestBodySize: Int = 64 << 10, maxRequestHeaderBytes: Int = 64 << 10) throws(HTTP2Error) {
+        self.delegate = delegate
+        self.maxRequestBodySize = maxRequestBodySize
+        self.maxRequestHeaderBytes = maxRequestHeaderBytes
+        handle = try NGHTTP2SessionHandle(server: true, setCallbacks: { callbacks in
+            nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, serverOnBeginHeaders)
+            nghttp2_session_callbacks_set_on_header_callback(callbacks, serverOnHeader)
+            nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, serverOnFrameReceived)
+            nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, serverOnDataChunk)
+            nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, serverOnStreamClose)
+            nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, serverOnFrameSent)
+        }, setOptions: { option in
+            // Closed streams are kept only for priority bookkeeping, which nobody here uses.
+            nghttp2_option_set_no_closed_streams(option, 1)
+        })
+        handle.setUserData(self)
+        try handle.submitSettings([
+            NG.settings(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, maxConcurrentStreams),
+            NG.settings(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, min(initialWindowSize, Int(Int32.max))),
+        ])
+        let rv = nghttp2_session_set_local_window_size(handle.pointer, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
+                                                       Int32(clamping: connectionWindowSize))
+        if rv != 0 { throw HTTP2Error(library: Int(rv), during: "nghttp2_session_set_local_window_size") }
+    }
+
+    // MARK: HTTP2Session
+
+    public func receive(_ bytes: UnsafeRawBufferPointer) throws(HTTP2Error) {
+        let entered = enterCallbacks()
+        defer { if entered { activeDelegate = nil } }
+        try handle.receive(bytes)
+    }
+
+    public func produceOutput(into buffer: inout [UInt8], limit: Int) throws(HTTP2Error) -> Int {
+        let entered = enterCallbacks()
+        defer { if entered { activeDelegate = nil } }
+        return try handle.produce(into: &buffer, limit: limit)
+    }
+
+    public var wantsRead: Bool { handle.wantsRead }
+    public var wantsWrite: Bool { handle.wantsWrite }
+
+    public func terminate(errorCode: HTTP2ErrorCode = .noError) {
+        handle.terminate(errorCode: errorCode)
+    }
+
+    // MARK: Responses
+
+    /// Queues the response to `stream`: `:status`, then `headers` (HPACK "never indexed";
+    /// lowercase names), then `body` if non-empty (streamed from the array, not copied).
+    ///
+    /// - Throws: `.invalidArgument` if the stream is not open (closed or reset by the client,
+    ///   refused by a GOAWAY) or was already answered, or for a status outside 100...999.
+    public func respond(stream: Int32, status: Int, headers: [HTTP2Header] = [], body: [UInt8]? = nil) throws(HTTP2Error) {
+        guard (100...999).contains(status) else {
+            throw HTTP2Error(kind: .invalidArgument, message: "status \(status) out of range")
+        }
+        guard let slot = handle.slot(of: stream), slot < streams.count, streams[slot].inUse,
+              streams[slot].streamID == stream else {
+            throw HTTP2Error(kind: .invalidArgument, message: "stream \(stream) is not open")
+        }
+        guard !streams[slot].responded else {
+            throw HTTP2Error(kind: .invalidArgument, message: "stream \(stream) was already answered")
+        }
+
+        var extraBytes = 3
+        for header in headers { extraBytes += header.name.utf8.count + header.value.utf8.count }
+        scratch.reset(entryCount: 1 + headers.count, byteCount: extraBytes)
+        let digits: (UInt8, UInt8, UInt8) = (UInt8(48 + status / 100), UInt8(48 + status / 10 % 10), UInt8(48 + status % 10))
+        withUnsafeBytes(of: digits) { raw in
+            scratch.append(staticName: ":status", valueBytes: raw.bindMemory(to: UInt8.self), flags: NVFlags.none)
+        }
+        for header in headers {
+            scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
+        }
+
+        let rv: Int32
+        if let body, !body.isEmpty {
+            streams[slot].response = body
+            streams[slot].responseOffset = 0
+            var provider = cnghttp2_data_provider_make(slotPointer(slot), serverReadBody)
+            rv = nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, &provider)
+        } else {
+            rv = nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, nil)
+        }
+        if rv != 0 {
+            streams[slot].response = []
+            throw HTTP2Error(library: Int(rv), during: "nghttp2_submit_response")
+        }
+        streams[slot].responded = true
+        if streams[slot].bodyTooLarge && nghttp2_session_get_stream_remote_close(handle.pointer, stream) == 0 {
+            pendingEarlyResponses += 1
+        }
+    }
+
+    /// Resets a stream: RST_STREAM(`errorCode`).
+    public func resetStream(_ stream: Int32, errorCode: HTTP2ErrorCode) throws(HTTP2Error) {
+        try handle.resetStream(stream, errorCode: errorCode)
+    }
+
+    // MARK: Connection control
+
+    /// Sends GOAWAY. Streams above `lastStreamID` are closed (the client sees REFUSED_STREAM and
+    /// may retry them elsewhere); streams at or below it may still be answered. nil means the
+    /// last stream this session has processed. APNs sends `{"reason":"..."}` as `debugData`.
+    public func submitGoAway(lastStreamID: Int32? = nil, errorCode: HTTP2ErrorCode = .noError,
+                             debugData: [UInt8] = []) throws(HTTP2Error) {
+        let last = lastStreamID ?? nghttp2_session_get_last_proc_stream_id(handle.pointer)
+        try handle.submitGoAway(lastStreamID: last, errorCode: errorCode, debugData: debugData)
+    }
+
+    /// Sends the graceful-shutdown notice (GOAWAY with the maximum stream ID): follow with
+    /// `submitGoAway()` after at least one round trip.
+    public func submitShutdownNotice() throws(HTTP2Error) {
+        let rv = nghttp2_submit_shutdown_notice(handle.pointer)
+        if rv != 0 { throw HTTP2Error(library: Int(rv), during: "nghttp2_submit_shutdown_notice") }
+    }
+
+    /// Advertises a new SETTINGS_MAX_CONCURRENT_STREAMS. Streams already open continue; new
+    /// streams beyond the limit are refused (REFUSED_STREAM).
+    public func updateMaxConcurrentStreams(_ value: Int) throws(HTTP2Error) {
+        try handle.submitSettings([NG.settings(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, value)])
+    }
+
+    /// Sends PING; `pingAcknowledged(payload)` fires when the ACK arrives.
+    public func submitPing(payload: UInt64 = 0) throws(HTTP2Error) {
+        try handle.submitPing(payload: payload)
+    }
+
+    /// Streams opened by the client and not yet closed.
+    public var activeStreams: Int { openCount }
+
+    /// The highest stream ID this session has received and processed.
+    public var lastProcessedStreamID: Int32 { nghttp2_session_get_last_proc_stream_id(handle.pointer) }
+
+    // MARK: Slots
+
+    func allocateSlot(stream: Int32) -> Int {
+        openCount += 1
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            streams.append(Stream())
+            slot = streams.count - 1
+        }
+        streams[slot].inUse = true
+        streams[slot].streamID = stream
+        streams[slot].headers.removeAll()
+        streams[slot].body.removeAll(keepingCapacity: true)
+        streams[slot].bodyTooLarge = false
+        streams[slot].delivered = false
+        streams[slot].responded = false
+        streams[slot].responseOffset = 0
+        return slot
+    }
+
+    func releaseSlot(_ slot: Int) {
+        streams[slot].inUse = false
+        streams[slot].response = []
+        freeSlots.append(slot)
+        openCount -= 1
+    }
+
+    @inline(__always)
+    func enterCallbacks() -> Bool {
+        guard activeDelegate == nil else { return false }
+        activeDelegate = delegate
+        return activeDelegate != nil
+    }
+
+    @inline(__always)
+    var eventDelegate: (any HTTP2ServerDelegate)? { activeDelegate ?? delegate }
+
+    @inline(__always)
+    func liveSlot(_ stream: Int32) -> Int? {
+        guard let slot = handle.slot(of: stream), slot < streams.count, streams[slot].inUse,
+              streams[slot].streamID == stream else { return nil }
+        return slot
+    }
+
+    // MARK: Callback bodies
+
+    func beginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
+        let stream = cnghttp2_frame_stream_id(frame)
+        guard cnghttp2_frame_headers_category(frame) == NG.categoryRequest else {
+            // Trailers: their fields are not kept (headerSlot -1 drops them).
+            headerStream = stream
+            headerSlot = -1
+            return 0
+        }
+        let slot = allocateSlot(stream: stream)
+        let rv = nghttp2_session_set_stream_user_data(handle.pointer, stream, slotPointer(slot))
+        guard rv == 0 else {
+            releaseSlot(slot)
+            return NG.callbackFailure
+        }
+        headerStream = stream
+        headerSlot = slot
+        return 0
+    }
+
+    func header(stream: Int32, name: UnsafePointer<UInt8>, nameLength: Int, value: UnsafePointer<UInt8>,
+                valueLength: Int) -> Int32 {
+        guard stream == headerStream, headerSlot >= 0 else { return 0 }
+        let slot = headerSlot
+        if streams[slot].headers.byteCount + nameLength + valueLength > maxRequestHeaderBytes {
+            // nghttp2 resets the stream with INTERNAL_ERROR.
+            return NG.temporalCallbackFailure
+        }
+        streams[slot].headers.append(name: name, nameLength: nameLength, value: value, valueLength: valueLength)
+        return 0
+    }
+
+    func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
+        let type = cnghttp2_frame_type(frame)
+        if type == NG.headersFrame || type == NG.dataFrame {
+            guard cnghttp2_frame_flags(frame) & NG.flagEndStream != 0 else { return }
+            let stream = cnghttp2_frame_stream_id(frame)
+            guard let slot = liveSlot(stream), !streams[slot].delivered else { return }
+            deliver(slot: slot, stream: stream)
+        } else if type == NG.goAwayFrame {
+            let length = cnghttp2_frame_goaway_debug_data_length(frame)
+            var debugData: [UInt8] = []
+            if length > 0, let data = cnghttp2_frame_goaway_debug_data(frame) {
+                debugData = Array(UnsafeBufferPointer(start: data, count: length))
+            }
+            eventDelegate?.http2(self, goAway: cnghttp2_frame_goaway_last_stream_id(frame),
+                                 errorCode: HTTP2ErrorCode(cnghttp2_frame_goaway_error_code(frame)),
+                                 debugData: debugData)
+        } else if type == NG.pingFrame {
+            guard cnghttp2_frame_flags(frame) & NG.flagAck != 0 else { return }
+            eventDelegate?.http2(self, pingAcknowledged: cnghttp2_frame_ping_payload(frame))
+        }
+    }
+
+    private func deliver(slot: Int, stream: Int32) {
+        streams[slot].delivered = true
+        let request = HTTP2Request(stream: stream, headers: streams[slot].headers, body: streams[slot].body,
+                                   bodyTooLarge: streams[slot].bodyTooLarge)
+        eventDelegate?.http2(self, request: request)
+    }
+
+    func dataChunk(stream: Int32, data: UnsafePointer<UInt8>, length: Int) {
+        guard let slot = liveSlot(stream), !streams[slot].delivered else { return }
+        if streams[slot].body.count + length > maxRequestBodySize {
+            streams[slot].bodyTooLarge = true
+            streams[slot].body.removeAll(keepingCapacity: true)
+            deliver(slot: slot, stream: stream)
+            return
+        }
+        streams[slot].body.append(contentsOf: UnsafeBufferPointer(start: data, count: length))
+    }
+
+    func streamClosed(stream: Int32, errorCode: UInt32) {
+        if stream == headerStream { headerSlot = -1 }
+        guard let slot = liveSlot(stream) else { return }
+        if streams[slot].bodyTooLarge && streams[slot].responded { resolveEarlyResponse(slot) }
+        releaseSlot(slot)
+        eventDelegate?.http2(self, streamClosed: stream, errorCode: HTTP2ErrorCode(errorCode))
+    }
+
+    private func resolveEarlyResponse(_ slot: Int) {
+        // Counted once per stream: clear the flag so the count can't go negative.
+        if pendingEarlyResponses > 0 && streams[slot].bodyTooLarge {
+            streams[slot].bodyTooLarge = false
+            pendingEarlyResponses -= 1
+        }
+    }
+
+    func frameSent(_ frame: UnsafePointer<nghttp2_frame>) {
+        // Only responses answered before their request finished need work here.
+        guard pendingEarlyResponses > 0 else { return }
+        let type = cnghttp2_frame_type(frame)
+        guard type == NG.headersFrame || type == NG.dataFrame,
+              cnghttp2_frame_flags(frame) & NG.flagEndStream != 0 else { return }
+        let stream = cnghttp2_frame_stream_id(frame)
+        guard let slot = liveSlot(stream), streams[slot].bodyTooLarge, streams[slot].responded else { return }
+        resolveEarlyResponse(slot)
+        if nghttp2_session_get_stream_remote_close(handle.pointer, stream) == 0 {
+            // RFC 9113 §8.1: a server that answers before the request is complete may reset the
+            // stream with NO_ERROR so that the client stops sending.
+            _ = nghttp2_submit_rst_stream(handle.pointer, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream,
+                                          HTTP2ErrorCode.noError.rawValue)
+        }
+    }
+
+    func readBody(slot: Int, stream: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
+                  flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard slot >= 0, slot < streams.count, streams[slot].inUse, streams[slot].streamID == stream else {
+            return Int(NG.temporalCallbackFailure)
+        }
+        let offset = streams[slot].responseOffset
+        let total = streams[slot].response.count
+        let n = min(length, total - offset)
+        if n > 0 {
+            streams[slot].response.withUnsafeBufferPointer { source in
+                buffer.update(from: source.baseAddress! + offset, count: n)
+            }
+        }
+        streams[slot].responseOffset = offset + n
+        if offset + n >= total {
+            flags.pointee |= NG.dataFlagEOF
+        }
+        return n
+    }
+}
+
+@available(*, unavailable, message: "HTTP2ServerSession belongs to the one thread that owns its connection")
+extension HTTP2ServerSession: Sendable {}
+
+// MARK: - C callbacks (see HTTP2ClientSession.swift for the conventions)
+
+@inline(__always)
+private func serverSession(_ userData: UnsafeMutableRawPointer?) -> HTTP2ServerSession? {
+    guard let userData else { return nil }
+    return Unmanaged<HTTP2ServerSession>.fromOpaque(userData).takeUnretainedValue()
+}
+
+private func serverOnBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                                  _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
+    guard cnghttp2_frame_type(frame) == NG.headersFrame else { return 0 }
+    return owner.beginHeaders(frame)
+}
+
+private func serverOnHeader(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                            _ name: UnsafePointer<UInt8>?, _ nameLength: Int,
+                            _ value: UnsafePointer<UInt8>?, _ valueLength: Int,
+                            _ flags: UInt8, _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData), let frame, let name, let value else { return NG.callbackFailure }
+    return owner.header(stream: cnghttp2_frame_stream_id(frame), name: name, nameLength: nameLength,
+                        value: value, valueLength: valueLength)
+}
+
+private func serverOnFrameReceived(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                                   _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
+    owner.frameReceived(frame)
+    return 0
+}
+
+private func serverOnDataChunk(_ session: OpaquePointer?, _ flags: UInt8, _ stream: Int32,
+                               _ data: UnsafePointer<UInt8>?, _ length: Int,
+                               _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData) else { return NG.callbackFailure }
+    guard let data, length > 0 else { return 0 }
+    owner.dataChunk(stream: stream, data: data, length: length)
+    return 0
+}
+
+private func serverOnStreamClose(_ session: OpaquePointer?, _ stream: Int32, _ errorCode: UInt32,
+                                 _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData) else { return NG.callbackFailure }
+    owner.streamClosed(stream: stream, errorCode: errorCode)
+    return 0
+}
+
+private func serverOnFrameSent(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                               _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
+    owner.frameSent(frame)
+    return 0
+}
+
+private func serverReadBody(_ session: OpaquePointer?, _ stream: Int32, _ buffer: UnsafeMutablePointer<UInt8>?,
+                            _ length: Int, _ dataFlags: UnsafeMutablePointer<UInt32>?,
+                            _ source: UnsafeMutablePointer<nghttp2_data_source>?,
+                            _ userData: UnsafeMutableRawPointer?) -> Int {
+    guard let owner = serverSession(userData), let buffer, let dataFlags,
+          let slot = slotIndex(cnghttp2_data_source_ptr(source)) else {
+        return Int(NG.callbackFailure)
+    }
+    return owner.readBody(slot: slot, stream: stream, into: buffer, length: length, flags: dataFlags)
+}

@@ -1,0 +1,126 @@
+import ActivityCastCore
+import ActivityCastWorker
+import APNs
+import APNsCore
+import ArgumentParser
+import Foundation
+import Logging
+
+struct APNsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apns",
+        abstract: "Our HTTP/2 client against h2load: the same requests, headers, payload, connections and streams, to the same server.",
+        discussion: "Point it at a running sandbox (the default settings use the local one); scripts/bench-apns.sh starts one.")
+
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Requests per run, for each sender.") var requests = 200_000
+    @Option(help: "Connections.") var connections = 4
+    @Option(help: "Concurrent streams per connection.") var streams = 100
+    @Option(help: "Runs (alternating client and h2load); medians are reported.") var runs = 3
+    @Option(help: "Tokens per batch handed to the client.") var batch = 5000
+    @Option(help: "The h2load binary.") var h2load = "/usr/bin/h2load"
+
+    func run() async throws {
+        let settings = try common.settings()
+        LineLogHandler.bootstrap(level: "warning", format: "text")
+        let logger = Logger(label: "bench")
+        var base = try makeAPNsClient(settings, logger: logger).configuration
+        base.connections = connections
+        base.maxConcurrentStreams = streams
+        let signer = try ProviderTokenSigner.load(pemFile: settings.apns.keyFile, pem: settings.apns.keyPEM,
+                                                  identity: try ProviderIdentity(keyID: settings.apns.keyID, teamID: settings.apns.teamID))
+        let tokens = LocalProviderTokens(signer: signer)
+        let jwt = try await tokens.currentToken()
+        let deviceToken = String(repeating: "5a", count: 32)
+        let payload = LiveActivityPayload(event: .update, timestamp: Int64(Date().timeIntervalSince1970),
+                                          contentState: ["homeScore": 2, "awayScore": 1, "clock": "67'", "period": "second_half"]).encoded()
+        let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-payload-\(getpid()).json").path
+        try Data(payload).write(to: URL(fileURLWithPath: payloadFile))
+        defer { try? FileManager.default.removeItem(atPath: payloadFile) }
+        let topic = "\(settings.apns.bundleID).push-type.liveactivity"
+        print("target https://\(base.endpoint), \(requests) requests per run, \(connections) connections x \(streams) streams, payload \(payload.count) bytes")
+
+        var ours: [(rate: Double, cpu: Double)] = []
+        var theirs: [(rate: Double, cpu: Double)] = []
+        for run in 1...runs {
+            // Our client: a fresh pool per run, so both senders start from new connections.
+            let client = try APNsClient(configuration: base, tokens: tokens, logger: logger)
+            let cpu0 = cpuSeconds(RUSAGE_SELF)
+            let t0 = ContinuousClock.now
+            let delivered = await withTaskGroup(of: Int.self) { group in
+                let perTask = (requests + connections * 2 - 1) / (connections * 2)
+                for k in 0..<(connections * 2) {
+                    let n = max(0, min(perTask, requests - k * perTask))
+                    group.addTask {
+                        var ok = 0
+                        var left = n
+                        while left > 0 {
+                            let size = min(batch, left)
+                            let results = await client.sendLiveActivity(payload: payload, to: Array(repeating: deviceToken, count: size),
+                                                                        bundleID: settings.apns.bundleID)
+                            ok += results.filter { $0.action == .delivered }.count
+                            left -= size
+                        }
+                        return ok
+                    }
+                }
+                return await group.reduce(0, +)
+            }
+            let seconds = (ContinuousClock.now - t0).seconds
+            let cpu = cpuSeconds(RUSAGE_SELF) - cpu0
+            client.shutdown()
+            guard delivered == requests else { throw ValidationError("run \(run): only \(delivered) of \(requests) delivered by our client") }
+            ours.append((Double(requests) / seconds, cpu / Double(requests) * 1e6))
+
+            // h2load with the same headers, payload, connections and streams.
+            let c0 = cpuSeconds(RUSAGE_CHILDREN)
+            let output = try runH2load([
+                "-n", String(requests), "-c", String(connections), "-m", String(streams), "-t", "1",
+                "-H", "apns-push-type: liveactivity", "-H", "apns-topic: \(topic)", "-H", "apns-priority: 10",
+                "-H", "authorization: bearer \(jwt.value)", "-d", payloadFile,
+                "https://\(base.endpoint.host):\(base.endpoint.port)/3/device/\(deviceToken)"])
+            let hcpu = cpuSeconds(RUSAGE_CHILDREN) - c0
+            guard let rate = h2loadRate(output), output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
+                throw ValidationError("h2load did not deliver every request:\n\(output.suffix(800))")
+            }
+            theirs.append((rate, hcpu / Double(requests) * 1e6))
+            print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",
+                         run, ours.last!.rate, ours.last!.cpu, rate, theirs.last!.cpu, ours.last!.rate / rate))
+        }
+        func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
+        let ratios = zip(ours, theirs).map { $0.rate / $1.rate }
+        print(String(format: "median: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f (goal ≥ 0.80)",
+                     median(ours.map(\.rate)), median(ours.map(\.cpu)), median(theirs.map(\.rate)), median(theirs.map(\.cpu)), median(ratios)))
+    }
+
+    private func runH2load(_ arguments: [String]) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: h2load)
+        p.arguments = arguments
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// "finished in 1.23s, 162601.22 req/s, …"
+    private func h2loadRate(_ output: String) -> Double? {
+        guard let line = output.split(separator: "\n").first(where: { $0.hasPrefix("finished in") }),
+              let part = line.split(separator: ",").dropFirst().first else { return nil }
+        return Double(part.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+    }
+}
+
+func cpuSeconds(_ who: __rusage_who) -> Double {
+    let who = __rusage_who_t(who.rawValue)
+    var usage = rusage()
+    getrusage(who, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

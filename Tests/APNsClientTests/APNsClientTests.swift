@@ -1,0 +1,217 @@
+import APNs
+import APNsCore
+import Foundation
+import HTTP2Kit
+import HTTP2Transport
+import Logging
+import OpenSSLKit
+import RedisClient
+import Synchronization
+import Testing
+import TestSupport
+
+let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+/// A scriptable HTTP/2 peer: answers with `answer`, records what it saw.
+final class ScriptedPeer: H2RequestHandler, @unchecked Sendable {
+    struct Seen { var path: String; var authorization: String?; var openStreams: Int; var at: ContinuousClock.Instant; var connection: UInt64 }
+    private let lock = NSLock()
+    private var seen: [Seen] = []
+    private var connections: [UInt64: Int] = [:]
+    let answer: @Sendable (HTTP2Request, Int) -> H2Response
+    let fault: @Sendable (UInt64, Int) -> H2ConnectionFault?
+
+    init(answer: @escaping @Sendable (HTTP2Request, Int) -> H2Response = { _, _ in H2Response(status: 200, headers: [HTTP2Header("apns-id", UUID().uuidString.lowercased())]) },
+         fault: @escaping @Sendable (UInt64, Int) -> H2ConnectionFault? = { _, _ in nil }) {
+        self.answer = answer
+        self.fault = fault
+    }
+
+    func handle(_ request: HTTP2Request, connectionID: UInt64, openStreams: Int, requestNumber: Int) -> H2Response {
+        lock.lock()
+        seen.append(Seen(path: request.path ?? "", authorization: request.headers.value(for: "authorization"), openStreams: openStreams,
+                         at: .now, connection: connectionID))
+        let n = seen.count
+        lock.unlock()
+        var response = answer(request, n)
+        response.connectionFault = fault(connectionID, requestNumber)
+        return response
+    }
+
+    var requests: [Seen] { lock.lock(); defer { lock.unlock() }; return seen }
+}
+
+/// A TLS HTTP/2 server with a fresh loopback certificate, and a client configuration trusting it.
+struct Peer {
+    let server: H2Server
+    let cert: TestCertificate
+    func client(connections: Int = 1, tokens: (any ProviderTokenSource)? = nil, _ tweak: (inout APNsClientConfiguration) -> Void = { _ in }) throws -> APNsClient {
+        var c = APNsClientConfiguration(endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port), connections: connections,
+                                        caFile: cert.certificatePath, connectTimeout: .seconds(5), requestTimeout: .seconds(20))
+        tweak(&c)
+        return try APNsClient(configuration: c, tokens: tokens, logger: quiet)
+    }
+    static func start(_ handler: any H2RequestHandler, maxConcurrentStreams: Int = 1000) throws -> Peer {
+        let cert = try TestCertificate()
+        let tls = try TLSContext.server(certificatePEMFile: cert.certificatePath, keyPEMFile: cert.keyPath, alpn: ["h2"])
+        return Peer(server: try H2Server(port: 0, tls: tls, threads: 1, maxConcurrentStreams: maxConcurrentStreams, handler: handler), cert: cert)
+    }
+    func stop() { server.stop(); cert.directory.remove() }
+}
+
+func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } }
+
+@Suite struct APNsClientTests {
+    @Test func aBatchGetsOneResultPerTokenInOrder() async throws {
+        let handler = ScriptedPeer(answer: { req, _ in
+            let token = String((req.path ?? "").split(separator: "/").last ?? "")
+            if token.hasSuffix("7") {
+                return H2Response(status: 410, body: Array(#"{"reason":"Unregistered","timestamp":1732233600000}"#.utf8))
+            }
+            return H2Response(status: 200, headers: [HTTP2Header("apns-id", "id-\(token.suffix(4))")])
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 2)
+        defer { client.shutdown() }
+        let list = tokens(1000)
+        let results = await client.sendLiveActivity(payload: Array(#"{"aps":{}}"#.utf8), to: list, bundleID: "com.example.app")
+        #expect(results.count == 1000)
+        for (token, result) in zip(list, results) {
+            if token.hasSuffix("7") {
+                #expect(result.action == .forgetToken(invalidSince: 1732233600000))
+                #expect(result.response?.reason == .unregistered)
+            } else {
+                #expect(result.response?.apnsID == "id-\(token.suffix(4))")
+                #expect(result.action == .delivered)
+            }
+        }
+        let seen = handler.requests
+        #expect(seen.count == 1000)
+        #expect(Set(seen.map(\.path)) == Set(list.map { "/3/device/\($0)" }))
+    }
+
+    @Test func oneStreamUntilASuccessThenTheServersLimit() async throws {
+        let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 200, delay: .milliseconds(20)) })
+        let peer = try Peer.start(handler, maxConcurrentStreams: 5)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 1)
+        defer { client.shutdown() }
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(60), bundleID: "com.example.app")
+        #expect(results.allSatisfy { $0.action == .delivered })
+        let seen = handler.requests
+        // The first request went alone; the second only after the first answer arrived.
+        #expect(seen[0].openStreams == 1)
+        #expect(seen[1].at - seen[0].at >= .milliseconds(15))
+        #expect(seen.map(\.openStreams).max() == 5)  // the server's limit was used and never exceeded
+    }
+
+    @Test func goAwayMidFlightLosesNoRequest() async throws {
+        // Every connection says GOAWAY after its 50th request; what comes after is refused.
+        let handler = ScriptedPeer(fault: { _, n in n == 50 ? .goAway(debugData: Array(#"{"reason":"Shutdown"}"#.utf8)) : nil })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 1)
+        defer { client.shutdown() }
+        let list = tokens(500)
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: list, bundleID: "com.example.app")
+        #expect(results.allSatisfy { $0.action == .delivered })
+        #expect(Set(handler.requests.map(\.path)).count == 500)
+        #expect(Set(handler.requests.map(\.connection)).count >= 10)
+        #expect(client.stats.snapshot.goAways >= 9)
+    }
+
+    @Test func aResetConnectionIsReopenedAndRequestsRetried() async throws {
+        let handler = ScriptedPeer(fault: { conn, n in conn == 1 && n == 30 ? .reset : nil })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 1)
+        defer { client.shutdown() }
+        let list = tokens(300)
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: list, bundleID: "com.example.app")
+        #expect(results.allSatisfy { $0.action == .delivered })
+        #expect(Set(handler.requests.map(\.path)) == Set(list.map { "/3/device/\($0)" }))
+        #expect(client.stats.snapshot.connectionsLost >= 1 && client.stats.snapshot.connects >= 2)
+    }
+
+    @Test func anExpiredProviderTokenIsRefreshedOnceAndTheRequestsResent() async throws {
+        let firstToken = Mutex<String?>(nil)
+        let handler = ScriptedPeer(answer: { req, _ in
+            let auth = req.headers.value(for: "authorization") ?? ""
+            let expired = firstToken.withLock { t in
+                if t == nil { t = auth }
+                return t == auth
+            }
+            return expired ? H2Response(status: 403, body: Array(#"{"reason":"ExpiredProviderToken"}"#.utf8)) : H2Response(status: 200)
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let key = try ES256PrivateKey.generate()
+        let signer = ProviderTokenSigner(key: key, identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
+        let client = try peer.client(tokens: LocalProviderTokens(signer: signer))
+        defer { client.shutdown() }
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(20), bundleID: "com.example.app")
+        #expect(results.allSatisfy { $0.action == .delivered })
+        #expect(client.stats.snapshot.tokenRefreshes == 1)
+        #expect(Set(handler.requests.compactMap(\.authorization)).count == 2)
+        #expect(handler.requests.allSatisfy { $0.authorization?.hasPrefix("bearer ") == true })
+    }
+
+    @Test func aServerThatIsDownFailsRequestsAsRetryable() async throws {
+        let port = freeLoopbackPort()
+        let client = try APNsClient(configuration: APNsClientConfiguration(endpoint: APNsEndpoint(host: "127.0.0.1", port: port), connections: 1,
+                                                                            connectTimeout: .seconds(1), maxConnectFailuresBeforeFailing: 2,
+                                                                            backoffInitial: .milliseconds(10)), tokens: nil, logger: quiet)
+        defer { client.shutdown() }
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(3), bundleID: "com.example.app")
+        #expect(results.allSatisfy { $0.action == .retryWithBackoff })
+        #expect(results.allSatisfy { if case .failed(let e) = $0 { e.kind == .connectionFailed } else { false } })
+    }
+
+    @Test func anUntrustedServerIsRefused() async throws {
+        let peer = try Peer.start(ScriptedPeer())
+        defer { peer.stop() }
+        let client = try peer.client { $0.caFile = nil; $0.maxConnectFailuresBeforeFailing = 1 }
+        defer { client.shutdown() }
+        let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(1), bundleID: "com.example.app")
+        guard case .failed(let e) = results[0] else { Issue.record("expected a failure, got \(results[0])"); return }
+        #expect(e.kind == .connectionFailed && e.message.lowercased().contains("verif"))
+    }
+}
+
+@Suite struct SharedProviderTokenTests {
+    @Test func twoWorkersShareOneTokenAndRefreshAsOne() async throws {
+        let server = try await RedisServer()
+        let key = try ES256PrivateKey.generate()
+        let signer = ProviderTokenSigner(key: key, identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
+        let now = Mutex<Int64>(1_800_000_000)
+        let clock: @Sendable () -> Int64 = { now.withLock { $0 } }
+        let a = RedisSharedProviderTokens(signer: signer, redis: server.connection(), prefix: "t", clock: clock)
+        let b = RedisSharedProviderTokens(signer: signer, redis: server.connection(), prefix: "t", clock: clock)
+        async let ta = a.currentToken()
+        async let tb = b.currentToken()
+        let (x, y) = try await (ta, tb)
+        #expect(x == y)
+        #expect(a.mintedHere + b.mintedHere == 1)
+
+        // 30 minutes on: still the same token (Apple: no refresh within 20 minutes; ours at 40).
+        now.withLock { $0 += 30 * 60 }
+        let later = (try await a.currentToken(), try await b.currentToken())
+        #expect(later.0 == x && later.1 == x)
+        // 41 minutes after issue: one new token for both.
+        now.withLock { $0 += 11 * 60 }
+        async let na = a.currentToken()
+        async let nb = b.currentToken()
+        let (p, q) = try await (na, nb)
+        #expect(p == q && p != x && p.issuedAt == 1_800_000_000 + 41 * 60)
+        #expect(a.mintedHere + b.mintedHere == 2)
+
+        // APNs rejects it: fifty concurrent refreshes across both still mint one replacement.
+        let replacements = try await withThrowingTaskGroup(of: ProviderToken.self) { group in
+            for i in 0..<50 { group.addTask { try await (i % 2 == 0 ? a : b).refresh(rejected: p) } }
+            return try await group.reduce(into: Set<ProviderToken>()) { $0.insert($1) }
+        }
+        #expect(replacements.count == 1 && !replacements.contains(p))
+        #expect(a.mintedHere + b.mintedHere == 3)
+    }
+}

@@ -1,0 +1,109 @@
+import ActivityCastCore
+import APNsCore
+import APNsSandbox
+import Foundation
+import Testing
+
+@Suite struct AdminAPITests {
+    let f: Fixture
+    init() throws { f = try Fixture() }
+
+    private func admin(_ s: SandboxState, _ method: String, _ path: String, _ body: String = "") -> SandboxResponse {
+        s.handle(SandboxRequest(method: method, path: path, body: bytes(body)), nowMillis: Fixture.now)
+    }
+
+    @Test func faultsRoundTrip() throws {
+        let s = f.sandbox()
+        let posted = admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestsRate":1,"goAwayAfterStreams":50,"unregisteredTokens":{"\#(Fixture.token.uppercased())":1700000000000},"seed":7}"#)
+        #expect(posted.status == 200 && posted.header("content-type") == "application/json")
+        let read = admin(s, "GET", "/sandbox/faults")
+        let decoded = try JSONDecoder().decode(SandboxFaults.self, from: Data(read.body))
+        #expect(decoded == SandboxFaults(tooManyRequestsRate: 1, goAwayAfterStreams: 50, unregisteredTokens: [Fixture.token: 1_700_000_000_000], seed: 7))
+        #expect(s.faults == decoded)
+        #expect(s.handle(try f.devicePush(), nowMillis: Fixture.now).reason == "TooManyRequests")
+        // Omitted keys take their defaults: this clears everything.
+        #expect(admin(s, "POST", "/sandbox/faults", "{}").status == 200)
+        #expect(s.faults == SandboxFaults())
+        #expect(s.handle(try f.devicePush(), nowMillis: Fixture.now).status == 200)
+        // Refused bodies leave the faults alone.
+        #expect(admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestsRate":2}"#).status == 400)
+        #expect(admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestsRate":"high"}"#).status == 400)
+        #expect(admin(s, "POST", "/sandbox/faults", "nope").status == 400)
+        #expect(s.faults == SandboxFaults())
+    }
+
+    @Test func unregisterThenPush() throws {
+        let s = f.sandbox()
+        let r = admin(s, "POST", "/sandbox/unregister", #"{"token":"\#(Fixture.token)","timestamp":1732233500000}"#)
+        #expect(r.status == 200)
+        let push = s.handle(try f.devicePush(), nowMillis: Fixture.now)
+        #expect(push.status == 410 && push.reason == "Unregistered" && push.json?["timestamp"] as? Int64 == 1_732_233_500_000)
+        #expect(s.faults.unregisteredTokens[Fixture.token] == 1_732_233_500_000)
+        // Timestamp defaults to now; bad tokens are refused.
+        let other = String(repeating: "cd", count: 32)
+        #expect(admin(s, "POST", "/sandbox/unregister", #"{"token":"\#(other)"}"#).status == 200)
+        #expect(s.faults.unregisteredTokens[other] == Fixture.now)
+        #expect(admin(s, "POST", "/sandbox/unregister", #"{"token":"xyz"}"#).status == 400)
+        #expect(admin(s, "POST", "/sandbox/unregister", #"{"timestamp":1}"#).status == 400)
+    }
+
+    @Test func viewsDeliveriesAndStats() throws {
+        let s = f.sandbox()
+        for ts in [Int64(10), 20, 15] {
+            _ = s.handle(try f.devicePush(body: update(timestamp: ts, state: ["score": .string("\(ts)")])), nowMillis: Fixture.now)
+        }
+        let device = admin(s, "GET", "/sandbox/devices/\(Fixture.token)")
+        #expect(device.status == 200)
+        let view = try #require(device.json)
+        #expect((view["contentState"] as? [String: Any])?["score"] as? String == "20")
+        #expect(view["timestamp"] as? Int == 20 && view["timestampRegressionsIgnored"] as? Int == 1)
+        #expect(view["state"] as? String == "active" && view["tier"] as? String == "standard")
+        #expect(admin(s, "GET", "/sandbox/devices/\(String(repeating: "ee", count: 32))").status == 404)
+
+        let deliveries = admin(s, "GET", "/sandbox/deliveries?limit=2")
+        let list = try #require(deliveries.json?["deliveries"] as? [[String: Any]])
+        #expect(list.map { $0["timestamp"] as? Int } == [20, 15])
+        #expect(list.last?["displayed"] as? Bool == false)
+        #expect((admin(s, "GET", "/sandbox/deliveries").json?["deliveries"] as? [Any])?.count == 3)
+        #expect(admin(s, "GET", "/sandbox/deliveries?limit=x").status == 400)
+
+        let stats = try #require(admin(s, "GET", "/sandbox/stats").json)
+        #expect(stats["requests"] as? Int == 3 && stats["delivered"] as? Int == 3 && stats["notDisplayed"] as? Int == 1)
+        #expect((stats["byStatus"] as? [String: Any])?["200"] as? Int == 3)
+        // Admin requests are not counted.
+        #expect(s.stats.requests == 3)
+    }
+
+    @Test func channelViewsWithPercentEncodedIDs() throws {
+        let s = f.sandbox()
+        var id = ""
+        // Create until the id has a '/' or '+', to exercise decoding (base64 of 16 random bytes: almost always).
+        for _ in 0..<50 {
+            id = try f.createChannel(s, policy: 1)
+            if id.contains("/") || id.contains("+") { break }
+        }
+        let encoded = id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        _ = s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: id, expiration: "1732240000"),
+                                 body: update(timestamp: 5, state: ["x": 1])), nowMillis: Fixture.now)
+        let r = admin(s, "GET", "/sandbox/channels/\(encoded)")
+        #expect(r.status == 200)
+        #expect(r.json?["id"] as? String == id && r.json?["messageStoragePolicy"] as? Int == 1)
+        #expect((r.json?["contentState"] as? [String: Any])?["x"] as? Int == 1)
+        #expect(admin(s, "GET", "/sandbox/channels/AAAA").status == 404)
+    }
+
+    @Test func tiersAndErrors() throws {
+        let s = f.sandbox()
+        let r = admin(s, "POST", "/sandbox/tier", #"{"token":"\#(Fixture.token)","tier":"frequent"}"#)
+        #expect(r.status == 200 && r.json?["budgetPerHour"] as? Int == 120)
+        _ = s.handle(try f.devicePush(), nowMillis: Fixture.now)
+        #expect(s.deviceView(token: Fixture.token)?.tier == .frequent)
+        #expect(admin(s, "POST", "/sandbox/tier", #"{"token":"\#(Fixture.token)","tier":"turbo"}"#).status == 400)
+        #expect(admin(s, "GET", "/sandbox/tier").status == 405)
+        #expect(admin(s, "DELETE", "/sandbox/stats").status == 405)
+        #expect(admin(s, "GET", "/sandbox/nothing").status == 404)
+        #expect(admin(s, "GET", "/sandbox/devices/").status == 404)
+        let error = admin(s, "GET", "/sandbox/nothing").json?["error"] as? String
+        #expect(error?.contains("/sandbox/nothing") == true)
+    }
+}

@@ -1,0 +1,151 @@
+import ActivityCastCore
+import APNsCore
+import APNsSandbox
+import Testing
+
+/// What a device shows after a series of pushes, and what the log records.
+@Suite struct DeviceViewTests {
+    let f: Fixture
+    /// A provider token for an hour later, when the default one has expired (minted once: each
+    /// mint is a different string, and a connection may not change tokens often).
+    let laterBearer: String
+    init() throws {
+        f = try Fixture()
+        laterBearer = try f.bearer(ageSeconds: -3600 + 60)
+    }
+
+    @discardableResult
+    private func send(_ s: SandboxState, _ body: [UInt8], priority: String = "10", at: Int64 = Fixture.now,
+                      token: String = Fixture.token) throws -> SandboxResponse {
+        var headers = try f.deviceHeaders(priority: priority)
+        // Past the hour, the default provider token has expired: a fresh one, as a server would.
+        if at >= Fixture.now + 3_600_000 { headers.set("authorization", laterBearer) }
+        let r = s.handle(try f.devicePush(token: token, headers: headers, body: body), nowMillis: at)
+        #expect(r.status == 200, "\(String(decoding: r.body, as: UTF8.self))")
+        return r
+    }
+
+    @Test func successCarriesApnsIDAndUniqueIDInDevelopment() throws {
+        let s = f.sandbox()
+        let given = "6f1c63b5-9f0c-4d2c-9a4e-3b1d3b9e2a10"
+        let r = s.handle(try f.devicePush(headers: try f.deviceHeaders().with("apns-id", given)), nowMillis: Fixture.now)
+        #expect(r.status == 200 && r.body.isEmpty)
+        #expect(r.header("apns-id") == given)
+        let unique = try #require(r.header("apns-unique-id"))
+        #expect(unique.count == 36 && unique == unique.lowercased())
+        // Without apns-id, a fresh lowercase UUID each time.
+        let a = try send(s, update(timestamp: 101)).header("apns-id"), b = try send(s, update(timestamp: 102)).header("apns-id")
+        #expect(a != nil && a != b && a == a?.lowercased() && a?.count == 36)
+        // Errors carry apns-id too; production answers without apns-unique-id.
+        let e = s.handle(try f.devicePush(body: []), nowMillis: Fixture.now)
+        #expect(e.status == 400 && e.header("apns-id") != nil && e.header("apns-unique-id") == nil)
+        let prod = f.sandbox { $0.environment = .production }
+        let p = prod.handle(try f.devicePush(), nowMillis: Fixture.now)
+        #expect(p.status == 200 && p.header("apns-id") != nil && p.header("apns-unique-id") == nil)
+    }
+
+    @Test func olderTimestampsAreReceivedButNotShown() throws {
+        let s = f.sandbox()
+        try send(s, update(timestamp: 100, state: ["score": "1-0"]))
+        try send(s, update(timestamp: 90, state: ["score": "0-0"]))
+        var view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.contentStateJSON == ["score": "1-0"])
+        #expect(view.timestamp == 100 && view.timestampRegressionsIgnored == 1)
+        #expect(view.pushesReceived == 2 && view.pushesDisplayed == 1)
+        // An equal timestamp is shown.
+        try send(s, update(timestamp: 100, state: ["score": "2-0"]))
+        view = try #require(s.deviceView(token: Fixture.token.uppercased()))
+        #expect(view.contentStateJSON == ["score": "2-0"])
+        let log = s.recentDeliveries(limit: 10)
+        #expect(log.map(\.displayed) == [true, false, true])
+        #expect(log.map(\.timestamp) == [100, 90, 100])
+        #expect(s.stats.notDisplayed == 1)
+    }
+
+    @Test func endDismissesAndLaterUpdatesAreIgnored() throws {
+        let s = f.sandbox()
+        try send(s, update(timestamp: 100))
+        try send(s, end(timestamp: 200, state: ["score": "2-1"], dismissal: 5000))
+        var view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.state == .ended && view.dismissalDate == 5000 && view.endedAtMillis == Fixture.now)
+        #expect(view.contentStateJSON == ["score": "2-1"] && view.lastEvent == .end)
+        try send(s, update(timestamp: 300, state: ["score": "3-1"]))
+        view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.contentStateJSON == ["score": "2-1"] && view.ignoredAfterEnd == 1)
+        // dismissal-date is only allowed with end.
+        let bad = bytes(#"{"aps":{"event":"update","timestamp":400,"content-state":{},"dismissal-date":1}}"#)
+        #expect(s.handle(try f.devicePush(body: bad), nowMillis: Fixture.now).reason == "BadRequestPayload")
+    }
+
+    @Test func pushToStartIsCountedAndStartsANewActivity() throws {
+        let s = f.sandbox()
+        try send(s, end(timestamp: 50))
+        try send(s, start(timestamp: 60))
+        let view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.state == .active && view.startsReceived == 1 && view.startsThisHour == 1)
+        #expect(view.attributesType == "MatchAttributes" && view.inputPushToken)
+        #expect(view.lastAlertJSON == ["title": "Kick-off", "body": "ARS v CHE"])
+        #expect(view.contentStateJSON == ["score": "0-0"] && view.timestamp == 60)
+        // A start without an alert is refused.
+        let noAlert = bytes(#"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"A","attributes":{}}}"#)
+        #expect(s.handle(try f.devicePush(body: noAlert), nowMillis: Fixture.now).reason == "BadRequestPayload")
+    }
+
+    @Test func priorityTenSpendsTheHourlyBudget() throws {
+        let s = f.sandbox { $0.deviceBudgetPerHour = [.standard: 3, .frequent: 6] }
+        for i in 0..<5 { try send(s, update(timestamp: Int64(100 + i))) }
+        for i in 0..<4 { try send(s, update(timestamp: Int64(200 + i)), priority: "5") }
+        var view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.tier == .standard && view.budgetPerHour == 3)
+        #expect(view.priority10ThisHour == 5 && view.priority5ThisHour == 4)
+        #expect(view.overBudgetThisHour == 2 && view.overBudgetTotal == 2)
+        // Still shown: APNs answered 200 and the device throttles rather than drops.
+        #expect(view.pushesDisplayed == 9)
+        #expect(s.recentDeliveries(limit: 9).map(\.overBudget) == [false, false, false, true, true, false, false, false, false])
+        #expect(s.stats.overBudget == 2)
+
+        // An hour later the budget is fresh.
+        try send(s, update(timestamp: 300), at: Fixture.now + 3_600_000)
+        view = try #require(s.deviceView(token: Fixture.token))
+        #expect(view.priority10ThisHour == 1 && view.overBudgetThisHour == 0 && view.overBudgetTotal == 2)
+
+        // A frequent-tier token gets the larger budget (admin override).
+        let other = String(repeating: "cd", count: 32)
+        s.setTier(.frequent, token: other)
+        for i in 0..<7 { try send(s, update(timestamp: Int64(400 + i)), at: Fixture.now + 3_600_000, token: other) }
+        let frequent = try #require(s.deviceView(token: other))
+        #expect(frequent.tier == .frequent && frequent.budgetPerHour == 6 && frequent.overBudgetThisHour == 1)
+    }
+
+    @Test func tierOverridesFromConfiguration() throws {
+        let s = f.sandbox { $0.tierOverrides = [Fixture.token.uppercased(): .frequent] }
+        try send(s, update(timestamp: 1))
+        #expect(s.deviceView(token: Fixture.token)?.budgetPerHour == 120)
+        #expect(s.deviceView(token: String(repeating: "ef", count: 32)) == nil)
+    }
+
+    @Test func theDeliveryLogIsABoundedRing() throws {
+        let s = f.sandbox { $0.deliveryLogCapacity = 5 }
+        for i in 0..<12 {
+            let id = "00000000-0000-4000-8000-0000000000" + (i < 10 ? "0\(i)" : "\(i)")
+            let r = s.handle(try f.devicePush(headers: try f.deviceHeaders().with("apns-id", id).with("apns-expiration", "0")
+                                                .with("apns-collapse-id", "c"), body: update(timestamp: Int64(i))), nowMillis: Fixture.now + Int64(i))
+            #expect(r.status == 200)
+        }
+        let log = s.recentDeliveries(limit: 100)
+        #expect(log.count == 5)
+        #expect(log.map(\.timeMillis) == (7..<12).map { Fixture.now + Int64($0) })
+        #expect(log.last?.apnsID == "00000000-0000-4000-8000-000000000011")
+        #expect(log.last?.kind == .device && log.last?.target == Fixture.token && log.last?.priority == 10)
+        #expect(log.last?.event == .update && log.last?.expiration == 0 && log.last?.collapseID == "c")
+        #expect(s.recentDeliveries(limit: 2).map(\.timestamp) == [10, 11])
+    }
+
+    @Test func aTokenBelongsToOneApp() throws {
+        let s = f.sandbox { $0.bundleIDs = [Fixture.bundle, "com.example.other"] }
+        try send(s, update(timestamp: 1))
+        let h = try f.deviceHeaders().with("apns-topic", "com.example.other.push-type.liveactivity")
+        #expect(s.handle(try f.devicePush(headers: h), nowMillis: Fixture.now).reason == "DeviceTokenNotForTopic")
+        #expect(s.deviceView(token: Fixture.token)?.bundleID == Fixture.bundle)
+    }
+}

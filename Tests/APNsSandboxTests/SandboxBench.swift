@@ -1,0 +1,51 @@
+import ActivityCastCore
+import APNsCore
+import APNsSandbox
+import Foundation
+import Testing
+
+/// Throughput of `handle()` for valid device pushes. Prints only; never fails on speed. Run in
+/// release mode:
+///
+///     ACTIVITYCAST_SANDBOX_BENCH=1 swift test -c release --filter SandboxBench
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["ACTIVITYCAST_SANDBOX_BENCH"] == "1"))
+struct SandboxBench {
+    @Test func devicePushesPerSecond() async throws {
+        let f = try Fixture()
+        let headers = try f.deviceHeaders()
+        // 10,000 distinct tokens, a realistic 150-byte update with an apns-id on half of them.
+        let requests = try (0..<10_000).map { i -> SandboxRequest in
+            let token = String(repeating: "0", count: 56) + String(UInt32(i), radix: 16).leftPadded(to: 8)
+            var h = headers
+            if i % 2 == 0 { h.set("apns-id", "6f1c63b5-9f0c-4d2c-9a4e-\(String(UInt32(i), radix: 16).leftPadded(to: 12))") }
+            let body = update(timestamp: 1_732_233_600 + Int64(i), state: ["home": 2, "away": 1, "clock": "67'", "period": "second_half"])
+            return try f.devicePush(token: token, headers: h, body: body, connection: UInt64(i % 8))
+        }
+
+        for threads in [1, 2] {
+            let s = f.sandbox()
+            let rounds = 60
+            let start = ContinuousClock.now
+            await withTaskGroup(of: Int.self) { group in
+                for t in 0..<threads {
+                    group.addTask {
+                        var ok = 0
+                        for r in 0..<rounds {
+                            for (i, request) in requests.enumerated() where i % threads == t {
+                                if s.handle(request, nowMillis: Fixture.now + Int64(r)).status == 200 { ok += 1 }
+                            }
+                        }
+                        return ok
+                    }
+                }
+                var total = 0
+                for await ok in group { total += ok }
+                #expect(total == rounds * requests.count)
+            }
+            let elapsed = ContinuousClock.now - start
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let rate = Double(rounds * requests.count) / seconds
+            print("SandboxBench: \(threads) thread(s): \(Int(rate)) device pushes/s (\(String(format: "%.2f", 1e6 / rate * Double(threads))) µs each per thread)")
+        }
+    }
+}

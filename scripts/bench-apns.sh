@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# APNs client benchmark: builds in release mode, starts a private sandbox on a free loopback port
+# (stopped by PID afterwards), then sends the same requests through our client and through
+# h2load (same headers, payload, connections and streams) and reports both rates, their ratio
+# and the CPU time per request. Arguments go to `activitycast bench apns`.
+#
+#   bash scripts/bench-apns.sh --requests 200000 --connections 4 --streams 100 --runs 3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+swift build -c release --product activitycast 2>&1 | tail -1
+bin=$(swift build -c release --show-bin-path)/activitycast
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export ACTIVITYCAST_SANDBOX_DIR="$work" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$port" ACTIVITYCAST_LOG_LEVEL=warning
+"$bin" sandbox --threads "${SANDBOX_THREADS:-2}" >"$work/sandbox.log" 2>&1 &
+sandbox_pid=$!
+trap 'kill "$sandbox_pid" 2>/dev/null; wait "$sandbox_pid" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.log" 2>/dev/null && break; sleep 0.05; done
+echo "machine: $(nproc) cores, $(uname -m), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d)"
+"$bin" bench apns "$@"
