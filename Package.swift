@@ -70,6 +70,10 @@ let package = Package(
             "APNs", "APNsCore", "HTTP2Kit", "HTTP2Transport", "OpenSSLKit", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .testTarget(name: "SandboxIntegrationTests", dependencies: [
+            "APNs", "APNsSandbox", "APNsCore", "ActivityCastCore", "HTTP2Kit", "OpenSSLKit", "TestSupport",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "APNsCoreTests", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),

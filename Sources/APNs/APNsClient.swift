@@ -128,9 +128,13 @@ public final class APNsClient: Sendable {
         return await perform(method: "POST", sharedHeaders: headers, body: body, targets: requests)
     }
 
-    /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). `expiration` must be 0 on a
-    /// channel with storage policy 0.
-    public func broadcast(payload: [UInt8], channelID: String, bundleID: String, priority: Int = 10, expiration: Int64 = 0) async -> APNsResult {
+    /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). The expiration follows the
+    /// channel's storage policy: always 0 on a policy-0 channel (APNs answers BadExpirationDate
+    /// otherwise); on a policy-1 channel `expiration`, or 8 hours from now (how long APNs keeps
+    /// the latest message).
+    public func broadcast(payload: [UInt8], channelID: String, bundleID: String, priority: Int = 10, storagePolicy: Int = 0,
+                          expiration: Int64? = nil) async -> APNsResult {
+        let expiration = storagePolicy == 0 ? 0 : (expiration ?? Int64(Date().timeIntervalSince1970) + 8 * 3600)
         let headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-channel-id", channelID),
                        HTTP2Header("apns-priority", String(priority)), HTTP2Header("apns-expiration", String(expiration))]
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),

@@ -93,8 +93,8 @@ public final class SandboxState: Sendable {
     /// APNs last knew the token valid). Returns false if `token` isn't a device token.
     @discardableResult
     public func markUnregistered(token: String, timestampMillis: Int64) -> Bool {
-        guard let token = DeviceToken.normalize(Substring(token)) else { return false }
-        store.withLock { $0.faults.unregisteredTokens[token] = timestampMillis }
+        guard let key = TokenKey(hex: token) else { return false }
+        store.withLock { $0.markUnregistered(key, timestampMillis: timestampMillis) }
         return true
     }
 
@@ -102,15 +102,15 @@ public final class SandboxState: Sendable {
     /// the sandbox can't see it). Returns false if `token` isn't a device token.
     @discardableResult
     public func setTier(_ tier: Tier, token: String) -> Bool {
-        guard let token = DeviceToken.normalize(Substring(token)) else { return false }
-        store.withLock { $0.setTier(tier, token: token, settings: settings) }
+        guard let key = TokenKey(hex: token) else { return false }
+        store.withLock { $0.setTier(tier, token: key, settings: settings) }
         return true
     }
 
     /// What the device with this token shows, if it received anything.
     public func deviceView(token: String) -> DeviceView? {
-        guard let token = DeviceToken.normalize(Substring(token)) else { return nil }
-        return store.withLock { $0.devices[token] }
+        guard let key = TokenKey(hex: token) else { return nil }
+        return store.withLock { $0.devices[key]?.view }
     }
 
     /// What activities subscribed to this channel show (also for deleted channels).

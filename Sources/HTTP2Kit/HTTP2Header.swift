@@ -60,7 +60,7 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
 
     /// The value of the first header called `name`, or nil.
     public func value(for name: String) -> String? {
-        guard let index = firstIndex(of: name) else { return nil }
+        guard let index = firstIndex(ofName: name) else { return nil }
         let field = fields[index]
         return string(Int(field.valueStart), Int(field.valueLength))
     }
@@ -79,16 +79,16 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
 
     /// The raw bytes of the first header called `name`, or nil.
     public func valueBytes(for name: String) -> ArraySlice<UInt8>? {
-        guard let index = firstIndex(of: name) else { return nil }
+        guard let index = firstIndex(ofName: name) else { return nil }
         let field = fields[index]
         return bytes[Int(field.valueStart)..<Int(field.valueStart + field.valueLength)]
     }
 
     /// Whether a header called `name` is present.
-    public func contains(name: String) -> Bool { firstIndex(of: name) != nil }
+    public func contains(name: String) -> Bool { firstIndex(ofName: name) != nil }
 
     /// The index of the first header called `name`.
-    public func firstIndex(of name: String) -> Int? {
+    public func firstIndex(ofName name: String) -> Int? {
         var name = name
         return name.withUTF8 { key -> Int? in
             for index in fields.indices where matches(fields[index], key) {

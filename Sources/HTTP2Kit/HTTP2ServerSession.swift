@@ -73,18 +73,22 @@ public final class HTTP2ServerSession: HTTP2Session {
     public weak var delegate: (any HTTP2ServerDelegate)?
 
     let handle: NGHTTP2SessionHandle
-    var streams: ContiguousArray<Stream> = []
-    var freeSlots: [Int] = []
-    var openCount = 0
+    // Exclusivity checks are off for the hot mutable state, as in HTTP2ClientSession (same
+    // reasons: one thread, no access held across a call out of this class).
+    @exclusivity(unchecked) var streams: ContiguousArray<Stream> = []
+    @exclusivity(unchecked) var freeSlots: [Int] = []
+    @exclusivity(unchecked) var openCount = 0
     /// Streams answered while their request body was still arriving (too large): each gets an
     /// RST_STREAM(NO_ERROR) once its response is out, so the client stops sending.
-    var pendingEarlyResponses = 0
+    @exclusivity(unchecked) var pendingEarlyResponses = 0
     /// The stream whose header block is being received, and its slot (header blocks are
     /// contiguous, so one cache entry saves a lookup per header).
-    var headerStream: Int32 = 0
-    var headerSlot = -1
+    @exclusivity(unchecked) var headerStream: Int32 = 0
+    @exclusivity(unchecked) var headerSlot = -1
     let scratch = HeaderScratch()
-    var activeDelegate: (any HTTP2ServerDelegate)?
+    @exclusivity(unchecked) var activeDelegate: (any HTTP2ServerDelegate)?
+    /// Inside `receive`/`produceOutput`.
+    @exclusivity(unchecked) var driving = false
 
     /// The body size above which a request is handed over early with `bodyTooLarge`.
     public let maxRequestBodySize: Int
@@ -124,14 +128,14 @@ public final class HTTP2ServerSession: HTTP2Session {
     // MARK: HTTP2Session
 
     public func receive(_ bytes: UnsafeRawBufferPointer) throws(HTTP2Error) {
-        let entered = enterCallbacks()
-        defer { if entered { activeDelegate = nil } }
+        try enter()
+        defer { leave() }
         try handle.receive(bytes)
     }
 
     public func produceOutput(into buffer: inout [UInt8], limit: Int) throws(HTTP2Error) -> Int {
-        let entered = enterCallbacks()
-        defer { if entered { activeDelegate = nil } }
+        try enter()
+        defer { leave() }
         return try handle.produce(into: &buffer, limit: limit)
     }
 
@@ -260,11 +264,23 @@ public final class HTTP2ServerSession: HTTP2Session {
         openCount -= 1
     }
 
+    /// Marks the start of a `receive`/`produceOutput` call: nghttp2 must not be re-entered from
+    /// its own callbacks (its parser and serializer keep state across the call), and the
+    /// delegate is loaded once for all the events the call fires.
     @inline(__always)
-    func enterCallbacks() -> Bool {
-        guard activeDelegate == nil else { return false }
+    func enter() throws(HTTP2Error) {
+        guard !driving else {
+            throw HTTP2Error(kind: .invalidArgument,
+                             message: "receive/produceOutput called from inside a delegate callback")
+        }
+        driving = true
         activeDelegate = delegate
-        return activeDelegate != nil
+    }
+
+    @inline(__always)
+    func leave() {
+        driving = false
+        activeDelegate = nil
     }
 
     @inline(__always)

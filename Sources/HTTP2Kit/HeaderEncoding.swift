@@ -66,13 +66,15 @@ enum HeaderRules {
 /// entries (and every name/value not flagged no-copy) inside `nghttp2_submit_*`, so the scratch
 /// is free again as soon as that call returns.
 final class HeaderScratch {
-    private(set) var entries: UnsafeMutablePointer<nghttp2_nv>
-    private var entryCapacity: Int
-    private var bytes: UnsafeMutablePointer<UInt8>
-    private var byteCapacity: Int
+    // Used on every request by one session on one thread; no access spans a call out of this
+    // class: runtime exclusivity checks are off (see HTTP2ClientSession).
+    @exclusivity(unchecked) private(set) var entries: UnsafeMutablePointer<nghttp2_nv>
+    @exclusivity(unchecked) private var entryCapacity: Int
+    @exclusivity(unchecked) private var bytes: UnsafeMutablePointer<UInt8>
+    @exclusivity(unchecked) private var byteCapacity: Int
     /// Entries filled since `reset`.
-    private(set) var count = 0
-    private var byteCount = 0
+    @exclusivity(unchecked) private(set) var count = 0
+    @exclusivity(unchecked) private var byteCount = 0
 
     init() {
         entryCapacity = 16

@@ -71,7 +71,8 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "content-state as a JSON object.") var contentState = "{}"
     @Option(help: "10 (now, spends budget) or 5 (opportunistic); 1 for broadcasts too.") var priority = 10
     @Option(help: "aps.timestamp, seconds since 1970 (default now).") var timestamp: Int64?
-    @Option(help: "apns-expiration (default: none for tokens, 0 for channels).") var expiration: Int64?
+    @Option(help: "apns-expiration (default: none for tokens; for channels 0 with --policy 0, 8 h ahead with --policy 1).") var expiration: Int64?
+    @Option(help: "The channel's message-storage-policy (0 or 1), for its expiration rule.") var policy = 0
     @Option(help: "stale-date, seconds since 1970.") var staleDate: Int64?
     @Option(help: "dismissal-date (end only), seconds since 1970.") var dismissalDate: Int64?
     @Option var alertTitle: String?
@@ -104,7 +105,7 @@ struct SendCommand: AsyncParsableCommand {
                                                    priority: priority, expiration: expiration)[0]
         } else {
             result = await client.broadcast(payload: payload.encoded(), channelID: channel!, bundleID: settings.apns.bundleID,
-                                            priority: priority, expiration: expiration ?? 0)
+                                            priority: priority, storagePolicy: policy, expiration: expiration)
         }
         print(describe(result))
         if case .response(let r) = result, (200..<300).contains(r.status) { return }

@@ -55,9 +55,11 @@ struct HTTP2KitBenchmarks {
         let path: String?
         var submitted = 0
         let withApnsID: Bool
-        /// Paths and apns-id headers made before the clock starts: a sender has its tokens ready.
+        /// Paths and apns-id headers made before the clock starts (a sender has its tokens
+        /// ready): 10,000 distinct ones, used in turn.
         let paths: [String]
         let idHeaders: [[HTTP2Header]]
+        static let distinct = 10_000
 
         init(total: Int, concurrency: Int, template: HTTP2RequestTemplate = HTTP2KitBenchmarks.template,
              path: String? = nil, withApnsID: Bool) throws {
@@ -67,15 +69,16 @@ struct HTTP2KitBenchmarks {
             self.template = template
             self.path = path
             self.withApnsID = withApnsID
-            paths = (0..<total).map { path ?? "/3/device/\(Self.token($0))" }
-            idHeaders = (0..<total).map { withApnsID ? [HTTP2Header("apns-id", Self.uuid($0))] : [] }
+            paths = (0..<Self.distinct).map { path ?? "/3/device/\(Self.token($0))" }
+            idHeaders = (0..<Self.distinct).map { withApnsID ? [HTTP2Header("apns-id", Self.uuid($0))] : [] }
         }
 
         func fill() throws {
             guard client.hasReceivedSettings else { return }
             let limit = min(concurrency, client.remoteMaxConcurrentStreams)
             while submitted < total && client.activeStreams < limit {
-                try client.submitRequest(template, path: paths[submitted], headers: idHeaders[submitted],
+                try client.submitRequest(template, path: paths[submitted % Self.distinct],
+                                         headers: idHeaders[submitted % Self.distinct],
                                          body: HTTP2KitBenchmarks.body, context: UInt64(submitted))
                 submitted += 1
             }
@@ -190,27 +193,33 @@ struct HTTP2KitBenchmarks {
         let bodyPath = certificate.directory.path + "/body.json"
         try Self.body.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: bodyPath)) }
 
-        for round in 1...2 {
-            let h2load = try await Self.h2load(["-n", String(Self.requests), "-c", "1", "-m", "100", "-d", bodyPath,
-                                                "https://127.0.0.1:\(port)/3/device/abc"], certificate: certificate)
+        // The same request headers on both sides (h2load: -H for each template header), so nghttpd
+        // does the same work for both clients.
+        let headerArguments = Self.template.headers.flatMap { ["-H", "\($0.name): \($0.value)"] }
+        for round in 1...3 {
+            let h2load = try await Self.h2load(["-n", String(Self.requests), "-c", "1", "-m", "100", "-d", bodyPath]
+                                               + headerArguments + ["https://127.0.0.1:\(port)/3/device/abc"],
+                                               certificate: certificate)
             print("BENCH h2load -> nghttpd (c1 m100), round \(round): \(h2load.summary) | h2load CPU "
                   + "\(String(format: "%.2f", h2load.cpu)) s = \(String(format: "%.2f", h2load.cpu / Double(Self.requests) * 1e6)) µs/request")
 
-            let socket = try Socket.connectTCP(host: "127.0.0.1", port: port, timeout: .seconds(5))
-            defer { socket.close() }
-            let context = try TLSContext.client(caFile: certificate.certificatePath, alpn: ["h2"])
-            let tls = try TLSSession(context: context, fd: socket.fd, serverName: "127.0.0.1")
-            try TLSPump.handshake(tls, fd: socket.fd)
-            let template = try HTTP2RequestTemplate(authority: "127.0.0.1:\(port)", headers: Self.template.headers)
-            let sender = try Sender(total: Self.requests, concurrency: 100, template: template, path: "/3/device/abc",
-                                    withApnsID: true)
-            let pump = TLSPump(fd: socket.fd, tls: tls, session: sender.client)
-            let elapsed = try Self.measure {
-                try TLSPump.run([pump], timeout: .seconds(300), between: { try sender.fill() }, until: { sender.done })
+            for withApnsID in [false, true] {
+                let socket = try Socket.connectTCP(host: "127.0.0.1", port: port, timeout: .seconds(5))
+                defer { socket.close() }
+                let context = try TLSContext.client(caFile: certificate.certificatePath, alpn: ["h2"])
+                let tls = try TLSSession(context: context, fd: socket.fd, serverName: "127.0.0.1")
+                try TLSPump.handshake(tls, fd: socket.fd)
+                let template = try HTTP2RequestTemplate(authority: "127.0.0.1:\(port)", headers: Self.template.headers)
+                let sender = try Sender(total: Self.requests, concurrency: 100, template: template, path: "/3/device/abc",
+                                        withApnsID: withApnsID)
+                let pump = TLSPump(fd: socket.fd, tls: tls, session: sender.client)
+                let elapsed = try Self.measure {
+                    try TLSPump.run([pump], timeout: .seconds(300), between: { try sender.fill() }, until: { sender.done })
+                }
+                #expect(sender.events.ok == Self.requests)
+                Self.report("HTTP2ClientSession -> nghttpd (1 connection, 100 in flight\(withApnsID ? ", apns-id per request" : "")), round \(round)",
+                            requests: Self.requests, seconds: elapsed)
             }
-            #expect(sender.events.ok == Self.requests)
-            Self.report("HTTP2ClientSession -> nghttpd (1 connection, 100 in flight, apns-id per request), round \(round)",
-                        requests: Self.requests, seconds: elapsed)
         }
     }
 
@@ -231,6 +240,7 @@ struct HTTP2KitBenchmarks {
         for (connections, streams) in [(1, 100), (4, 100), (4, 1)] {
             let n = streams == 1 ? Self.requests / 4 : Self.requests
             let args = ["-n", String(n), "-c", String(connections), "-m", String(streams), "-d", bodyPath]
+                + Self.template.headers.flatMap { ["-H", "\($0.name): \($0.value)"] }
             let serverCPU0 = server.cpuMicroseconds.count
             let ours = try await Self.h2load(args + ["https://127.0.0.1:\(server.port)/3/device/abc"], certificate: certificate)
             // Connection threads add their CPU time when they end (h2load has closed by now).

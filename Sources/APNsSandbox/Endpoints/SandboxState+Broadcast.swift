@@ -15,8 +15,7 @@ struct BroadcastCandidate: Sendable {
     var expiration: Int64 = 0
     var collapseID: String?
     var payload: ScannedPayload?
-    var contentState: [UInt8]?
-    var alert: [UInt8]?
+    var body: [UInt8] = []
 }
 
 extension SandboxState {
@@ -36,11 +35,10 @@ extension SandboxState {
     /// `start` event or anything `PayloadScanner` refuses → `BadRequestPayload`.
     ///
     /// Success: 200 with `apns-request-id` (echoed or new) and `apns-unique-id`.
-    func handleBroadcast(_ request: SandboxRequest, bundle rawBundle: Substring, nowMillis: Int64) -> SandboxResponse {
+    func handleBroadcast(_ request: SandboxRequest, bundle: String, nowMillis: Int64) -> SandboxResponse {
         let h = RequestHeaders(request.headers)
         let (requestID, badRequestID) = requestID(h)
         var c = BroadcastCandidate(duplicate: h.duplicate, authorization: h.authorization)
-        let bundle = String(rawBundle)
         if settings.bundles.contains(bundle) { c.bundle = bundle }
         let headerError = validateBroadcastHeaders(&c, h, badRequestID: badRequestID)
         c.headerError = headerError
@@ -52,8 +50,7 @@ extension SandboxState {
                 c.payloadError = .payloadTooLarge
             } else if let payload = PayloadScanner.scan(body), payload.event != .start {
                 c.payload = payload
-                c.contentState = payload.contentState.map { Array(body[$0]) }
-                c.alert = payload.alert.map { Array(body[$0]) }
+                c.body = body
             } else {
                 c.payloadError = .badRequestPayload
             }
@@ -123,14 +120,13 @@ extension SandboxStore {
         if record.view.messageStoragePolicy == 0 && c.expiration != 0 { return finish(Outcome(.badExpirationDate), effects: effects) }
         if let error = c.payloadError { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload else { return finish(Outcome(.badRequestPayload), effects: effects) }
-        let effect = channels[c.channelID]!.view.apply(payload, priority: c.priority, contentState: c.contentState, alert: c.alert,
-                                                       attributes: nil, startBudget: .max, nowMillis: now)
+        let effect = channels[c.channelID]!.view.apply(payload, body: c.body, priority: c.priority, startBudget: .max, nowMillis: now)
         deliveries.append(Delivery(timeMillis: now, kind: .broadcast, target: c.channelID, bundleID: bundle, priority: c.priority,
                                    event: payload.event, timestamp: payload.timestamp, apnsID: requestID, expiration: c.expiration,
                                    collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
-        stats.delivered += 1
-        stats.broadcasts += 1
-        if !effect.displayed { stats.notDisplayed += 1 }
+        counters.delivered += 1
+        counters.broadcasts += 1
+        if !effect.displayed { counters.notDisplayed += 1 }
         return finish(Outcome(status: 200), effects: effects)
     }
 }

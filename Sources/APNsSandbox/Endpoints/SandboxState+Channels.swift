@@ -32,12 +32,11 @@ extension SandboxState {
     /// - list (GET all-channels): 200 `{"channels":[…]}`, live channels in creation order.
     /// Every response carries `apns-request-id` (echoed or new). No `apns-push-type` or
     /// `apns-topic` header is needed: the app is in the path and the push type in the body.
-    func handleChannels(_ request: SandboxRequest, bundle rawBundle: Substring, operation: ChannelOperation,
+    func handleChannels(_ request: SandboxRequest, bundle: String, operation: ChannelOperation,
                         nowMillis: Int64) -> SandboxResponse {
         let h = RequestHeaders(request.headers)
         let (requestID, badRequestID) = requestID(h)
         var c = ChannelCandidate(operation: operation, duplicate: h.duplicate, authorization: h.authorization)
-        let bundle = String(rawBundle)
         if settings.bundles.contains(bundle) { c.bundle = bundle }
         let error = validateChannelRequest(&c, h, body: request.body, badRequestID: badRequestID)
         c.error = error
@@ -110,7 +109,7 @@ extension SandboxStore {
             view.messageStoragePolicy = c.storagePolicy
             channels[c.newChannelID] = ChannelRecord(sequence: channelSequence, view: view)
             activeChannels[bundle, default: 0] += 1
-            stats.channelsCreated += 1
+            counters.channelsCreated += 1
             var o = Outcome(status: 201)
             o.channelID = c.newChannelID
             return finish(o, effects: effects)
@@ -125,7 +124,7 @@ extension SandboxStore {
             }
             channels[c.channelID]!.view.deleted = true
             activeChannels[bundle, default: 1] -= 1
-            stats.channelsDeleted += 1
+            counters.channelsDeleted += 1
             return finish(Outcome(status: 204), effects: effects)
         case .list:
             var o = Outcome(status: 200)

@@ -1,22 +1,27 @@
 import ActivityCastCore
 import APNsCore
 
-/// A device push after the lock-free checks.
-struct DeviceCandidate: Sendable {
-    var duplicate: Bool
-    var authorization: String?
+/// A device push after the lock-free checks. A class: it is handed into the lock by reference
+/// instead of copying a dozen fields.
+final class DeviceCandidate {
+    let duplicate: Bool
+    let authorization: String?
     /// The app named by a valid, allowed topic.
     var bundle: String?
     /// The first header or body error, if any.
     var error: APNsReason?
-    var token = ""
+    var token: TokenKey?
     var priority = 10
     var expiration: Int64?
     var collapseID: String?
     var payload: ScannedPayload?
-    var contentState: [UInt8]?
-    var alert: [UInt8]?
-    var attributes: [UInt8]?
+    /// The request body, which `payload`'s ranges point into.
+    var body: [UInt8] = []
+
+    init(duplicate: Bool, authorization: String?) {
+        self.duplicate = duplicate
+        self.authorization = authorization
+    }
 }
 
 extension SandboxState {
@@ -37,9 +42,9 @@ extension SandboxState {
     ///
     /// Success: 200, empty body, `apns-id` (the request's, else a new one) and, in development,
     /// `apns-unique-id`. Errors carry `apns-id` too.
-    func handleDevice(_ request: SandboxRequest, token: Substring, nowMillis: Int64) -> SandboxResponse {
+    func handleDevice(_ request: SandboxRequest, token: PathToken, nowMillis: Int64) -> SandboxResponse {
         let headers = RequestHeaders(request.headers)
-        var apnsID: String
+        let apnsID: String
         var badID = false
         if let given = headers.apnsID, HeaderValue.isUUID(given, lowercase: true) {
             apnsID = given
@@ -53,19 +58,18 @@ extension SandboxState {
             store.devicePush(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis,
                              apnsID: apnsID)
         }
-        return response(outcome, id: ("apns-id", apnsID), uniqueID: settings.configuration.environment == .development)
+        return response(outcome, id: ("apns-id", apnsID), uniqueID: settings.development)
     }
 
-    private func checkDevice(_ h: RequestHeaders, token rawToken: Substring, body: [UInt8], badID: Bool) -> DeviceCandidate {
-        var c = DeviceCandidate(duplicate: h.duplicate, authorization: h.authorization)
-        if let topic = h.topic { c.bundle = settings.allowedTopics[topic] }
-        let error = validateDevice(&c, h, token: rawToken, body: body, badID: badID)
-        c.error = error
+    private func checkDevice(_ h: RequestHeaders, token: PathToken, body: [UInt8], badID: Bool) -> DeviceCandidate {
+        let c = DeviceCandidate(duplicate: h.duplicate, authorization: h.authorization)
+        if let topic = h.topic { c.bundle = settings.bundle(forTopic: topic) }
+        c.error = validateDevice(c, h, token: token, body: body, badID: badID)
         return c
     }
 
     /// Fills `c` in check order; returns the first error.
-    private func validateDevice(_ c: inout DeviceCandidate, _ h: RequestHeaders, token rawToken: Substring, body: [UInt8],
+    private func validateDevice(_ c: DeviceCandidate, _ h: RequestHeaders, token pathToken: PathToken, body: [UInt8],
                                 badID: Bool) -> APNsReason? {
         guard h.pushType == "liveactivity" else { return .invalidPushType }
         guard let topic = h.topic else { return .missingTopic }
@@ -84,16 +88,16 @@ extension SandboxState {
             guard collapse.utf8.count <= 64 else { return .badCollapseId }
             c.collapseID = collapse
         }
-        if rawToken.isEmpty { return .missingDeviceToken }
-        guard let token = DeviceToken.normalize(rawToken) else { return .badDeviceToken }
-        c.token = token
+        switch pathToken {
+        case .missing: return .missingDeviceToken
+        case .invalid: return .badDeviceToken
+        case .valid(let token): c.token = token
+        }
         if body.isEmpty { return .payloadEmpty }
         if body.count > Self.maxDevicePayload { return .payloadTooLarge }
         guard let payload = PayloadScanner.scan(body) else { return .badRequestPayload }
         c.payload = payload
-        c.contentState = payload.contentState.map { Array(body[$0]) }
-        c.alert = payload.alert.map { Array(body[$0]) }
-        c.attributes = payload.attributes.map { Array(body[$0]) }
+        c.body = body
         return nil
     }
 }
@@ -110,23 +114,21 @@ extension SandboxStore {
         }
         if let error = c.error { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload, let bundle = c.bundle else { return finish(Outcome(.badRequestPayload), effects: effects) }
-        if !faults.unregisteredTokens.isEmpty, let since = faults.unregisteredTokens[c.token] {
-            return finish(Outcome(.unregistered, timestamp: since), effects: effects)
-        }
-        if !faults.expiredTokens.isEmpty, faults.expiredTokens.contains(c.token) { return finish(Outcome(.expiredToken), effects: effects) }
-        guard bindDevice(c.token, bundle: bundle, settings: settings, nowMillis: now) else {
+        guard let token = c.token else { return finish(Outcome(.badDeviceToken), effects: effects) }
+        if !unregistered.isEmpty, let since = unregistered[token] { return finish(Outcome(.unregistered, timestamp: since), effects: effects) }
+        if !expired.isEmpty, expired.contains(token) { return finish(Outcome(.expiredToken), effects: effects) }
+        guard let record = deviceRecord(token, bundle: bundle, settings: settings, nowMillis: now) else {
             return finish(Outcome(.deviceTokenNotForTopic), effects: effects)
         }
-        let effect = devices[c.token]!.apply(payload, priority: c.priority, contentState: c.contentState, alert: c.alert,
-                                             attributes: c.attributes, startBudget: settings.configuration.startBudgetPerHour,
-                                             nowMillis: now)
-        deliveries.append(Delivery(timeMillis: now, kind: .device, target: c.token, bundleID: bundle, priority: c.priority,
+        let effect = record.view.apply(payload, body: c.body, priority: c.priority, startBudget: settings.startBudgetPerHour,
+                                       nowMillis: now)
+        deliveries.append(Delivery(timeMillis: now, kind: .device, target: record.view.id, bundleID: bundle, priority: c.priority,
                                    event: payload.event, timestamp: payload.timestamp, apnsID: apnsID, expiration: c.expiration,
                                    collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
-        stats.delivered += 1
-        stats.devicePushes += 1
-        if !effect.displayed { stats.notDisplayed += 1 }
-        if effect.overBudget { stats.overBudget += 1 }
+        counters.delivered += 1
+        counters.devicePushes += 1
+        if !effect.displayed { counters.notDisplayed += 1 }
+        if effect.overBudget { counters.overBudget += 1 }
         return finish(Outcome(status: 200), effects: effects)
     }
 }

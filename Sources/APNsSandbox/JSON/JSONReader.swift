@@ -9,6 +9,9 @@ import ActivityCastCore
 /// it just past that thing; `false`/`nil` means the document is not valid JSON.
 struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
+    /// `bytes`' start and length, read into locals by the hot loops.
+    private let base: UnsafePointer<UInt8>
+    private let count: Int
     var index = 0
     var depth = 0
 
@@ -16,51 +19,63 @@ struct JSONReader {
     /// recursion bounded.
     static let maxDepth = 64
 
-    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
+        count = bytes.count
+        // An empty buffer may have no address; it is never dereferenced (every read checks `count`).
+        base = bytes.baseAddress ?? UnsafePointer(bitPattern: 1)!
+    }
 
-    var atEnd: Bool { index >= bytes.count }
+    var atEnd: Bool { index >= count }
 
-    @inline(__always) var current: UInt8 { bytes[index] }
+    @inline(__always) var current: UInt8 { base[index] }
 
     @inline(__always) mutating func skipWhitespace() {
-        while index < bytes.count {
-            switch bytes[index] {
-            case 0x20, 0x0A, 0x0D, 0x09: index += 1
-            default: return
+        var i = index
+        while i < count {
+            switch base[i] {
+            case 0x20, 0x0A, 0x0D, 0x09: i += 1
+            default: index = i; return
             }
         }
+        index = i
     }
 
     /// Consumes `byte` (after whitespace) if it is next.
     @inline(__always) mutating func consume(_ byte: UInt8) -> Bool {
         skipWhitespace()
-        if index < bytes.count, bytes[index] == byte { index += 1; return true }
+        if index < count, base[index] == byte { index += 1; return true }
         return false
     }
 
     /// A string token: `index` at the opening quote. Returns the range of its raw contents (without
     /// quotes) and whether it contains escapes.
     mutating func scanString() -> (range: Range<Int>, escaped: Bool)? {
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
-        index += 1
-        let start = index
+        var i = index
+        guard i < count, base[i] == UInt8(ascii: "\"") else { return nil }
+        i += 1
+        let start = i
         var escaped = false
-        let n = bytes.count
-        while index < n {
-            let c = bytes[index]
-            if c == UInt8(ascii: "\"") {
-                let range = start..<index
-                index += 1
-                return (range, escaped)
+        while i < count {
+            let c = base[i]
+            // Printable ASCII other than the quote and the backslash: by far the common case.
+            if c >= 0x20 && c < 0x80 && c != UInt8(ascii: "\"") && c != UInt8(ascii: "\\") {
+                i += 1
+                continue
             }
+            if c == UInt8(ascii: "\"") {
+                index = i + 1
+                return (start..<i, escaped)
+            }
+            if c < 0x20 { return nil }
+            index = i
             if c == UInt8(ascii: "\\") {
                 escaped = true
                 guard scanEscape() else { return nil }
-                continue
+            } else {
+                guard scanUTF8Sequence(lead: c) else { return nil }
             }
-            if c < 0x20 { return nil }
-            if c < 0x80 { index += 1; continue }
-            guard scanUTF8Sequence(lead: c) else { return nil }
+            i = index
         }
         return nil
     }
@@ -132,31 +147,33 @@ struct JSONReader {
     /// exponent).
     mutating func scanNumber() -> (range: Range<Int>, integer: Bool)? {
         let start = index
-        let n = bytes.count
-        if index < n, bytes[index] == UInt8(ascii: "-") { index += 1 }
-        guard index < n else { return nil }
-        if bytes[index] == UInt8(ascii: "0") {
-            index += 1
-        } else if isDigit(bytes[index]) {
-            while index < n, isDigit(bytes[index]) { index += 1 }
+        var i = index
+        let n = count
+        if i < n, base[i] == UInt8(ascii: "-") { i += 1 }
+        guard i < n else { return nil }
+        if base[i] == UInt8(ascii: "0") {
+            i += 1
+        } else if isDigit(base[i]) {
+            while i < n, isDigit(base[i]) { i += 1 }
         } else {
             return nil
         }
         var integer = true
-        if index < n, bytes[index] == UInt8(ascii: ".") {
+        if i < n, base[i] == UInt8(ascii: ".") {
             integer = false
-            index += 1
-            guard index < n, isDigit(bytes[index]) else { return nil }
-            while index < n, isDigit(bytes[index]) { index += 1 }
+            i += 1
+            guard i < n, isDigit(base[i]) else { return nil }
+            while i < n, isDigit(base[i]) { i += 1 }
         }
-        if index < n, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+        if i < n, base[i] == UInt8(ascii: "e") || base[i] == UInt8(ascii: "E") {
             integer = false
-            index += 1
-            if index < n, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard index < n, isDigit(bytes[index]) else { return nil }
-            while index < n, isDigit(bytes[index]) { index += 1 }
+            i += 1
+            if i < n, base[i] == UInt8(ascii: "+") || base[i] == UInt8(ascii: "-") { i += 1 }
+            guard i < n, isDigit(base[i]) else { return nil }
+            while i < n, isDigit(base[i]) { i += 1 }
         }
-        return (start..<index, integer)
+        index = i
+        return (start..<i, integer)
     }
 
     private mutating func literal(_ text: StaticString) -> Bool {

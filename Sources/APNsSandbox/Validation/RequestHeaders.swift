@@ -46,20 +46,31 @@ enum DeviceToken {
     static let minDigits = 32
     static let maxDigits = 512
 
-    /// The token in lowercase, or nil if it isn't one. Returns the same storage when it already is.
+    /// The token in lowercase, or nil if it isn't one.
     static func normalize(_ text: Substring) -> String? {
-        let count = text.utf8.count
-        guard count >= minDigits, count <= maxDigits, count % 2 == 0 else { return nil }
-        var upper = false
-        for c in text.utf8 {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): continue
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): upper = true
-            default: return nil
+        var copy = String(text)
+        return copy.withUTF8 { normalize($0) }
+    }
+
+    /// The token in lowercase, or nil if it isn't one: one pass that checks and copies.
+    static func normalize(_ b: UnsafeBufferPointer<UInt8>) -> String? {
+        let count = b.count
+        guard count >= minDigits, count <= maxDigits, count & 1 == 0 else { return nil }
+        var valid = true
+        let token = String(unsafeUninitializedCapacity: count) { out in
+            for i in 0..<count {
+                let c = b[i]
+                let lower = c | 0x20
+                // Digits, or a–f in either case (setting bit 5 lowercases ASCII letters).
+                guard (c >= 0x30 && c <= 0x39) || (lower >= 0x61 && lower <= 0x66) else {
+                    valid = false
+                    return 0
+                }
+                out[i] = lower
             }
+            return count
         }
-        if !upper { return String(text) }
-        return String(decoding: text.utf8.map { $0 | 0x20 }, as: UTF8.self)
+        return valid ? token : nil
     }
 }
 

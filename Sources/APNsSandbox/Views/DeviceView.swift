@@ -21,7 +21,8 @@ public struct DeviceView: Sendable, Equatable {
     public var bundleID: String
     public var state: ActivityState
     /// The displayed `content-state`, as the raw JSON bytes of the push that set it.
-    public var contentState: [UInt8]?
+    public var contentState: [UInt8]? { contentStateJSONBytes?.bytes }
+    var contentStateJSONBytes: RawJSON?
     /// `aps.timestamp` of the displayed push (seconds since 1970).
     public var timestamp: Double?
     public var staleDate: Double?
@@ -31,11 +32,13 @@ public struct DeviceView: Sendable, Equatable {
     /// When the `end` was received (ms since 1970).
     public var endedAtMillis: Int64?
     /// The last `aps.alert` received (raw JSON, object or string), shown or not.
-    public var lastAlert: [UInt8]?
+    public var lastAlert: [UInt8]? { lastAlertJSONBytes?.bytes }
+    var lastAlertJSONBytes: RawJSON?
     public var lastEvent: LiveActivityEvent?
     /// From the last `start`: `attributes-type`, `attributes` (raw JSON), and the iOS 18 options.
     public var attributesType: String?
-    public var attributes: [UInt8]?
+    public var attributes: [UInt8]? { attributesJSONBytes?.bytes }
+    var attributesJSONBytes: RawJSON?
     public var inputPushToken: Bool
     public var inputPushChannel: String?
 
@@ -78,10 +81,9 @@ public struct DeviceView: Sendable, Equatable {
     /// What one accepted push did to the view.
     struct Effect { var displayed: Bool; var overBudget: Bool }
 
-    /// Applies one accepted push. `contentState`, `alert` and `attributes` are the raw JSON the
-    /// payload carried.
-    mutating func apply(_ p: ScannedPayload, priority: Int, contentState newState: [UInt8]?, alert: [UInt8]?,
-                        attributes: [UInt8]?, startBudget: Int, nowMillis: Int64) -> Effect {
+    /// Applies one accepted push; `body` is the payload the ranges in `p` point into.
+    mutating func apply(_ p: ScannedPayload, body: [UInt8], priority: Int, startBudget: Int, nowMillis: Int64) -> Effect {
+        let newState = p.contentState.map { RawJSON(source: body, range: $0) }
         if nowMillis - hourStartMillis >= 3_600_000 {
             hourStartMillis = nowMillis
             priority10ThisHour = 0; priority5ThisHour = 0; priority1ThisHour = 0; startsThisHour = 0; overBudgetThisHour = 0
@@ -89,7 +91,7 @@ public struct DeviceView: Sendable, Equatable {
         pushesReceived += 1
         lastPushMillis = nowMillis
         lastEvent = p.event
-        if let alert { lastAlert = alert }
+        if let alert = p.alert { lastAlertJSONBytes = RawJSON(source: body, range: alert) }
         var overBudget = false
         if p.event == .start {
             // Push-to-start has its own budget, whatever the priority.
@@ -110,14 +112,14 @@ public struct DeviceView: Sendable, Equatable {
         switch p.event {
         case .start:
             state = .active
-            contentState = newState
+            contentStateJSONBytes = newState
             timestamp = p.timestamp
             staleDate = p.staleDate
             relevanceScore = p.relevanceScore
             dismissalDate = nil
             endedAtMillis = nil
             attributesType = p.attributesType
-            self.attributes = attributes
+            attributesJSONBytes = p.attributes.map { RawJSON(source: body, range: $0) }
             inputPushToken = p.inputPushToken
             inputPushChannel = p.inputPushChannel
         case .update, .end:
@@ -130,7 +132,7 @@ public struct DeviceView: Sendable, Equatable {
                 return Effect(displayed: false, overBudget: overBudget)
             }
             timestamp = p.timestamp
-            if let newState { contentState = newState }
+            if let newState { contentStateJSONBytes = newState }
             if let stale = p.staleDate { staleDate = stale }
             if let score = p.relevanceScore { relevanceScore = score }
             if p.event == .end {
@@ -179,4 +181,14 @@ public struct DeviceView: Sendable, Equatable {
 func number(_ value: Double) -> JSONValue {
     if value == value.rounded(), abs(value) < 9.0e15 { return .int(Int64(value)) }
     return .double(value)
+}
+
+/// A JSON value inside a request body, kept by reference to the body (no copy on the hot path).
+struct RawJSON: Sendable, Equatable {
+    let source: [UInt8]
+    let range: Range<Int>
+
+    var bytes: [UInt8] { Array(source[range]) }
+
+    static func == (a: RawJSON, b: RawJSON) -> Bool { a.source[a.range].elementsEqual(b.source[b.range]) }
 }

@@ -1,0 +1,108 @@
+@testable import HTTP2Kit
+import Testing
+
+/// Limits and misuse: header caps, stream-ID exhaustion, re-entrant calls.
+@Suite("Session limits and misuse")
+struct EdgeCaseTests {
+    static let template = SessionProtocolTests.template
+
+    @Test("a client runs out of stream IDs after 2^31 - 1 and says so")
+    func streamIDExhaustion() throws {
+        let s = try SessionProtocolTests.Setup()
+        s.serverEvents.answer = { session, request in try session.respond(stream: request.stream, status: 200) }
+        try s.link.settle()
+        try s.client.setNextStreamID(Int32.max)
+        #expect(s.client.nextStreamID == Int64(Int32.max))
+        #expect(s.client.canSubmitRequests)
+        let last = try s.clientEvents.submit(s.client, Self.template, path: "/3/device/last", context: 1)
+        #expect(last == Int32.max)
+        #expect(!s.client.canSubmitRequests)
+        do {
+            _ = try s.client.submitRequest(Self.template, path: "/3/device/one-too-many", context: 2)
+            Issue.record("a request was accepted without a stream ID")
+        } catch {
+            #expect(error.kind == .streamIDsExhausted)
+        }
+        // The last stream still completes.
+        try s.link.settle()
+        #expect(s.clientEvents.responses[1]?.status == 200)
+        #expect(s.clientEvents.responses[1]?.closed == .noError)
+    }
+
+    @Test("a response header block over the client's cap resets the stream with INTERNAL_ERROR")
+    func responseHeaderCap() throws {
+        let events = ClientRecorder()
+        let serverEvents = ServerRecorder()
+        let client = try HTTP2ClientSession(delegate: events, maxResponseHeaderBytes: 256)
+        let server = try HTTP2ServerSession(delegate: serverEvents)
+        let link = MemoryLink(client: client, server: server)
+        serverEvents.answer = { session, request in
+            let big = String(repeating: "x", count: request.path == "/big" ? 1000 : 10)
+            try session.respond(stream: request.stream, status: 200, headers: [HTTP2Header("x-big", big)])
+        }
+        try events.submit(client, Self.template, path: "/big", context: 1)
+        try events.submit(client, Self.template, path: "/small", context: 2)
+        try link.settle()
+        #expect(events.responses[1]?.heads == 0)
+        #expect(events.responses[1]?.closed == .internalError)
+        #expect(events.responses[2]?.status == 200)
+        #expect(events.responses[2]?.closed == .noError)
+        #expect(client.activeStreams == 0)
+    }
+
+    @Test("a request header block over the server's cap is reset and never delivered")
+    func requestHeaderCap() throws {
+        let events = ClientRecorder()
+        let serverEvents = ServerRecorder()
+        serverEvents.answer = { session, request in try session.respond(stream: request.stream, status: 200) }
+        let client = try HTTP2ClientSession(delegate: events)
+        let server = try HTTP2ServerSession(delegate: serverEvents, maxRequestHeaderBytes: 1024)
+        let link = MemoryLink(client: client, server: server)
+        try events.submit(client, Self.template, path: "/3/device/a",
+                          headers: [HTTP2Header("x-padding", String(repeating: "p", count: 2000))], context: 1)
+        try events.submit(client, Self.template, path: "/3/device/b", context: 2)
+        try link.settle()
+        #expect(serverEvents.requests.map(\.path) == ["/3/device/b"])
+        #expect(events.responses[1]?.closed == .internalError)
+        #expect(events.responses[2]?.status == 200)
+        #expect(server.activeStreams == 0)
+    }
+
+    /// A delegate that tries to drive the session from inside a callback.
+    final class ReentrantDelegate: HTTP2ClientDelegate {
+        var errors: [HTTP2Error] = []
+        func http2(_ session: HTTP2ClientSession, responseHead stream: Int32, context: UInt64, status: Int,
+                   headers: HTTP2HeaderList) {
+            var buffer: [UInt8] = []
+            do { _ = try session.produceOutput(into: &buffer, limit: 1024) } catch { errors.append(error) }
+            do { try session.receive([0, 0, 0]) } catch { errors.append(error) }
+        }
+        func http2(_ session: HTTP2ClientSession, responseBody stream: Int32, context: UInt64, bytes: UnsafeRawBufferPointer) {}
+        func http2(_ session: HTTP2ClientSession, streamClosed stream: Int32, context: UInt64, errorCode: HTTP2ErrorCode) {}
+    }
+
+    @Test("receive and produceOutput refuse to run from inside a delegate callback")
+    func reentrancyIsRefused() throws {
+        let delegate = ReentrantDelegate()
+        let serverEvents = ServerRecorder()
+        serverEvents.answer = { session, request in try session.respond(stream: request.stream, status: 200) }
+        let client = try HTTP2ClientSession(delegate: delegate)
+        let server = try HTTP2ServerSession(delegate: serverEvents)
+        let link = MemoryLink(client: client, server: server)
+        try client.submitRequest(Self.template, path: "/3/device/a", context: 1)
+        try link.settle()
+        #expect(delegate.errors.count == 2)
+        #expect(delegate.errors.allSatisfy { $0.kind == .invalidArgument })
+        #expect(client.activeStreams == 0)
+    }
+
+    @Test("the session holds its delegate weakly")
+    func weakDelegate() throws {
+        var delegate: ClientRecorder? = ClientRecorder()
+        weak let observed = delegate
+        let client = try HTTP2ClientSession(delegate: delegate)
+        delegate = nil
+        #expect(observed == nil)
+        #expect(client.delegate == nil)
+    }
+}
