@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs ActivityCast end to end on local defaults: installs the system packages, builds, starts a
-# private redis-server on a free loopback port (unless ACTIVITYCAST_REDIS_URL points at one),
-# starts two workers in one consumer group, publishes a demo (registrations, a match, a bus trip
-# and one malformed entry), shows what the workers planned and what `inspect` sees, then stops
-# everything it started, by PID.
+# private redis-server on a free loopback port (unless ACTIVITYCAST_REDIS_URL points at one) and
+# the built-in APNs sandbox, starts two workers in one consumer group, publishes a demo
+# (registrations, a match, a bus trip and one malformed entry), shows what the workers planned and
+# what `inspect` sees, sends Live Activity pushes through the sandbox and shows what the device
+# would display, then stops everything it started, by PID.
 #
 #   bash scripts/run-local.sh                 # the demo, about a minute on a fresh machine
 #   RUN_SECONDS=600 bash scripts/run-local.sh # keep it running for 10 minutes to play with
@@ -32,9 +33,21 @@ if [ -z "${ACTIVITYCAST_REDIS_URL:-}" ]; then
 fi
 export ACTIVITYCAST_PREFIX="${ACTIVITYCAST_PREFIX:-demo}"
 
+# The APNs sandbox (unless an APNs endpoint is configured).
+if [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
+  sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  export ACTIVITYCAST_SANDBOX_DIR="$work/sandbox" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$sport"
+  "$bin" sandbox >"$work/sandbox.out" 2>"$work/sandbox.log" &
+  pids+=($!)
+  for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.out" 2>/dev/null && break; sleep 0.05; done
+  echo "started the APNs sandbox on 127.0.0.1:$sport (pid ${pids[-1]})"
+fi
+
+worker_pids=()
 for n in 1 2; do
   "$bin" worker --consumer "local-$n" 2>"$work/worker-$n.log" &
   pids+=($!)
+  worker_pids+=($!)
 done
 echo "started 2 workers"
 sleep 1
@@ -65,11 +78,27 @@ pub match.full_time match=4711 home_score=2 away_score=1
 sleep 2
 
 echo
-echo "== what the workers would send (sending arrives with the APNs issue) =="
+echo "== what the workers would send (the worker sends through APNs in a later issue) =="
 cat "$work"/worker-*.log | grep ' plan ' | sed -E 's/^[^ ]+ info worker: plan //' | sort || true
 echo
 echo "== activitycast inspect =="
 "$bin" inspect
+
+if [ -n "${ACTIVITYCAST_SANDBOX_LISTEN:-}" ] && [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
+  token=$(printf 'c3%.0s' $(seq 32))
+  echo
+  echo "== Live Activity pushes through the APNs sandbox (HTTP/2 over TLS, JWT checked) =="
+  echo "-- update to an activity token:"
+  "$bin" send --token "$token" --event update --content-state '{"homeScore":1,"awayScore":0,"clock":"15'"'"'"}' \
+    --alert-title "Goal!" --alert-body "B. Saka (ARS) 15'" || true
+  echo "-- a malformed token:"
+  "$bin" send --token not-hex --event update || true
+  echo "-- a broadcast channel for the match, and a broadcast to it:"
+  channel=$("$bin" channels create --policy 0 | sed -n 's/^apns-channel-id: //p')
+  "$bin" send --channel "$channel" --event update --content-state '{"homeScore":2,"awayScore":1}' || true
+  echo "-- what the device shows (GET /sandbox/devices/<token>):"
+  curl -s --http2 --cacert "$ACTIVITYCAST_SANDBOX_DIR/cert.pem" "https://$ACTIVITYCAST_SANDBOX_LISTEN/sandbox/devices/$token" | head -c 1200; echo
+fi
 
 if [ -n "${RUN_SECONDS:-}" ]; then
   echo "running for $RUN_SECONDS s; ACTIVITYCAST_REDIS_URL=$ACTIVITYCAST_REDIS_URL ACTIVITYCAST_PREFIX=$ACTIVITYCAST_PREFIX"
@@ -79,7 +108,7 @@ fi
 echo
 echo "== stopping workers (SIGTERM: drain, ack, exit 0) =="
 for n in 1 2; do
-  pid=${pids[$(( ${#pids[@]} - 3 + n ))]}
+  pid=${worker_pids[$((n - 1))]}
   kill -TERM "$pid"
   if wait "$pid"; then echo "worker local-$n exited 0"; else echo "worker local-$n exited $?"; fi
 done
