@@ -157,12 +157,15 @@ public final class SandboxState: Sendable {
     /// the error body on failure.
     func response(_ o: Outcome, id: (name: String, value: String), uniqueID: Bool) -> SandboxResponse {
         if o.effects.connectionFault == .reset { return SandboxResponse(status: 0, connectionFault: .reset) }
-        var headers = [id]
+        let headers: [(name: String, value: String)]
         var body: [UInt8] = []
         if let reason = o.reason {
+            headers = [id]
             body = Self.errorBody(reason, timestamp: o.timestamp)
         } else if uniqueID {
-            headers.append(("apns-unique-id", ids.next()))
+            headers = [id, ("apns-unique-id", ids.next())]
+        } else {
+            headers = [id]
         }
         return SandboxResponse(status: o.status, headers: headers, body: body, delay: o.effects.delay,
                                connectionFault: o.effects.connectionFault, maxConcurrentStreams: o.effects.maxConcurrentStreams)

@@ -252,8 +252,8 @@ public final class HTTP2ClientSession: HTTP2Session {
     public var nextStreamID: Int64 { Int64(nghttp2_session_get_next_stream_id(handle.pointer)) }
 
     /// Moves the stream ID counter forward (`nghttp2_session_set_next_stream_id`): tests use it
-    /// to reach stream-ID exhaustion without a billion requests.
-    func setNextStreamID(_ id: Int32) throws(HTTP2Error) {
+    /// to reach stream-ID exhaustion without a billion requests (package access: not public API).
+    package func setNextStreamID(_ id: Int32) throws(HTTP2Error) {
         let rv = nghttp2_session_set_next_stream_id(handle.pointer, id)
         if rv != 0 { throw HTTP2Error(library: Int(rv), during: "nghttp2_session_set_next_stream_id") }
     }

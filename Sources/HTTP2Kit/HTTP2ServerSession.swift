@@ -64,6 +64,9 @@ public final class HTTP2ServerSession: HTTP2Session {
         var bodyTooLarge = false
         var delivered = false
         var responded = false
+        /// Answered while the (too large) request body was still arriving: reset with NO_ERROR
+        /// once the response is out (counted in `pendingEarlyResponses`).
+        var awaitingEarlyReset = false
         var response: [UInt8] = []
         var responseOffset = 0
         var inUse = false
@@ -170,7 +173,7 @@ public final class HTTP2ServerSession: HTTP2Session {
         scratch.reset(entryCount: 1 + headers.count, byteCount: extraBytes)
         let digits: (UInt8, UInt8, UInt8) = (UInt8(48 + status / 100), UInt8(48 + status / 10 % 10), UInt8(48 + status % 10))
         withUnsafeBytes(of: digits) { raw in
-            scratch.append(staticName: ":status", valueBytes: raw.bindMemory(to: UInt8.self), flags: NVFlags.none)
+            scratch.append(staticName: ":status", valueBytes: raw.assumingMemoryBound(to: UInt8.self), flags: NVFlags.none)
         }
         for header in headers {
             scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
@@ -191,6 +194,7 @@ public final class HTTP2ServerSession: HTTP2Session {
         }
         streams[slot].responded = true
         if streams[slot].bodyTooLarge && nghttp2_session_get_stream_remote_close(handle.pointer, stream) == 0 {
+            streams[slot].awaitingEarlyReset = true
             pendingEarlyResponses += 1
         }
     }
@@ -253,6 +257,7 @@ public final class HTTP2ServerSession: HTTP2Session {
         streams[slot].bodyTooLarge = false
         streams[slot].delivered = false
         streams[slot].responded = false
+        streams[slot].awaitingEarlyReset = false
         streams[slot].responseOffset = 0
         return slot
     }
@@ -369,17 +374,15 @@ public final class HTTP2ServerSession: HTTP2Session {
     func streamClosed(stream: Int32, errorCode: UInt32) {
         if stream == headerStream { headerSlot = -1 }
         guard let slot = liveSlot(stream) else { return }
-        if streams[slot].bodyTooLarge && streams[slot].responded { resolveEarlyResponse(slot) }
+        resolveEarlyResponse(slot)
         releaseSlot(slot)
         eventDelegate?.http2(self, streamClosed: stream, errorCode: HTTP2ErrorCode(errorCode))
     }
 
     private func resolveEarlyResponse(_ slot: Int) {
-        // Counted once per stream: clear the flag so the count can't go negative.
-        if pendingEarlyResponses > 0 && streams[slot].bodyTooLarge {
-            streams[slot].bodyTooLarge = false
-            pendingEarlyResponses -= 1
-        }
+        guard streams[slot].awaitingEarlyReset else { return }
+        streams[slot].awaitingEarlyReset = false
+        pendingEarlyResponses -= 1
     }
 
     func frameSent(_ frame: UnsafePointer<nghttp2_frame>) {
@@ -389,7 +392,7 @@ public final class HTTP2ServerSession: HTTP2Session {
         guard type == NG.headersFrame || type == NG.dataFrame,
               cnghttp2_frame_flags(frame) & NG.flagEndStream != 0 else { return }
         let stream = cnghttp2_frame_stream_id(frame)
-        guard let slot = liveSlot(stream), streams[slot].bodyTooLarge, streams[slot].responded else { return }
+        guard let slot = liveSlot(stream), streams[slot].awaitingEarlyReset else { return }
         resolveEarlyResponse(slot)
         if nghttp2_session_get_stream_remote_close(handle.pointer, stream) == 0 {
             // RFC 9113 §8.1: a server that answers before the request is complete may reset the

@@ -1,4 +1,4 @@
-@testable import HTTP2Kit
+import HTTP2Kit
 import Testing
 
 /// Limits and misuse: header caps, stream-ID exhaustion, re-entrant calls.
@@ -66,6 +66,32 @@ struct EdgeCaseTests {
         #expect(events.responses[1]?.closed == .internalError)
         #expect(events.responses[2]?.status == 200)
         #expect(server.activeStreams == 0)
+    }
+
+    @Test("a too-large body still arriving when the 413 is out: the server resets the stream with NO_ERROR")
+    func earlyResponseResetsStream() throws {
+        let events = ClientRecorder()
+        let serverEvents = ServerRecorder()
+        serverEvents.answer = apnsLikeAnswer
+        let client = try HTTP2ClientSession(delegate: events)
+        // A small stream window keeps most of the body on the client's side when the 413 goes out.
+        let server = try HTTP2ServerSession(delegate: serverEvents, initialWindowSize: 16_384,
+                                            connectionWindowSize: 65_535, maxRequestBodySize: 4096)
+        let link = MemoryLink(client: client, server: server)
+        try link.settle()
+        let big = HTTP2Body([UInt8](repeating: 0x7b, count: 200_000))
+        try events.submit(client, Self.template, path: "/3/device/big", body: big, context: 1)
+        try link.settle()
+        #expect(events.responses[1]?.status == 413)
+        #expect(events.responses[1]?.closed == .noError)
+        #expect(link.bytesToServer < 100_000, "the client stopped sending: \(link.bytesToServer) bytes")
+        #expect(serverEvents.closed.map(\.errorCode) == [.noError])
+        #expect(server.activeStreams == 0)
+        #expect(client.activeStreams == 0)
+        // The connection goes on.
+        try events.submit(client, Self.template, path: "/3/device/small", body: SessionProtocolTests.body, context: 2)
+        try link.settle()
+        #expect(events.responses[2]?.status == 200)
     }
 
     /// A delegate that tries to drive the session from inside a callback.

@@ -121,12 +121,14 @@ extension SandboxStore {
         if let error = c.payloadError { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload else { return finish(Outcome(.badRequestPayload), effects: effects) }
         let effect = channels[c.channelID]!.view.apply(payload, body: c.body, priority: c.priority, startBudget: .max, nowMillis: now)
-        deliveries.append(Delivery(timeMillis: now, kind: .broadcast, target: c.channelID, bundleID: bundle, priority: c.priority,
+        let evicted = deliveries.append(Delivery(timeMillis: now, kind: .broadcast, target: c.channelID, bundleID: bundle, priority: c.priority,
                                    event: payload.event, timestamp: payload.timestamp, apnsID: requestID, expiration: c.expiration,
                                    collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
         counters.delivered += 1
         counters.broadcasts += 1
         if !effect.displayed { counters.notDisplayed += 1 }
-        return finish(Outcome(status: 200), effects: effects)
+        var accepted = Outcome(status: 200)
+        accepted.garbage = (evicted, effect.replaced)
+        return finish(accepted, effects: effects)
     }
 }

@@ -122,13 +122,15 @@ extension SandboxStore {
         }
         let effect = record.view.apply(payload, body: c.body, priority: c.priority, startBudget: settings.startBudgetPerHour,
                                        nowMillis: now)
-        deliveries.append(Delivery(timeMillis: now, kind: .device, target: record.view.id, bundleID: bundle, priority: c.priority,
+        let evicted = deliveries.append(Delivery(timeMillis: now, kind: .device, target: record.view.id, bundleID: bundle, priority: c.priority,
                                    event: payload.event, timestamp: payload.timestamp, apnsID: apnsID, expiration: c.expiration,
                                    collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
         counters.delivered += 1
         counters.devicePushes += 1
         if !effect.displayed { counters.notDisplayed += 1 }
         if effect.overBudget { counters.overBudget += 1 }
-        return finish(Outcome(status: 200), effects: effects)
+        var accepted = Outcome(status: 200)
+        accepted.garbage = (evicted, effect.replaced)
+        return finish(accepted, effects: effects)
     }
 }

@@ -177,19 +177,19 @@ struct JSONReader {
     }
 
     private mutating func literal(_ text: StaticString) -> Bool {
-        let count = text.utf8CodeUnitCount
-        guard index + count <= bytes.count else { return false }
+        let n = text.utf8CodeUnitCount
+        guard index + n <= count else { return false }
         let p = text.utf8Start
-        for k in 0..<count where bytes[index + k] != p[k] { return false }
-        index += count
+        for k in 0..<n where base[index + k] != p[k] { return false }
+        index += n
         return true
     }
 
     /// Skips any value (after whitespace), validating it.
     mutating func skipValue() -> Bool {
         skipWhitespace()
-        guard index < bytes.count else { return false }
-        switch bytes[index] {
+        guard index < count else { return false }
+        switch base[index] {
         case UInt8(ascii: "\""): return scanString() != nil
         case UInt8(ascii: "{"): return skipObject()
         case UInt8(ascii: "["): return skipArray()
@@ -200,64 +200,95 @@ struct JSONReader {
         }
     }
 
-    /// Skips an object; `index` at `{`.
-    mutating func skipObject() -> Bool {
-        forEachMember { reader, _, _ in reader.skipValue() }
+    // Objects and arrays are walked with a cursor rather than closures, so the hot loops keep
+    // their state in registers:
+    //
+    //     guard var more = reader.enterObject() else { invalid }
+    //     while more {
+    //         guard let (key, escaped) = reader.memberKey() else { invalid }
+    //         … consume the value …
+    //         guard let next = reader.nextMember() else { invalid }
+    //         more = next
+    //     }
+    //
+    // Duplicate keys are all visited, in order (the last one wins for a caller that overwrites).
+
+    /// At `{`: enters the object. True if a member follows, false if it was empty (and is
+    /// consumed); nil if invalid or too deep.
+    @inline(__always) mutating func enterObject() -> Bool? {
+        enter(UInt8(ascii: "{"), UInt8(ascii: "}"))
     }
 
-    /// Walks an object (`index` at `{`), calling `body` with each key's raw range and whether it
-    /// has escapes, with `index` just after the colon; `body` must consume the value. Duplicate
-    /// keys are all visited, in order (so the last one wins for a caller that overwrites).
-    mutating func forEachMember(_ body: (inout JSONReader, Range<Int>, Bool) -> Bool) -> Bool {
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { return false }
+    /// A member's key and the colon; leaves `index` at the value.
+    @inline(__always) mutating func memberKey() -> (range: Range<Int>, escaped: Bool)? {
+        skipWhitespace()
+        guard let key = scanString(), consume(UInt8(ascii: ":")) else { return nil }
+        skipWhitespace()
+        return key
+    }
+
+    /// After a member's value: true if another follows, false at the end of the object (consumed).
+    @inline(__always) mutating func nextMember() -> Bool? {
+        next(UInt8(ascii: "}"))
+    }
+
+    /// At `[`: enters the array; true if an element follows (at `index`, after whitespace).
+    @inline(__always) mutating func enterArray() -> Bool? {
+        enter(UInt8(ascii: "["), UInt8(ascii: "]"))
+    }
+
+    @inline(__always) mutating func nextElement() -> Bool? {
+        next(UInt8(ascii: "]"))
+    }
+
+    @inline(__always) private mutating func enter(_ open: UInt8, _ close: UInt8) -> Bool? {
+        guard index < count, base[index] == open else { return nil }
         depth += 1
-        guard depth <= Self.maxDepth else { return false }
+        guard depth <= Self.maxDepth else { return nil }
         index += 1
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+        if index < count, base[index] == close {
             index += 1
             depth -= 1
-            return true
-        }
-        while true {
-            skipWhitespace()
-            guard let (key, escaped) = scanString() else { return false }
-            guard consume(UInt8(ascii: ":")) else { return false }
-            skipWhitespace()
-            guard body(&self, key, escaped) else { return false }
-            skipWhitespace()
-            guard index < bytes.count else { return false }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; depth -= 1; return true }
             return false
         }
+        return true
+    }
+
+    @inline(__always) private mutating func next(_ close: UInt8) -> Bool? {
+        skipWhitespace()
+        guard index < count else { return nil }
+        let c = base[index]
+        index += 1
+        if c == UInt8(ascii: ",") {
+            skipWhitespace()
+            return true
+        }
+        if c == close {
+            depth -= 1
+            return false
+        }
+        return nil
+    }
+
+    /// Skips an object; `index` at `{`.
+    mutating func skipObject() -> Bool {
+        guard var more = enterObject() else { return false }
+        while more {
+            guard memberKey() != nil, skipValue(), let next = nextMember() else { return false }
+            more = next
+        }
+        return true
     }
 
     /// Skips an array; `index` at `[`.
     mutating func skipArray() -> Bool {
-        forEachElement { reader in reader.skipValue() }
-    }
-
-    mutating func forEachElement(_ body: (inout JSONReader) -> Bool) -> Bool {
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "[") else { return false }
-        depth += 1
-        guard depth <= Self.maxDepth else { return false }
-        index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            depth -= 1
-            return true
+        guard var more = enterArray() else { return false }
+        while more {
+            guard skipValue(), let next = nextElement() else { return false }
+            more = next
         }
-        while true {
-            skipWhitespace()
-            guard body(&self) else { return false }
-            skipWhitespace()
-            guard index < bytes.count else { return false }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "]") { index += 1; depth -= 1; return true }
-            return false
-        }
+        return true
     }
 
     /// Whether the raw (unescaped) bytes in `range` equal `text`.
@@ -327,28 +358,29 @@ struct JSONReader {
     /// Builds the value at `index` (after whitespace).
     mutating func readValue() -> JSONValue? {
         skipWhitespace()
-        guard index < bytes.count else { return nil }
-        switch bytes[index] {
+        guard index < count else { return nil }
+        switch base[index] {
         case UInt8(ascii: "\""):
             guard let (range, escaped) = scanString() else { return nil }
             return .string(string(range, escaped: escaped))
         case UInt8(ascii: "{"):
             var members: [String: JSONValue] = [:]
-            let ok = forEachMember { reader, key, escaped in
-                let name = reader.string(key, escaped: escaped)
-                guard let value = reader.readValue() else { return false }
-                members[name] = value
-                return true
+            guard var more = enterObject() else { return nil }
+            while more {
+                guard let (key, escaped) = memberKey(), let value = readValue(), let next = nextMember() else { return nil }
+                members[string(key, escaped: escaped)] = value
+                more = next
             }
-            return ok ? .object(members) : nil
+            return .object(members)
         case UInt8(ascii: "["):
             var items: [JSONValue] = []
-            let ok = forEachElement { reader in
-                guard let value = reader.readValue() else { return false }
+            guard var more = enterArray() else { return nil }
+            while more {
+                guard let value = readValue(), let next = nextElement() else { return nil }
                 items.append(value)
-                return true
+                more = next
             }
-            return ok ? .array(items) : nil
+            return .array(items)
         case UInt8(ascii: "t"): return literal("true") ? .bool(true) : nil
         case UInt8(ascii: "f"): return literal("false") ? .bool(false) : nil
         case UInt8(ascii: "n"): return literal("null") ? .null : nil

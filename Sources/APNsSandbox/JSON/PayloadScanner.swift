@@ -28,20 +28,9 @@ struct ScannedPayload: Sendable {
 /// `relevance-score` are numbers. Other `aps` keys (`sound`, `badge`, …) and other top-level keys
 /// are allowed and skipped, but must still be valid JSON. A key given twice: the last one counts.
 enum PayloadScanner {
-    private enum Key {
-        case event, timestamp, contentState, alert, attributesType, attributes, staleDate, dismissalDate
-        case relevanceScore, inputPushToken, inputPushChannel
-    }
-
-    /// A member as last seen: absent, a value of the right type, or a value of the wrong type.
-    /// The whole document is validated either way; a wrong type only fails the payload if no
-    /// later duplicate key replaces it (as a parser that keeps the last key would see it).
-    private enum Member<Value> {
-        case absent, present(Value), wrongType
-
-        var value: Value? { if case .present(let v) = self { v } else { nil } }
-        var isWrong: Bool { if case .wrongType = self { true } else { false } }
-        var isPresent: Bool { if case .present = self { true } else { false } }
+    private enum Key: UInt16 {
+        case event = 1, timestamp = 2, contentState = 4, alert = 8, attributesType = 16, attributes = 32, staleDate = 64
+        case dismissalDate = 128, relevanceScore = 256, inputPushToken = 512, inputPushChannel = 1024
     }
 
     /// The scanned payload, or nil if the body breaks a rule above (APNs: `BadRequestPayload`).
@@ -49,128 +38,154 @@ enum PayloadScanner {
         body.withUnsafeBufferPointer { buffer in
             var reader = JSONReader(buffer)
             reader.skipWhitespace()
-            var aps = Member<Fields>.absent
-            let ok = reader.forEachMember { reader, key, escaped in
+            // The last `aps` wins: nil until one is seen, and a non-object one counts as invalid.
+            var aps: Fields?
+            var apsIsObject = false
+            guard var more = reader.enterObject() else { return nil }
+            while more {
+                guard let (key, escaped) = reader.memberKey() else { return nil }
                 let isAps = escaped ? reader.string(key, escaped: true) == "aps" : reader.equals(key, "aps")
-                guard isAps else { return reader.skipValue() }
-                guard !reader.atEnd, reader.current == UInt8(ascii: "{") else {
-                    aps = .wrongType
-                    return reader.skipValue()
+                if isAps, !reader.atEnd, reader.current == UInt8(ascii: "{") {
+                    guard let fields = scanAps(&reader) else { return nil }
+                    aps = fields
+                    apsIsObject = true
+                } else {
+                    guard reader.skipValue() else { return nil }
+                    if isAps { apsIsObject = false }
                 }
-                guard let fields = scanAps(&reader) else { return false }
-                aps = .present(fields)
-                return true
+                guard let next = reader.nextMember() else { return nil }
+                more = next
             }
-            guard ok else { return nil }
             reader.skipWhitespace()
-            guard reader.atEnd, let fields = aps.value else { return nil }
-            return fields.payload()
+            guard reader.atEnd, apsIsObject, let aps else { return nil }
+            return aps.payload(reader)
         }
     }
 
+    /// The `aps` members as last seen. A member whose last occurrence had the wrong type is in
+    /// `wrongType` (the whole document is still validated; a later duplicate of the right type
+    /// clears it, as a parser keeping the last key would see it).
     private struct Fields {
-        var event = Member<LiveActivityEvent>.absent
-        var timestamp = Member<Double>.absent
-        var contentState = Member<Range<Int>>.absent
-        var alert = Member<Range<Int>>.absent
-        var attributesType = Member<String>.absent
-        var attributes = Member<Range<Int>>.absent
-        var staleDate = Member<Double>.absent
-        var dismissalDate = Member<Double>.absent
-        var relevanceScore = Member<Double>.absent
-        var inputPushToken = Member<Bool>.absent
-        var inputPushChannel = Member<String>.absent
+        var present: UInt16 = 0
+        var wrongType: UInt16 = 0
+        var event: LiveActivityEvent = .update
+        var timestamp: Double = 0
+        var contentState: Range<Int> = 0..<0
+        var alert: Range<Int> = 0..<0
+        var attributesType: (range: Range<Int>, escaped: Bool) = (0..<0, false)
+        var attributes: Range<Int> = 0..<0
+        var staleDate: Double = 0
+        var dismissalDate: Double = 0
+        var relevanceScore: Double = 0
+        var inputPushToken = false
+        var inputPushChannel: (range: Range<Int>, escaped: Bool) = (0..<0, false)
 
-        func payload() -> ScannedPayload? {
-            if event.isWrong || timestamp.isWrong || contentState.isWrong || alert.isWrong || attributesType.isWrong
-                || attributes.isWrong || staleDate.isWrong || dismissalDate.isWrong || relevanceScore.isWrong
-                || inputPushToken.isWrong || inputPushChannel.isWrong { return nil }
-            guard let event = event.value, let timestamp = timestamp.value else { return nil }
+        @inline(__always) func has(_ key: Key) -> Bool { present & key.rawValue != 0 }
+
+        @inline(__always) mutating func mark(_ key: Key, valid: Bool) {
+            if valid {
+                present |= key.rawValue
+                wrongType &= ~key.rawValue
+            } else {
+                present &= ~key.rawValue
+                wrongType |= key.rawValue
+            }
+        }
+
+        func payload(_ reader: JSONReader) -> ScannedPayload? {
+            guard wrongType == 0, has(.event), has(.timestamp) else { return nil }
             switch event {
             case .start:
-                guard contentState.isPresent, attributesType.isPresent, attributes.isPresent, alert.isPresent else { return nil }
+                guard has(.contentState), has(.attributesType), has(.attributes), has(.alert) else { return nil }
             case .update:
-                guard contentState.isPresent else { return nil }
+                guard has(.contentState) else { return nil }
             case .end:
                 break
             }
-            if dismissalDate.isPresent && event != .end { return nil }
-            if (inputPushToken.isPresent || inputPushChannel.isPresent) && event != .start { return nil }
-            return ScannedPayload(event: event, timestamp: timestamp, contentState: contentState.value, alert: alert.value,
-                                  attributesType: attributesType.value, attributes: attributes.value, staleDate: staleDate.value,
-                                  dismissalDate: dismissalDate.value, relevanceScore: relevanceScore.value,
-                                  inputPushToken: inputPushToken.value ?? false, inputPushChannel: inputPushChannel.value)
+            if has(.dismissalDate) && event != .end { return nil }
+            if (has(.inputPushToken) || has(.inputPushChannel)) && event != .start { return nil }
+            return ScannedPayload(
+                event: event, timestamp: timestamp, contentState: has(.contentState) ? contentState : nil,
+                alert: has(.alert) ? alert : nil,
+                attributesType: has(.attributesType) ? reader.string(attributesType.range, escaped: attributesType.escaped) : nil,
+                attributes: has(.attributes) ? attributes : nil, staleDate: has(.staleDate) ? staleDate : nil,
+                dismissalDate: has(.dismissalDate) ? dismissalDate : nil, relevanceScore: has(.relevanceScore) ? relevanceScore : nil,
+                inputPushToken: has(.inputPushToken) && inputPushToken,
+                inputPushChannel: has(.inputPushChannel) ? reader.string(inputPushChannel.range, escaped: inputPushChannel.escaped) : nil)
         }
     }
 
-    /// Walks the `aps` object; nil only if it isn't valid JSON.
+    /// Walks the `aps` object (`reader` at its `{`); nil only if it isn't valid JSON.
     private static func scanAps(_ reader: inout JSONReader) -> Fields? {
         var f = Fields()
-        let ok = reader.forEachMember { reader, keyRange, escaped in
-            guard let key = escaped ? keyFromString(reader.string(keyRange, escaped: true)) : lookupKey(reader, keyRange) else {
-                return reader.skipValue()
+        guard var more = reader.enterObject() else { return nil }
+        while more {
+            guard let (keyRange, escaped) = reader.memberKey() else { return nil }
+            let key = escaped ? keyFromString(reader.string(keyRange, escaped: true)) : lookupKey(reader, keyRange)
+            if let key {
+                guard !reader.atEnd, scanMember(key, &reader, &f) else { return nil }
+            } else {
+                guard reader.skipValue() else { return nil }
             }
-            guard !reader.atEnd else { return false }
-            let first = reader.current
-            switch key {
-            case .event:
-                guard first == UInt8(ascii: "\"") else { f.event = .wrongType; return reader.skipValue() }
-                guard let (r, esc) = reader.scanString() else { return false }
-                let event: LiveActivityEvent?
-                if esc {
-                    event = LiveActivityEvent(rawValue: reader.string(r, escaped: true))
-                } else if reader.equals(r, "update") {
-                    event = .update
-                } else if reader.equals(r, "end") {
-                    event = .end
-                } else if reader.equals(r, "start") {
-                    event = .start
-                } else {
-                    event = nil
-                }
-                f.event = event.map { .present($0) } ?? .wrongType
-                return true
-            case .timestamp, .staleDate, .dismissalDate, .relevanceScore, .inputPushToken:
-                var value = Member<Double>.wrongType
-                if first == UInt8(ascii: "-") || isDigit(first) {
-                    guard let (r, integer) = reader.scanNumber(), let number = reader.double(r, integer: integer) else { return false }
-                    value = .present(number)
-                } else {
-                    guard reader.skipValue() else { return false }
-                }
-                switch key {
-                case .timestamp: f.timestamp = value
-                case .staleDate: f.staleDate = value
-                case .dismissalDate: f.dismissalDate = value
-                case .relevanceScore: f.relevanceScore = value
-                default:
-                    if case .present(let n) = value { f.inputPushToken = .present(n != 0) } else { f.inputPushToken = .wrongType }
-                }
-                return true
-            case .contentState, .attributes, .alert:
-                let isObject = first == UInt8(ascii: "{")
-                let typeOK = isObject || (key == .alert && first == UInt8(ascii: "\""))
-                let start = reader.index
-                guard reader.skipValue() else { return false }
-                let value: Member<Range<Int>> = typeOK ? .present(start..<reader.index) : .wrongType
-                switch key {
-                case .contentState: f.contentState = value
-                case .attributes: f.attributes = value
-                default: f.alert = value
-                }
-                return true
-            case .attributesType, .inputPushChannel:
-                guard first == UInt8(ascii: "\"") else {
-                    if key == .attributesType { f.attributesType = .wrongType } else { f.inputPushChannel = .wrongType }
-                    return reader.skipValue()
-                }
-                guard let (r, esc) = reader.scanString() else { return false }
-                let text = reader.string(r, escaped: esc)
-                if key == .attributesType { f.attributesType = .present(text) } else { f.inputPushChannel = .present(text) }
-                return true
-            }
+            guard let next = reader.nextMember() else { return nil }
+            more = next
         }
-        return ok ? f : nil
+        return f
+    }
+
+    /// Reads one known `aps` member's value into `f`; false only if it isn't valid JSON.
+    @inline(__always)
+    private static func scanMember(_ key: Key, _ reader: inout JSONReader, _ f: inout Fields) -> Bool {
+        let first = reader.current
+        switch key {
+        case .event:
+            guard first == UInt8(ascii: "\"") else { f.mark(.event, valid: false); return reader.skipValue() }
+            guard let (r, esc) = reader.scanString() else { return false }
+            let event: LiveActivityEvent?
+            if esc {
+                event = LiveActivityEvent(rawValue: reader.string(r, escaped: true))
+            } else if reader.equals(r, "update") {
+                event = .update
+            } else if reader.equals(r, "end") {
+                event = .end
+            } else if reader.equals(r, "start") {
+                event = .start
+            } else {
+                event = nil
+            }
+            if let event { f.event = event }
+            f.mark(.event, valid: event != nil)
+            return true
+        case .timestamp, .staleDate, .dismissalDate, .relevanceScore, .inputPushToken:
+            guard first == UInt8(ascii: "-") || isDigit(first) else { f.mark(key, valid: false); return reader.skipValue() }
+            guard let (r, integer) = reader.scanNumber(), let value = reader.double(r, integer: integer) else { return false }
+            switch key {
+            case .timestamp: f.timestamp = value
+            case .staleDate: f.staleDate = value
+            case .dismissalDate: f.dismissalDate = value
+            case .relevanceScore: f.relevanceScore = value
+            default: f.inputPushToken = value != 0
+            }
+            f.mark(key, valid: true)
+            return true
+        case .contentState, .attributes, .alert:
+            let typeOK = first == UInt8(ascii: "{") || (key == .alert && first == UInt8(ascii: "\""))
+            let start = reader.index
+            guard reader.skipValue() else { return false }
+            switch key {
+            case .contentState: f.contentState = start..<reader.index
+            case .attributes: f.attributes = start..<reader.index
+            default: f.alert = start..<reader.index
+            }
+            f.mark(key, valid: typeOK)
+            return true
+        case .attributesType, .inputPushChannel:
+            guard first == UInt8(ascii: "\"") else { f.mark(key, valid: false); return reader.skipValue() }
+            guard let string = reader.scanString() else { return false }
+            if key == .attributesType { f.attributesType = string } else { f.inputPushChannel = string }
+            f.mark(key, valid: true)
+            return true
+        }
     }
 
     private static func lookupKey(_ reader: JSONReader, _ r: Range<Int>) -> Key? {

@@ -93,6 +93,9 @@ struct Outcome: Sendable {
     var channelID: String?
     var storagePolicy: Int?
     var channelIDs: [String]?
+    /// Values the locked step replaced (the evicted log entry, the previous content state and the
+    /// body it points into): carried out so that they are freed after the lock is released.
+    var garbage: (Delivery?, RawJSON?)
 
     init(status: Int, reason: APNsReason? = nil, timestamp: Int64? = nil) {
         self.status = status; self.reason = reason; self.timestamp = timestamp

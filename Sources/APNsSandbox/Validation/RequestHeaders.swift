@@ -15,20 +15,22 @@ struct RequestHeaders {
 
     init(_ headers: [(name: String, value: String)]) {
         var otherAPNs: [String] = []
-        for (name, value) in headers {
-            switch name {
-            case "authorization": Self.set(&authorization, value, &duplicate)
-            case "apns-topic": Self.set(&topic, value, &duplicate)
-            case "apns-push-type": Self.set(&pushType, value, &duplicate)
-            case "apns-priority": Self.set(&priority, value, &duplicate)
-            case "apns-expiration": Self.set(&expiration, value, &duplicate)
-            case "apns-id": Self.set(&apnsID, value, &duplicate)
-            case "apns-collapse-id": Self.set(&collapseID, value, &duplicate)
-            case "apns-channel-id": Self.set(&channelID, value, &duplicate)
-            case "apns-request-id": Self.set(&requestID, value, &duplicate)
+        for i in headers.indices {
+            let name = headers[i].name
+            // Dispatch on the length first: most comparisons are then avoided altogether.
+            switch name.utf8.count {
+            case 7 where name == "apns-id": Self.set(&apnsID, headers[i].value, &duplicate)
+            case 10 where name == "apns-topic": Self.set(&topic, headers[i].value, &duplicate)
+            case 13 where name == "authorization": Self.set(&authorization, headers[i].value, &duplicate)
+            case 13 where name == "apns-priority": Self.set(&priority, headers[i].value, &duplicate)
+            case 14 where name == "apns-push-type": Self.set(&pushType, headers[i].value, &duplicate)
+            case 15 where name == "apns-expiration": Self.set(&expiration, headers[i].value, &duplicate)
+            case 15 where name == "apns-channel-id": Self.set(&channelID, headers[i].value, &duplicate)
+            case 15 where name == "apns-request-id": Self.set(&requestID, headers[i].value, &duplicate)
+            case 16 where name == "apns-collapse-id": Self.set(&collapseID, headers[i].value, &duplicate)
             default:
                 // Headers APNs doesn't use (yet) still count for duplicates if they are apns-*.
-                if name.utf8.count > 5, name.hasPrefix("apns-") {
+                if name.utf8.count > 5, name.utf8.starts(with: "apns-".utf8) {
                     if otherAPNs.contains(name) { duplicate = true } else { otherAPNs.append(name) }
                 }
             }

@@ -12,20 +12,27 @@ struct TokenKey: Hashable, Sendable {
         let digits = b.count
         guard digits >= DeviceToken.minDigits, digits <= DeviceToken.maxDigits, digits & 1 == 0 else { return nil }
         count = digits / 2
-        var words = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        // Up to four big-endian words of 16 digits; a short last word is aligned to the top.
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        let inline = min(digits, 64)
         var i = 0
-        while i < min(digits, 64) {
-            guard let hi = Self.nibble(b[i]), let lo = Self.nibble(b[i + 1]) else { return nil }
-            let byte = UInt64(hi << 4 | lo)
-            let index = i / 2
-            let shift = UInt64(56 - (index % 8) * 8)
-            switch index / 8 {
-            case 0: words.0 |= byte << shift
-            case 1: words.1 |= byte << shift
-            case 2: words.2 |= byte << shift
-            default: words.3 |= byte << shift
+        var w = 0
+        while i < inline {
+            let end = min(i + 16, inline)
+            var value: UInt64 = 0
+            while i < end {
+                guard let n = Self.nibble(b[i]) else { return nil }
+                value = value << 4 | UInt64(n)
+                i += 1
             }
-            i += 2
+            value <<= UInt64(16 - (end - (w * 16))) * 4
+            switch w {
+            case 0: words.0 = value
+            case 1: words.1 = value
+            case 2: words.2 = value
+            default: words.3 = value
+            }
+            w += 1
         }
         (w0, w1, w2, w3) = words
         if digits > 64 {
@@ -46,13 +53,13 @@ struct TokenKey: Hashable, Sendable {
         self = key
     }
 
+    /// A hex digit's value: two subtractions and compares, no table.
     @inline(__always) private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c &- 0x30
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c &- 0x57
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c &- 0x37
-        default: nil
-        }
+        let digit = c &- 0x30
+        if digit < 10 { return digit }
+        let letter = (c | 0x20) &- 0x61
+        if letter < 6 { return letter &+ 10 }
+        return nil
     }
 
     /// The token as lowercase hex.

@@ -48,14 +48,20 @@ struct Ring<Element> {
         items.reserveCapacity(min(self.capacity, 1024))
     }
 
-    mutating func append(_ item: Element) {
-        guard capacity > 0 else { return }
+    /// Appends `item`; returns the element it overwrote, if any (so that the caller can release
+    /// it outside a lock).
+    @discardableResult
+    mutating func append(_ item: consuming Element) -> Element? {
+        guard capacity > 0 else { return nil }
+        var evicted: Element?
         if items.count < capacity {
             items.append(item)
         } else {
+            evicted = items[next]
             items[next] = item
         }
         next = next + 1 == capacity ? 0 : next + 1
+        return evicted
     }
 
     var count: Int { items.count }

@@ -79,7 +79,13 @@ public struct DeviceView: Sendable, Equatable {
     public var lastAlertJSON: JSONValue? { lastAlert.flatMap(JSONValue.parse) }
 
     /// What one accepted push did to the view.
-    struct Effect { var displayed: Bool; var overBudget: Bool }
+    struct Effect {
+        var displayed: Bool
+        var overBudget: Bool
+        /// The content state this push replaced, handed back so that the caller can free it (and
+        /// the body it points into) after leaving the lock.
+        var replaced: RawJSON? = nil
+    }
 
     /// Applies one accepted push; `body` is the payload the ranges in `p` point into.
     mutating func apply(_ p: ScannedPayload, body: [UInt8], priority: Int, startBudget: Int, nowMillis: Int64) -> Effect {
@@ -112,6 +118,7 @@ public struct DeviceView: Sendable, Equatable {
         switch p.event {
         case .start:
             state = .active
+            let replaced = contentStateJSONBytes
             contentStateJSONBytes = newState
             timestamp = p.timestamp
             staleDate = p.staleDate
@@ -122,6 +129,8 @@ public struct DeviceView: Sendable, Equatable {
             attributesJSONBytes = p.attributes.map { RawJSON(source: body, range: $0) }
             inputPushToken = p.inputPushToken
             inputPushChannel = p.inputPushChannel
+            pushesDisplayed += 1
+            return Effect(displayed: true, overBudget: overBudget, replaced: replaced)
         case .update, .end:
             if state == .ended {
                 ignoredAfterEnd += 1
@@ -132,7 +141,11 @@ public struct DeviceView: Sendable, Equatable {
                 return Effect(displayed: false, overBudget: overBudget)
             }
             timestamp = p.timestamp
-            if let newState { contentStateJSONBytes = newState }
+            var replaced: RawJSON?
+            if let newState {
+                replaced = contentStateJSONBytes
+                contentStateJSONBytes = newState
+            }
             if let stale = p.staleDate { staleDate = stale }
             if let score = p.relevanceScore { relevanceScore = score }
             if p.event == .end {
@@ -140,9 +153,9 @@ public struct DeviceView: Sendable, Equatable {
                 dismissalDate = p.dismissalDate
                 endedAtMillis = nowMillis
             }
+            pushesDisplayed += 1
+            return Effect(displayed: true, overBudget: overBudget, replaced: replaced)
         }
-        pushesDisplayed += 1
-        return Effect(displayed: true, overBudget: overBudget)
     }
 
     /// The view as the admin API shows it.
