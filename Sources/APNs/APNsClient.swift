@@ -10,6 +10,8 @@ public struct APNsClientConfiguration: Sendable {
     public var endpoint: APNsEndpoint
     /// Connections to keep open to the endpoint.
     public var connections: Int
+    /// Event-loop threads serving them (each polls several connections, as h2load does).
+    public var threads: Int
     /// Trust this CA file instead of the system's (the sandbox's certificate).
     public var caFile: String?
     /// Verify the server certificate (default). Turning it off is logged loudly.
@@ -30,12 +32,12 @@ public struct APNsClientConfiguration: Sendable {
     public var backoffInitial: Duration
     public var backoffMaximum: Duration
 
-    public init(endpoint: APNsEndpoint, connections: Int = 2, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
+    public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
                 idlePingInterval: Duration = .seconds(3600), pingTimeout: Duration = .seconds(20), maxConcurrentStreams: Int = 1000,
                 maxAttempts: Int = 3, maxConnectFailuresBeforeFailing: Int = 3,
                 backoffInitial: Duration = .milliseconds(100), backoffMaximum: Duration = .seconds(10)) {
-        self.endpoint = endpoint; self.connections = max(1, connections); self.caFile = caFile; self.verifyPeer = verifyPeer
+        self.endpoint = endpoint; self.connections = max(1, connections); self.threads = max(1, min(threads, connections)); self.caFile = caFile; self.verifyPeer = verifyPeer
         self.plaintext = plaintext; self.connectTimeout = connectTimeout; self.requestTimeout = requestTimeout
         self.idlePingInterval = idlePingInterval; self.pingTimeout = pingTimeout; self.maxConcurrentStreams = maxConcurrentStreams
         self.maxAttempts = max(1, maxAttempts); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
@@ -84,7 +86,7 @@ public final class APNsClientStats: Sendable {
 public final class APNsClient: Sendable {
     public let configuration: APNsClientConfiguration
     public let stats = APNsClientStats()
-    private let connections: [APNsConnection]
+    private let loops: [APNsEventLoop]
     private let tokens: (any ProviderTokenSource)?
     private let logger: Logger
     private let next = Atomic<Int>(0)
@@ -105,15 +107,18 @@ public final class APNsClient: Sendable {
             }
         }
         let stats = self.stats
-        connections = (0..<configuration.connections).map {
-            APNsConnection(id: $0, configuration: configuration, tlsContext: tls, logger: logger, stats: stats)
+        let threads = configuration.threads
+        loops = (0..<threads).map { t in
+            // Connections spread over the threads as evenly as they go.
+            let count = configuration.connections / threads + (t < configuration.connections % threads ? 1 : 0)
+            return APNsEventLoop(id: t, connections: count, configuration: configuration, tlsContext: tls, logger: logger, stats: stats)
         }
     }
 
     deinit { shutdown() }
 
     /// Closes every connection; requests still waiting fail with `.shutdown`.
-    public func shutdown() { connections.forEach { $0.stop() } }
+    public func shutdown() { loops.forEach { $0.stop() } }
 
     /// Live Activity pushes of one payload to many device tokens (`/3/device/<token>`).
     public func sendLiveActivity(payload: [UInt8], to deviceTokens: [String], bundleID: String, priority: Int = 10,
@@ -190,22 +195,17 @@ public final class APNsClient: Sendable {
             return Array(repeating: .failed(APNsTransportError(.configuration, "bad request headers: \(error)")), count: targets.count)
         }
         return await withCheckedContinuation { continuation in
-            let batch = BatchCompletion(count: targets.count, continuation: continuation)
-            // One contiguous slice per connection, starting from a rotating connection.
-            let n = connections.count
+            let work = BatchWork(template: template, body: body, targets: targets,
+                                 completion: BatchCompletion(count: targets.count, continuation: continuation))
+            // One contiguous slice per event loop, starting from a rotating one.
+            let n = loops.count
             let first = next.add(1, ordering: .relaxed).newValue
             let per = (targets.count + n - 1) / n
             var start = 0
             var k = 0
             while start < targets.count {
                 let end = min(start + per, targets.count)
-                var slice: [OutgoingRequest] = []
-                slice.reserveCapacity(end - start)
-                for i in start..<end {
-                    slice.append(OutgoingRequest(template: template, path: targets[i].path, headers: targets[i].headers,
-                                                 body: body, batch: batch, index: i, attempts: 0))
-                }
-                connections[(first + k) % n].enqueue(slice)
+                loops[(first + k) % n].enqueue((start..<end).map { OutgoingRequest(work: work, index: $0, attempts: 0) })
                 start = end
                 k += 1
             }

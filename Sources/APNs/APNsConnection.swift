@@ -10,21 +10,31 @@ import NetIO
 import OpenSSLKit
 import Synchronization
 
-/// One request on its way: shared template and body, its own path and headers, and where its
-/// result goes. Cheap to copy: everything big is a shared reference.
-struct OutgoingRequest: @unchecked Sendable {
-    // Template and body are immutable shared storage (both `@unchecked Sendable` themselves).
+/// What one batch sends: the shared template and body, the targets, and where results go.
+/// Requests refer to it by index, so moving a request around costs one reference.
+final class BatchWork: Sendable {
     let template: HTTP2RequestTemplate
-    let path: String
-    let headers: [HTTP2Header]
     let body: HTTP2Body?
-    let batch: BatchCompletion
+    let targets: [APNsClient.Target]
+    let completion: BatchCompletion
+
+    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: [APNsClient.Target], completion: BatchCompletion) {
+        self.template = template
+        self.body = body
+        self.targets = targets
+        self.completion = completion
+    }
+}
+
+/// One request on its way.
+struct OutgoingRequest: Sendable {
+    let work: BatchWork
     let index: Int
     var attempts: Int
 }
 
-/// Collects a batch's results from any connection thread; resumes its one waiter when the
-/// last result is in (one hop per batch).
+/// Collects a batch's results from any event-loop thread; resumes its one waiter when the last
+/// result is in (one hop per batch).
 final class BatchCompletion: Sendable {
     private struct State {
         var results: [APNsResult?]
@@ -38,10 +48,16 @@ final class BatchCompletion: Sendable {
     }
 
     func complete(_ index: Int, _ result: APNsResult) {
+        complete([(index, result)])
+    }
+
+    /// Several results under one lock.
+    func complete(_ items: [(Int, APNsResult)]) {
         let done: (CheckedContinuation<[APNsResult], Never>, [APNsResult])? = state.withLock { s in
-            guard s.results[index] == nil else { return nil }
-            s.results[index] = result
-            s.remaining -= 1
+            for (index, result) in items where s.results[index] == nil {
+                s.results[index] = result
+                s.remaining -= 1
+            }
             guard s.remaining == 0, let c = s.continuation else { return nil }
             s.continuation = nil
             return (c, s.results.map { $0! })
@@ -50,23 +66,15 @@ final class BatchCompletion: Sendable {
     }
 }
 
-/// One HTTP/2 connection to APNs with its own event-loop thread, which owns the socket, the TLS
-/// session and the nghttp2 session. Requests arrive in an inbox (one lock and one wake-up per
-/// batch slice); responses complete their batch from this thread.
-///
-/// - Until a request has succeeded on the connection, one stream at a time (APNs allows one
-///   stream before it has seen a valid provider token); then SETTINGS_MAX_CONCURRENT_STREAMS,
-///   as it changes.
-/// - GOAWAY: streams at or below its last stream id finish; the rest (refused) are sent again
-///   on a new connection.
-/// - A broken connection: requests without an answer are sent again (up to `maxAttempts`), the
-///   connection reopens with back-off. Idle connections are kept and PINGed, never churned.
-final class APNsConnection: @unchecked Sendable {
-    // Only `inbox`/`stopped` are shared (under `lock`); everything else belongs to the thread.
+/// An event-loop thread serving several HTTP/2 connections to one endpoint (as h2load does):
+/// one poll over all their sockets, one queue of requests that each connection draws from as its
+/// streams free up. Requests arrive through an inbox (one lock and one wake-up per batch slice).
+final class APNsEventLoop: @unchecked Sendable {
+    // `inbox` and `stopped` are shared under `lock`; everything else belongs to the thread.
     private let lock = NSLock()
     private var inbox: [OutgoingRequest] = []
     private var stopped = false
-    private let wakeup = Wakeup()
+    let wakeup = Wakeup()
 
     let id: Int
     let configuration: APNsClientConfiguration
@@ -74,13 +82,13 @@ final class APNsConnection: @unchecked Sendable {
     let logger: Logger
     let stats: APNsClientStats
 
-    init(id: Int, configuration: APNsClientConfiguration, tlsContext: TLSContext?, logger: Logger, stats: APNsClientStats) {
+    init(id: Int, connections: Int, configuration: APNsClientConfiguration, tlsContext: TLSContext?, logger: Logger, stats: APNsClientStats) {
         self.id = id
         self.configuration = configuration
         self.tlsContext = tlsContext
         self.logger = logger
         self.stats = stats
-        let thread = Thread { [self] in EventLoop(owner: self).run() }
+        let thread = Thread { [self] in LoopState(owner: self, connections: connections).run() }
         thread.name = "apns-\(id)"
         thread.start()
     }
@@ -90,7 +98,7 @@ final class APNsConnection: @unchecked Sendable {
         lock.lock()
         if stopped {
             lock.unlock()
-            for r in requests { r.batch.complete(r.index, .failed(APNsTransportError(.shutdown, "the APNs client was shut down"))) }
+            for r in requests { r.work.completion.complete(r.index, .failed(APNsTransportError(.shutdown, "the APNs client was shut down"))) }
             return
         }
         inbox.append(contentsOf: requests)
@@ -105,180 +113,230 @@ final class APNsConnection: @unchecked Sendable {
         wakeup.signal()
     }
 
-    /// Takes the inbox; nil once stopped.
-    fileprivate func takeInbox() -> [OutgoingRequest]? {
+    /// Moves the inbox into `queue`; false once stopped.
+    fileprivate func takeInbox(into queue: inout [OutgoingRequest]) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        if stopped { return nil }
-        if inbox.isEmpty { return [] }
+        if stopped { return false }
+        if !inbox.isEmpty {
+            queue.append(contentsOf: inbox)
+            inbox.removeAll(keepingCapacity: true)
+        }
+        return true
+    }
+
+    fileprivate func drainInboxAfterStop() -> [OutgoingRequest] {
+        lock.lock()
+        defer { lock.unlock() }
         let all = inbox
         inbox = []
         return all
     }
-
-    fileprivate func takeInboxAfterStop() -> [OutgoingRequest] {
-        lock.lock()
-        defer { lock.unlock() }
-        let all = inbox
-        inbox = []
-        return all
-    }
-
-    fileprivate var wakeFD: Int32 { wakeup.readFD }
-    fileprivate func drainWakeup() { wakeup.drain() }
 }
 
-/// The thread-confined state and loop of one connection.
-private final class EventLoop: HTTP2ClientDelegate {
-    struct InFlight {
-        var request: OutgoingRequest
-        var status = 0
-        var apnsID: String?
-        var uniqueID: String?
-        var requestID: String?
-        var channelID: String?
-        var retryAfter: Duration?
-        var body: [UInt8] = []
-        var started: Deadline
-        var stream: Int32 = 0
-        var timedOut = false
-    }
-
-    let owner: APNsConnection
+/// The thread-confined state of one event loop.
+private final class LoopState {
+    let owner: APNsEventLoop
     var config: APNsClientConfiguration { owner.configuration }
     var queue: [OutgoingRequest] = []
     var queueHead = 0
-    var slots: [InFlight?] = []
-    var freeSlots: [Int] = []
-    var pump: H2Pump?
-    var session: HTTP2ClientSession?
-    var succeededOnce = false
-    var draining = false
-    var connectFailures = 0
-    var nextConnectAttempt = Deadline(nanoseconds: 0)
-    var lastActivity = Deadline.now()
-    var pingSentAt: Deadline?
+    var connections: [ConnectionState] = []
+    /// Results gathered during one turn of the loop, handed over per batch at its end.
+    var finished: [ObjectIdentifier: (BatchCompletion, [(Int, APNsResult)])] = [:]
     var nextHousekeeping = Deadline.now()
 
-    init(owner: APNsConnection) { self.owner = owner }
+    init(owner: APNsEventLoop, connections count: Int) {
+        self.owner = owner
+        connections = (0..<max(1, count)).map { ConnectionState(loop: self, index: $0) }
+    }
 
     var queued: Int { queue.count - queueHead }
 
     func run() {
-        while let incoming = owner.takeInbox() {
-            if !incoming.isEmpty { queue.append(contentsOf: incoming) }
-            if pump == nil && queued > 0 && Deadline.now() >= nextConnectAttempt { connect() }
-            if let pump, let session {
-                submitQueued(session)
-                do {
-                    try pump.flush()
-                } catch {
-                    connectionLost("write failed: \(error)")
+        while owner.takeInbox(into: &queue) {
+            let now = Deadline.now()
+            for c in connections {
+                if c.pump == nil {
+                    if queued > 0 && now >= c.nextConnectAttempt { c.connect() }
                     continue
                 }
+                c.submit()
+                c.flush()
+                if c.draining, let s = c.session, s.activeStreams == 0 { c.close() }
             }
-            if draining, let session, session.activeStreams == 0 {
-                // Everything at or below the GOAWAY's last stream is answered: start afresh.
-                closeConnection()
-                continue
-            }
+            publishResults()
             waitForEvents()
+            publishResults()
             housekeeping()
         }
-        // Stopped: everything still here fails; the connection closes politely.
-        let leftovers = Array(queue[queueHead...]) + owner.takeInboxAfterStop() + slots.compactMap { $0?.request }
-        for r in leftovers { r.batch.complete(r.index, .failed(APNsTransportError(.shutdown, "the APNs client was shut down"))) }
-        slots.removeAll()
-        if let session, let pump {
-            session.terminate(errorCode: .noError)
-            _ = try? pump.flush()
-            pump.close()
-        }
+        shutdown()
     }
 
-    private func submitQueued(_ session: HTTP2ClientSession) {
-        guard !draining else { return }
-        let limit = succeededOnce ? max(1, min(session.remoteMaxConcurrentStreams, config.maxConcurrentStreams)) : 1
-        while queued > 0 && session.activeStreams < limit {
-            let request = queue[queueHead]
-            queueHead += 1
-            let slot = freeSlots.popLast() ?? { slots.append(nil); return slots.count - 1 }()
-            slots[slot] = InFlight(request: request, started: Deadline.now())
-            do {
-                slots[slot]!.stream = try session.submitRequest(request.template, path: request.path, headers: request.headers,
-                                                                 body: request.body, context: UInt64(slot))
-            } catch {
-                slots[slot] = nil
-                freeSlots.append(slot)
-                queueHead -= 1  // keep it for the next connection
-                draining = true
-                break
-            }
-        }
-        if queueHead > 4096 && queueHead * 2 > queue.count {
+    /// Takes the next request for a connection with room, if any.
+    func next() -> OutgoingRequest? {
+        guard queueHead < queue.count else { return nil }
+        let r = queue[queueHead]
+        queueHead += 1
+        if queueHead == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            queueHead = 0
+        } else if queueHead > 4096 && queueHead * 2 > queue.count {
             queue.removeFirst(queueHead)
             queueHead = 0
         }
-        if queued > 0 { lastActivity = Deadline.now() }
+        return r
+    }
+
+    func requeue(_ requests: [OutgoingRequest]) {
+        guard !requests.isEmpty else { return }
+        if queueHead == 0 { queue.insert(contentsOf: requests, at: 0) } else {
+            queue.replaceSubrange(0..<queueHead, with: [])
+            queueHead = 0
+            queue.insert(contentsOf: requests, at: 0)
+        }
+    }
+
+    func finish(_ request: OutgoingRequest, _ result: APNsResult) {
+        let completion = request.work.completion
+        finished[ObjectIdentifier(completion), default: (completion, [])].1.append((request.index, result))
+    }
+
+    func publishResults() {
+        guard !finished.isEmpty else { return }
+        for (_, (completion, items)) in finished { completion.complete(items) }
+        finished.removeAll(keepingCapacity: true)
+    }
+
+    /// Waiting requests fail (retryable) when no connection could be opened for a while.
+    func failWaiting(_ error: APNsTransportError) {
+        while let r = next() { finish(r, .failed(error)) }
     }
 
     private func waitForEvents() {
-        var fds = [pollfd(fd: owner.wakeFD, events: Int16(POLLIN), revents: 0)]
-        if let pump { fds.append(pollfd(fd: pump.socket.fd, events: pump.pollEvents, revents: 0)) }
+        var fds = [pollfd(fd: owner.wakeup.readFD, events: Int16(POLLIN), revents: 0)]
         var timeout: Int32 = 1000
-        if pump == nil && queued > 0 { timeout = max(1, min(timeout, nextConnectAttempt.pollTimeoutMillis)) }
-        let n = poll(&fds, nfds_t(fds.count), timeout)
-        guard n > 0 else { return }
-        if fds[0].revents != 0 { owner.drainWakeup() }
-        guard fds.count > 1, let pump else { return }
-        let revents = fds[1].revents
-        if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
-            do {
-                if try !pump.readAvailable() { connectionLost("APNs closed the connection"); return }
-                lastActivity = Deadline.now()
-            } catch {
-                connectionLost("read failed: \(error)")
-                return
+        for c in connections {
+            if let pump = c.pump {
+                fds.append(pollfd(fd: pump.socket.fd, events: pump.pollEvents, revents: 0))
+            } else {
+                fds.append(pollfd(fd: -1, events: 0, revents: 0))
+                if queued > 0 { timeout = min(timeout, max(1, c.nextConnectAttempt.pollTimeoutMillis)) }
             }
         }
-        if pump.isFinished && !draining { connectionLost("the HTTP/2 session ended") }
+        let n = poll(&fds, nfds_t(fds.count), timeout)
+        guard n > 0 else { return }
+        if fds[0].revents != 0 { owner.wakeup.drain() }
+        for (i, c) in connections.enumerated() where fds[i + 1].revents != 0 {
+            c.readable(fds[i + 1].revents)
+        }
     }
 
     private func housekeeping() {
         let now = Deadline.now()
         guard now >= nextHousekeeping else { return }
         nextHousekeeping = Deadline.after(.milliseconds(250))
-        // Requests without an answer for too long: cancel the stream, report a timeout.
-        if let session {
-            let limit = config.requestTimeout.nanoseconds
-            for i in slots.indices {
-                guard let f = slots[i], !f.timedOut, now.nanoseconds &- f.started.nanoseconds > limit else { continue }
-                slots[i]!.timedOut = true
-                try? session.cancel(stream: slots[i]!.stream)
+        for c in connections { c.housekeeping(now) }
+        publishResults()
+    }
+
+    private func shutdown() {
+        let error = APNsTransportError(.shutdown, "the APNs client was shut down")
+        for r in queue[queueHead...] { finish(r, .failed(error)) }
+        for r in owner.drainInboxAfterStop() { finish(r, .failed(error)) }
+        for c in connections { c.abandon(error) }
+        publishResults()
+    }
+}
+
+/// One HTTP/2 connection of an event loop.
+///
+/// - Until a request has succeeded on it, one stream at a time (APNs allows one stream before
+///   it has seen a valid provider token); then SETTINGS_MAX_CONCURRENT_STREAMS as it changes,
+///   capped by the configuration.
+/// - GOAWAY: streams at or below its last stream id finish; the rest (refused) go back to the
+///   loop's queue, and the connection reopens once its last stream is done.
+/// - Broken: unanswered requests go back to the queue (up to `maxAttempts` tries), the
+///   connection reopens with back-off. Idle connections are PINGed, never churned.
+private final class ConnectionState: HTTP2ClientDelegate {
+    struct InFlight {
+        var request: OutgoingRequest
+        var stream: Int32 = 0
+        var status = 0
+        var response = APNsResponse(status: 0)
+        var body: [UInt8] = []
+        var started: Deadline
+        var timedOut = false
+    }
+
+    unowned let loop: LoopState
+    let index: Int
+    var config: APNsClientConfiguration { loop.config }
+    var logger: Logger { loop.owner.logger }
+    var stats: APNsClientStats { loop.owner.stats }
+    var pump: H2Pump?
+    var session: HTTP2ClientSession?
+    var slots: [InFlight?] = []
+    var freeSlots: [Int] = []
+    var succeededOnce = false
+    var draining = false
+    var connectFailures = 0
+    var nextConnectAttempt = Deadline(nanoseconds: 0)
+    var lastActivity = Deadline.now()
+    var pingSentAt: Deadline?
+
+    init(loop: LoopState, index: Int) {
+        self.loop = loop
+        self.index = index
+    }
+
+    var name: String { "\(loop.owner.id).\(index)" }
+
+    /// Starts queued requests while there is room.
+    func submit() {
+        guard let session, !draining else { return }
+        let limit = succeededOnce ? max(1, min(session.remoteMaxConcurrentStreams, config.maxConcurrentStreams)) : 1
+        var submitted = false
+        while session.activeStreams < limit, let request = loop.next() {
+            let slot = freeSlots.popLast() ?? { slots.append(nil); return slots.count - 1 }()
+            let target = request.work.targets[request.index]
+            do {
+                let stream = try session.submitRequest(request.work.template, path: target.path, headers: target.headers,
+                                                       body: request.work.body, context: UInt64(slot))
+                slots[slot] = InFlight(request: request, stream: stream, started: Deadline.now())
+                submitted = true
+            } catch {
+                freeSlots.append(slot)
+                loop.requeue([request])
+                draining = true  // GOAWAY received or stream ids used up: finish here, reopen
+                break
             }
         }
-        // Keep idle connections alive with PING, and notice dead ones.
-        if let session, let pump {
-            if let sent = pingSentAt, now.nanoseconds &- sent.nanoseconds > config.pingTimeout.nanoseconds {
-                connectionLost("no PING acknowledgement in \(config.pingTimeout)")
-                return
-            }
-            if pingSentAt == nil, session.activeStreams == 0, now.nanoseconds &- lastActivity.nanoseconds > config.idlePingInterval.nanoseconds {
-                try? session.submitPing(payload: UInt64(now.nanoseconds))
-                pingSentAt = now
-                _ = try? pump.flush()
-            }
+        if submitted { lastActivity = Deadline.now() }
+    }
+
+    func flush() {
+        guard let pump else { return }
+        do { try pump.flush() } catch { lost("write failed: \(error)") }
+    }
+
+    func readable(_ revents: Int16) {
+        guard let pump else { return }
+        do {
+            if try !pump.readAvailable() { lost("APNs closed the connection"); return }
+            lastActivity = Deadline.now()
+            if pump.isFinished && !draining { lost("the HTTP/2 session ended"); return }
+            try pump.flush()
+        } catch {
+            lost("read failed: \(error)")
         }
     }
 
-    // MARK: connecting
-
-    private func connect() {
+    func connect() {
         let endpoint = config.endpoint
         do {
             let socket = try Socket.connectTCP(host: endpoint.host, port: endpoint.port, timeout: config.connectTimeout)
             var tls: TLSSession?
-            if let context = owner.tlsContext {
+            if let context = loop.owner.tlsContext {
                 tls = try TLSSession(context: context, fd: socket.fd, serverName: endpoint.serverName ?? endpoint.host)
             }
             let session = try HTTP2ClientSession(delegate: self, maxConcurrentStreamsHint: 1)
@@ -299,56 +357,85 @@ private final class EventLoop: HTTP2ClientDelegate {
             pingSentAt = nil
             lastActivity = Deadline.now()
             if connectFailures > 0 {
-                owner.logger.info("APNs connection re-established", metadata: ["endpoint": "\(endpoint)", "connection": "\(owner.id)"])
+                logger.info("APNs connection re-established", metadata: ["endpoint": "\(endpoint)", "connection": "\(name)"])
             }
             connectFailures = 0
-            owner.stats.connects.add(1, ordering: .relaxed)
+            stats.connects.add(1, ordering: .relaxed)
+            submit()
+            flush()
         } catch {
             connectFailures += 1
             let delay = config.backoff(connectFailures)
             nextConnectAttempt = Deadline.after(delay)
             if connectFailures == 1 || connectFailures % 20 == 0 {
-                owner.logger.warning("cannot connect to APNs; retrying", metadata: [
-                    "endpoint": "\(endpoint)", "error": "\(error)", "failures": "\(connectFailures)", "next_attempt_ms": "\(delay.milliseconds)"])
+                logger.warning("cannot connect to APNs; retrying", metadata: [
+                    "endpoint": "\(endpoint)", "connection": "\(name)", "error": "\(error)", "failures": "\(connectFailures)",
+                    "next_attempt_ms": "\(delay.milliseconds)"])
             }
-            // Requests don't wait forever for a connection that won't come.
-            if connectFailures >= config.maxConnectFailuresBeforeFailing {
-                let waiting = Array(queue[queueHead...])
-                queue.removeAll()
-                queueHead = 0
-                for r in waiting {
-                    r.batch.complete(r.index, .failed(APNsTransportError(.connectionFailed, "cannot connect to \(endpoint): \(error)")))
-                }
+            // Requests don't wait forever for connections that won't come.
+            if connectFailures >= config.maxConnectFailuresBeforeFailing && loop.connections.allSatisfy({ $0.pump == nil }) {
+                loop.failWaiting(APNsTransportError(.connectionFailed, "cannot connect to \(endpoint): \(error)"))
             }
         }
     }
 
-    private func closeConnection() {
+    func close() {
         pump?.close()
         pump = nil
         session = nil
     }
 
-    /// The connection broke: requests without an answer go back in the queue (their outcome is
-    /// unknown) unless they have had their tries; the next loop reconnects.
-    private func connectionLost(_ why: String) {
-        owner.logger.warning("APNs connection lost", metadata: ["endpoint": "\(config.endpoint)", "connection": "\(owner.id)", "reason": "\(why)"])
-        owner.stats.connectionsLost.add(1, ordering: .relaxed)
-        closeConnection()
+    /// The connection broke: unanswered requests go back to the queue (their outcome is unknown)
+    /// unless they have had their tries; the loop reconnects.
+    func lost(_ why: String) {
+        logger.warning("APNs connection lost", metadata: ["endpoint": "\(config.endpoint)", "connection": "\(name)", "reason": "\(why)"])
+        stats.connectionsLost.add(1, ordering: .relaxed)
+        close()
         var retry: [OutgoingRequest] = []
         for i in slots.indices {
-            guard var f = slots[i] else { continue }
+            guard var request = slots[i]?.request else { continue }
             slots[i] = nil
             freeSlots.append(i)
-            f.request.attempts += 1
-            if f.request.attempts >= config.maxAttempts {
-                f.request.batch.complete(f.request.index, .failed(APNsTransportError(.connectionLost, why)))
+            request.attempts += 1
+            if request.attempts >= config.maxAttempts {
+                loop.finish(request, .failed(APNsTransportError(.connectionLost, why)))
             } else {
-                retry.append(f.request)
+                retry.append(request)
             }
         }
-        queue.insert(contentsOf: retry, at: queueHead)
+        loop.requeue(retry)
         nextConnectAttempt = Deadline.now()
+    }
+
+    func abandon(_ error: APNsTransportError) {
+        for i in slots.indices { if let f = slots[i] { loop.finish(f.request, .failed(error)) } }
+        slots.removeAll()
+        if let session, let pump {
+            session.terminate(errorCode: .noError)
+            _ = try? pump.flush()
+            pump.close()
+        }
+    }
+
+    func housekeeping(_ now: Deadline) {
+        guard let session, let pump else { return }
+        // Requests without an answer for too long: cancel the stream, report a timeout.
+        let limit = config.requestTimeout.nanoseconds
+        for i in slots.indices {
+            guard let f = slots[i], !f.timedOut, now.nanoseconds &- f.started.nanoseconds > limit else { continue }
+            slots[i]!.timedOut = true
+            try? session.cancel(stream: f.stream)
+        }
+        // Keep idle connections alive with PING, and notice dead ones.
+        if let sent = pingSentAt, now.nanoseconds &- sent.nanoseconds > config.pingTimeout.nanoseconds {
+            lost("no PING acknowledgement in \(config.pingTimeout)")
+            return
+        }
+        if pingSentAt == nil, session.activeStreams == 0, now.nanoseconds &- lastActivity.nanoseconds > config.idlePingInterval.nanoseconds {
+            try? session.submitPing(payload: now.nanoseconds)
+            pingSentAt = now
+        }
+        _ = try? pump.flush()
     }
 
     // MARK: HTTP2ClientDelegate
@@ -357,11 +444,19 @@ private final class EventLoop: HTTP2ClientDelegate {
         let slot = Int(context)
         guard slot < slots.count, slots[slot] != nil else { return }
         slots[slot]!.status = status
-        slots[slot]!.apnsID = headers.value(for: "apns-id")
-        slots[slot]!.uniqueID = headers.value(for: "apns-unique-id")
-        slots[slot]!.requestID = headers.value(for: "apns-request-id")
-        slots[slot]!.channelID = headers.value(for: "apns-channel-id")
-        if let ra = headers.value(for: "retry-after"), let seconds = Int(ra) { slots[slot]!.retryAfter = .seconds(seconds) }
+        // One pass over the headers for the four APNs ids and retry-after.
+        var r = APNsResponse(status: status)
+        for h in headers {
+            switch h.name {
+            case "apns-id": r.apnsID = h.value
+            case "apns-unique-id": r.uniqueID = h.value
+            case "apns-request-id": r.requestID = h.value
+            case "apns-channel-id": r.channelID = h.value
+            case "retry-after": if let s = Int(h.value) { r.retryAfter = .seconds(s) }
+            default: break
+            }
+        }
+        slots[slot]!.response = r
     }
 
     func http2(_ session: HTTP2ClientSession, responseBody stream: Int32, context: UInt64, bytes: UnsafeRawBufferPointer) {
@@ -377,42 +472,41 @@ private final class EventLoop: HTTP2ClientDelegate {
         freeSlots.append(slot)
         var request = f.request
         if f.timedOut {
-            owner.stats.timeouts.add(1, ordering: .relaxed)
-            request.batch.complete(request.index, .failed(APNsTransportError(.timeout, "no answer from APNs within \(config.requestTimeout)")))
+            stats.timeouts.add(1, ordering: .relaxed)
+            loop.finish(request, .failed(APNsTransportError(.timeout, "no answer from APNs within \(config.requestTimeout)")))
             return
         }
         if f.status > 0 && errorCode == .noError {
-            var response = APNsResponse(status: f.status, apnsID: f.apnsID, uniqueID: f.uniqueID, requestID: f.requestID,
-                                        channelID: f.channelID, retryAfter: f.retryAfter)
+            var response = f.response
             if (200..<300).contains(f.status) {
                 succeededOnce = true
                 response.body = f.body
-                owner.stats.delivered.add(1, ordering: .relaxed)
+                stats.delivered.add(1, ordering: .relaxed)
             } else {
                 let (reason, ts) = APNsResponse.parseErrorBody(f.body)
                 response.reason = reason
                 response.timestampMillis = ts
-                owner.stats.rejected.add(1, ordering: .relaxed)
+                stats.rejected.add(1, ordering: .relaxed)
             }
-            request.batch.complete(request.index, .response(response))
+            loop.finish(request, .response(response))
             return
         }
         // No complete answer. Refused (above a GOAWAY's last stream, or never sent): not
         // processed, so send it again without counting a try. Otherwise the outcome is unknown.
         if errorCode != .refusedStream { request.attempts += 1 }
-        owner.stats.retried.add(1, ordering: .relaxed)
+        stats.retried.add(1, ordering: .relaxed)
         if request.attempts >= config.maxAttempts {
-            request.batch.complete(request.index, .failed(APNsTransportError(.connectionLost, "stream closed without an answer (\(errorCode))")))
+            loop.finish(request, .failed(APNsTransportError(.connectionLost, "stream closed without an answer (\(errorCode))")))
         } else {
-            queue.append(request)
+            loop.requeue([request])
         }
     }
 
     func http2(_ session: HTTP2ClientSession, goAway lastStreamID: Int32, errorCode: HTTP2ErrorCode, debugData: [UInt8]) {
         draining = true
-        owner.stats.goAways.add(1, ordering: .relaxed)
-        owner.logger.info("APNs sent GOAWAY", metadata: [
-            "endpoint": "\(config.endpoint)", "connection": "\(owner.id)", "last_stream": "\(lastStreamID)",
+        stats.goAways.add(1, ordering: .relaxed)
+        logger.info("APNs sent GOAWAY", metadata: [
+            "endpoint": "\(config.endpoint)", "connection": "\(name)", "last_stream": "\(lastStreamID)",
             "reason": "\(APNsResponse.parseErrorBody(debugData).reason?.rawValue ?? String(decoding: debugData.prefix(100), as: UTF8.self))"])
     }
 

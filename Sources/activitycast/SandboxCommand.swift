@@ -38,6 +38,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Fraction of responses delayed by --slow-ms.") var slowRate = 0.0
     @Option var slowMs: Int64 = 1000
     @Option(help: "Device token that answers 410 Unregistered (repeatable).") var unregistered: [String] = []
+    @Option(help: "Streams a new connection may open before its provider token is validated (APNs: 1). Benchmarks against clients that don't wait, like h2load, raise it.")
+    var streamsBeforeAuth = 1
 
     func run() async throws {
         let settings = try common.settings()
@@ -87,7 +89,8 @@ struct SandboxCommand: AsyncParsableCommand {
         if let problem = faults.problem { throw ValidationError(problem) }
         let bundles = bundleID.isEmpty ? [settings.apns.bundleID] : bundleID
         let configuration = SandboxConfiguration(bundleIDs: bundles, teamID: team, keys: keys, environment: env,
-                                                 deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8], faults: faults)
+                                                 deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8],
+                                                 streamsBeforeAuthentication: max(1, streamsBeforeAuth), faults: faults)
         let state = SandboxState(configuration: configuration)
 
         let address = listen ?? settings.apns.sandboxListen
