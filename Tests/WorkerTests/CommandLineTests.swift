@@ -1,0 +1,68 @@
+import ActivityCastWorker
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// `activitycast publish`, `worker` and `inspect` as an operator runs them.
+@Suite struct CommandLineTests {
+    @Test func publishThenInspectShowsStreamsGroupsDeadLettersAndRegistrations() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let env = ["prefix": "cli\(UInt32.random(in: 0...UInt32.max))", "worker.block_ms": "100"]
+        func cli(_ args: [String]) async throws -> String {
+            let (status, out, err) = try await runActivitycast(args, redis: server, settings: env)
+            #expect(status == 0, "activitycast \(args.joined(separator: " ")) failed: \(err)")
+            return out
+        }
+        for type in ["device", "follow", "start.token", "activity.token", "match.started", "match.score", "trip.eta"] {
+            let out = try await cli(["publish", type])
+            #expect(out.contains(" ") && out.contains("-"))  // "<stream> <id>"
+        }
+        _ = try await cli(["publish", "match.score", "match=4711", "home_score=x", "away_score=0"])
+        let many = try await cli(["publish", "trip.eta", "--count", "250"])
+        #expect(many.contains("250 entries"))
+        // Nothing consumed yet: the group doesn't exist, the streams do.
+        let before = try await inspect(cli)
+        #expect(before.streams.first { $0.kind == "transit" }?.length == 251)
+        #expect(before.streams.allSatisfy { $0.groups.isEmpty })
+
+        let worker = try startActivitycast(["worker", "--consumer", "cli-w"], redis: server, settings: env, logName: "cli-w")
+        defer { worker.removeLogs() }
+        let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["prefix": env["prefix"]!, "redis.url": server.urlString])
+        #expect(await eventually {
+            var all = true
+            for s in settings.inputStreams.map(\.stream) where !(await drained(redis, s)) { all = false }
+            return all
+        })
+        #expect(await worker.stop() == 0)
+
+        let after = try await inspect(cli)
+        let sports = try #require(after.streams.first { $0.kind == "sports" })
+        #expect(sports.exists && sports.length == 3 && sports.firstID != nil && sports.lastID != nil)
+        let group = try #require(sports.groups.first)
+        #expect(group.name == "activitycast" && group.pending == 0 && group.lag == 0)
+        #expect(group.consumers.map(\.name) == ["cli-w"])
+        #expect(after.deadLetterCount == 1)
+        #expect(after.latestDeadLetters.first?.reason == "field 'home_score' must be an integer 0-999, got 'x'")
+        #expect(after.registrations.activityKeys >= 1 && after.registrations.activityTokens == 1)
+        #expect(after.registrations.pushToStartTokens == 1 && after.registrations.follows == 1)
+
+        // The table names the same things.
+        let table = try await cli(["inspect"])
+        #expect(table.contains("DEAD LETTERS") && table.contains("cli-w") && table.contains("home_score"))
+    }
+
+    @Test func badSettingsStopTheWorkerWithAClearError() async throws {
+        let server = try await RedisServer()
+        let (status, _, err) = try await runActivitycast(["worker"], redis: server, settings: ["worker.batch_size": "lots"])
+        #expect(status != 0)
+        #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
+    }
+
+    func inspect(_ cli: ([String]) async throws -> String) async throws -> InspectReport {
+        let json = try await cli(["inspect", "--json"])
+        return try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
+    }
+}
