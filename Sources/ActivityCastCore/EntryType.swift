@@ -4,33 +4,8 @@ enum EntryType: UInt8, CaseIterable, Sendable {
     case tripStarted, tripPosition, tripEta, tripArriving, tripDeparted, tripEnded, tripCancelled, tripDisruption
     case activityToken, startToken, follow, unfollow, device, unregister
 
-    /// The `type` value on the wire.
-    var name: String {
-        switch self {
-        case .matchScheduled: "match.scheduled"
-        case .matchStarted: "match.started"
-        case .matchScore: "match.score"
-        case .matchClock: "match.clock"
-        case .matchMoment: "match.moment"
-        case .matchFullTime: "match.full_time"
-        case .matchPostponed: "match.postponed"
-        case .matchAbandoned: "match.abandoned"
-        case .tripStarted: "trip.started"
-        case .tripPosition: "trip.position"
-        case .tripEta: "trip.eta"
-        case .tripArriving: "trip.arriving"
-        case .tripDeparted: "trip.departed"
-        case .tripEnded: "trip.ended"
-        case .tripCancelled: "trip.cancelled"
-        case .tripDisruption: "trip.disruption"
-        case .activityToken: "activity.token"
-        case .startToken: "start.token"
-        case .follow: "follow"
-        case .unfollow: "unfollow"
-        case .device: "device"
-        case .unregister: "unregister"
-        }
-    }
+    /// The `type` value on the wire (one table, `staticName`, serves both).
+    var name: String { staticName.withUTF8Buffer { String(decoding: $0, as: UTF8.self) } }
 
     /// The same as constant bytes, for `named(_:)` (see `Field.staticName`).
     var staticName: StaticString {

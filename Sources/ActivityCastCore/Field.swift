@@ -11,48 +11,8 @@ enum Field: UInt8, CaseIterable, Sendable {
     // Registrations.
     case device, key, activity, activityType, token, env, tier, broadcast, target
 
-    /// The name on the wire.
-    var name: String {
-        switch self {
-        case .type: "type"
-        case .ts: "ts"
-        case .match: "match"
-        case .home: "home"
-        case .away: "away"
-        case .kickoff: "kickoff"
-        case .competition: "competition"
-        case .homeScore: "home_score"
-        case .awayScore: "away_score"
-        case .clock: "clock"
-        case .period: "period"
-        case .moment: "moment"
-        case .team: "team"
-        case .player: "player"
-        case .reason: "reason"
-        case .trip: "trip"
-        case .route: "route"
-        case .headsign: "headsign"
-        case .vehicle: "vehicle"
-        case .lat: "lat"
-        case .lon: "lon"
-        case .nextStop: "next_stop"
-        case .stop: "stop"
-        case .eta: "eta"
-        case .delay: "delay"
-        case .stopName: "stop_name"
-        case .message: "message"
-        case .severity: "severity"
-        case .device: "device"
-        case .key: "key"
-        case .activity: "activity"
-        case .activityType: "activity_type"
-        case .token: "token"
-        case .env: "env"
-        case .tier: "tier"
-        case .broadcast: "broadcast"
-        case .target: "target"
-        }
-    }
+    /// The name on the wire (one table, `staticName`, serves both).
+    var name: String { staticName.withUTF8Buffer { String(decoding: $0, as: UTF8.self) } }
 
     /// The name on the wire as constant bytes, for `named(_:)`. Kept next to `name` (a `String`
     /// literal costs nothing to hand out, a `StaticString` nothing to compare); the tests check both agree.
