@@ -141,8 +141,11 @@ private final class LoopState {
     var queue: [OutgoingRequest] = []
     var queueHead = 0
     var connections: [ConnectionState] = []
-    /// Results gathered during one turn of the loop, handed over per batch at its end.
+    /// Results gathered during one turn of the loop, handed over per batch at its end. Results
+    /// mostly arrive batch by batch, so a run of the same batch skips the dictionary.
     var finished: [ObjectIdentifier: (BatchCompletion, [(Int, APNsResult)])] = [:]
+    var current: BatchCompletion?
+    var currentItems: [(Int, APNsResult)] = []
     var nextHousekeeping = Deadline.now()
 
     init(owner: APNsEventLoop, connections count: Int) {
@@ -198,10 +201,28 @@ private final class LoopState {
 
     func finish(_ request: OutgoingRequest, _ result: APNsResult) {
         let completion = request.work.completion
-        finished[ObjectIdentifier(completion), default: (completion, [])].1.append((request.index, result))
+        if completion !== current {
+            parkCurrent()
+            current = completion
+        }
+        currentItems.append((request.index, result))
+    }
+
+    private func parkCurrent() {
+        guard let current, !currentItems.isEmpty else { return }
+        finished[ObjectIdentifier(current), default: (current, [])].1.append(contentsOf: currentItems)
+        currentItems.removeAll(keepingCapacity: true)
     }
 
     func publishResults() {
+        if let current, !currentItems.isEmpty, finished.isEmpty {
+            current.complete(currentItems)
+            currentItems.removeAll(keepingCapacity: true)
+            self.current = nil
+            return
+        }
+        parkCurrent()
+        current = nil
         guard !finished.isEmpty else { return }
         for (_, (completion, items)) in finished { completion.complete(items) }
         finished.removeAll(keepingCapacity: true)
@@ -467,8 +488,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
 
     func http2(_ session: HTTP2ClientSession, streamClosed stream: Int32, context: UInt64, errorCode: HTTP2ErrorCode) {
         let slot = Int(context)
-        guard slot < slots.count, let f = slots[slot] else { return }
-        slots[slot] = nil
+        guard slot < slots.count, let f = slots[slot].take() else { return }
         freeSlots.append(slot)
         var request = f.request
         if f.timedOut {
