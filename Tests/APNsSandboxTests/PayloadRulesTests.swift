@@ -93,6 +93,25 @@ import Testing
         #expect(try reason(bytes(#"{"aps":{"event":"update","timestamp":1,"content-state":{"a":\#(fine)}}}"#)) == nil)
     }
 
+    /// Bodies that differ only in the middle share a slot of the scan cache: the cache must tell
+    /// them apart by their bytes.
+    @Test func theScanCacheNeverChangesAnAnswer() throws {
+        let good = bytes(#"{"aps":{"event":"update","timestamp":1,"content-state":{"a":"x"}}}"#)
+        var bad = good
+        bad[good.count / 2] = UInt8(ascii: "{")
+        for _ in 0..<3 {
+            #expect(try reason(good) == nil)
+            #expect(try reason(bad) == "BadRequestPayload")
+            #expect(try reason(bad) == "BadRequestPayload")
+        }
+        // And a body whose verdict was "bad" stays bad, a good one good, across many slots.
+        for i in 0..<100 {
+            let body = bytes(#"{"aps":{"event":"update","timestamp":\#(i),"content-state":{}}}"#)
+            #expect(try reason(body) == nil)
+            #expect(try reason(Array(body.dropLast())) == "BadRequestPayload")
+        }
+    }
+
     /// Random corruptions of valid payloads: whatever the sandbox accepts must be JSON to
     /// Foundation too (the sandbox is never more lenient than a real JSON parser).
     @Test func neverMoreLenientThanFoundation() throws {

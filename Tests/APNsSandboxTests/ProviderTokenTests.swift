@@ -38,6 +38,12 @@ import Testing
         // Issued in the future: a little skew is tolerated, more is invalid.
         #expect(try push(s, authorization: try f.bearer(ageSeconds: -30), connection: 5).status == 200)
         #expect(try push(s, authorization: try f.bearer(ageSeconds: -120), connection: 6).reason == "InvalidProviderToken")
+        // A properly signed but absurd iat is invalid (and doesn't overflow anything).
+        for iat in [Int64.max / 10, Int64.min / 10, -1] {
+            let absurd = "bearer " + (try f.signer.token(issuedAt: iat).value)
+            let r = try push(s, authorization: absurd, connection: 7)
+            #expect(r.status == 403, "iat \(iat)")
+        }
     }
 
     @Test func wrongKeyIDTeamSignatureOrAlgorithmAreInvalid() throws {

@@ -48,7 +48,7 @@ extension SandboxState {
                 c.payloadError = .payloadEmpty
             } else if body.count > Self.maxBroadcastPayload {
                 c.payloadError = .payloadTooLarge
-            } else if let payload = PayloadScanner.scan(body), payload.event != .start {
+            } else if let payload = payloads.scan(body), payload.event != .start {
                 c.payload = payload
                 c.body = body
             } else {
@@ -107,28 +107,29 @@ extension SandboxStore {
     mutating func broadcast(_ c: BroadcastCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
                             nowMillis now: Int64, requestID: String) -> Locked {
         var effects = Effects()
-        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
+        let bundleIndex = c.bundle.flatMap { settings.bundleIndex[$0] }
+        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: bundleIndex,
                     verified: verified, nowMillis: now, effects: &effects) {
         case .verify(let authorization): return .verify(authorization)
         case .stop(let o): return finish(o, effects: effects)
         case .pass: break
         }
         if let error = c.headerError { return finish(Outcome(error), effects: effects) }
-        guard let bundle = c.bundle, let record = channels[c.channelID], !record.view.deleted, record.view.bundleID == bundle else {
+        guard let bundle = c.bundle, let bundleIndex, let record = channels[c.channelID], !record.view.deleted,
+              record.view.bundleID == bundle else {
             return finish(Outcome(.channelNotRegistered), effects: effects)
         }
         if record.view.messageStoragePolicy == 0 && c.expiration != 0 { return finish(Outcome(.badExpirationDate), effects: effects) }
         if let error = c.payloadError { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload else { return finish(Outcome(.badRequestPayload), effects: effects) }
         let effect = channels[c.channelID]!.view.apply(payload, body: c.body, priority: c.priority, startBudget: .max, nowMillis: now)
-        let evicted = deliveries.append(Delivery(timeMillis: now, kind: .broadcast, target: c.channelID, bundleID: bundle, priority: c.priority,
-                                   event: payload.event, timestamp: payload.timestamp, apnsID: requestID, expiration: c.expiration,
-                                   collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
+        deliveries.append(DeliveryRecord(timeMillis: now, kind: .broadcast, recipient: .channel(c.channelID), bundle: bundleIndex,
+                                         priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: requestID,
+                                         expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
+                                         overBudget: effect.overBudget))
         counters.delivered += 1
         counters.broadcasts += 1
         if !effect.displayed { counters.notDisplayed += 1 }
-        var accepted = Outcome(status: 200)
-        accepted.garbage = (evicted, effect.replaced)
-        return finish(accepted, effects: effects)
+        return finish(Outcome(status: 200), effects: effects)
     }
 }

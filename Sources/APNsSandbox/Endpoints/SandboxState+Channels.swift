@@ -47,7 +47,7 @@ extension SandboxState {
             store.manageChannel(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis)
         }
         var response = response(outcome, id: ("apns-request-id", requestID), uniqueID: false)
-        if outcome.reason == nil && outcome.effects.connectionFault != .reset {
+        if outcome.reason == nil && outcome.effects.fault != .reset {
             switch operation {
             case .create:
                 response.headers.append(("apns-channel-id", outcome.channelID ?? ""))
@@ -91,7 +91,8 @@ extension SandboxStore {
     mutating func manageChannel(_ c: ChannelCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
                                 nowMillis now: Int64) -> Locked {
         var effects = Effects()
-        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
+        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization,
+                    bundle: c.bundle.flatMap { settings.bundleIndex[$0] },
                     verified: verified, nowMillis: now, effects: &effects) {
         case .verify(let authorization): return .verify(authorization)
         case .stop(let o): return finish(o, effects: effects)

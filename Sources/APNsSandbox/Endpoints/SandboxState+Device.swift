@@ -6,8 +6,8 @@ import APNsCore
 final class DeviceCandidate {
     let duplicate: Bool
     let authorization: String?
-    /// The app named by a valid, allowed topic.
-    var bundle: String?
+    /// The app (index in `SandboxSettings.bundleNames`) named by a valid, allowed topic.
+    var bundle: Int?
     /// The first header or body error, if any.
     var error: APNsReason?
     var token: TokenKey?
@@ -95,7 +95,7 @@ extension SandboxState {
         }
         if body.isEmpty { return .payloadEmpty }
         if body.count > Self.maxDevicePayload { return .payloadTooLarge }
-        guard let payload = PayloadScanner.scan(body) else { return .badRequestPayload }
+        guard let payload = payloads.scan(body) else { return .badRequestPayload }
         c.payload = payload
         c.body = body
         return nil
@@ -122,15 +122,14 @@ extension SandboxStore {
         }
         let effect = record.view.apply(payload, body: c.body, priority: c.priority, startBudget: settings.startBudgetPerHour,
                                        nowMillis: now)
-        let evicted = deliveries.append(Delivery(timeMillis: now, kind: .device, target: record.view.id, bundleID: bundle, priority: c.priority,
-                                   event: payload.event, timestamp: payload.timestamp, apnsID: apnsID, expiration: c.expiration,
-                                   collapseID: c.collapseID, displayed: effect.displayed, overBudget: effect.overBudget))
+        deliveries.append(DeliveryRecord(timeMillis: now, kind: .device, recipient: .device(token), bundle: bundle,
+                                         priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: apnsID,
+                                         expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
+                                         overBudget: effect.overBudget))
         counters.delivered += 1
         counters.devicePushes += 1
         if !effect.displayed { counters.notDisplayed += 1 }
         if effect.overBudget { counters.overBudget += 1 }
-        var accepted = Outcome(status: 200)
-        accepted.garbage = (evicted, effect.replaced)
-        return finish(accepted, effects: effects)
+        return finish(Outcome(status: 200), effects: effects)
     }
 }

@@ -50,7 +50,7 @@ struct JSONReader {
 
     /// A string token: `index` at the opening quote. Returns the range of its raw contents (without
     /// quotes) and whether it contains escapes.
-    mutating func scanString() -> (range: Range<Int>, escaped: Bool)? {
+    @inline(__always) mutating func scanString() -> (range: Range<Int>, escaped: Bool)? {
         var i = index
         guard i < count, base[i] == UInt8(ascii: "\"") else { return nil }
         i += 1
@@ -145,7 +145,7 @@ struct JSONReader {
 
     /// A number token; returns its range and whether it is a plain integer (no fraction or
     /// exponent).
-    mutating func scanNumber() -> (range: Range<Int>, integer: Bool)? {
+    @inline(__always) mutating func scanNumber() -> (range: Range<Int>, integer: Bool)? {
         let start = index
         var i = index
         let n = count

@@ -1,20 +1,32 @@
 import ActivityCastCore
 
+/// A JSON string inside the body: the raw contents' range and whether they contain escapes.
+struct StringRef: Sendable {
+    var range: Range<Int>
+    var escaped: Bool
+
+    /// The decoded text (`body` is the document the range points into).
+    func string(in body: [UInt8]) -> String {
+        body.withUnsafeBufferPointer { JSONReader($0).string(range, escaped: escaped) }
+    }
+}
+
 /// The parts of a Live Activity payload the sandbox checks and shows. Ranges point into the
-/// request body (raw JSON of the value, brackets or quotes included).
+/// request body (raw JSON of the value, brackets or quotes included). Plain values only, so
+/// copies cost no reference counting; the two start-only strings are decoded when applied.
 struct ScannedPayload: Sendable {
     var event: LiveActivityEvent
     /// `aps.timestamp`, seconds since 1970 (any JSON number).
     var timestamp: Double
     var contentState: Range<Int>?
     var alert: Range<Int>?
-    var attributesType: String?
+    var attributesType: StringRef?
     var attributes: Range<Int>?
     var staleDate: Double?
     var dismissalDate: Double?
     var relevanceScore: Double?
     var inputPushToken: Bool
-    var inputPushChannel: String?
+    var inputPushChannel: StringRef?
 }
 
 /// Validates a push body and picks out its `aps` members in one pass, without building a tree.
@@ -58,7 +70,7 @@ enum PayloadScanner {
             }
             reader.skipWhitespace()
             guard reader.atEnd, apsIsObject, let aps else { return nil }
-            return aps.payload(reader)
+            return aps.payload()
         }
     }
 
@@ -72,13 +84,13 @@ enum PayloadScanner {
         var timestamp: Double = 0
         var contentState: Range<Int> = 0..<0
         var alert: Range<Int> = 0..<0
-        var attributesType: (range: Range<Int>, escaped: Bool) = (0..<0, false)
+        var attributesType = StringRef(range: 0..<0, escaped: false)
         var attributes: Range<Int> = 0..<0
         var staleDate: Double = 0
         var dismissalDate: Double = 0
         var relevanceScore: Double = 0
         var inputPushToken = false
-        var inputPushChannel: (range: Range<Int>, escaped: Bool) = (0..<0, false)
+        var inputPushChannel = StringRef(range: 0..<0, escaped: false)
 
         @inline(__always) func has(_ key: Key) -> Bool { present & key.rawValue != 0 }
 
@@ -92,7 +104,7 @@ enum PayloadScanner {
             }
         }
 
-        func payload(_ reader: JSONReader) -> ScannedPayload? {
+        func payload() -> ScannedPayload? {
             guard wrongType == 0, has(.event), has(.timestamp) else { return nil }
             switch event {
             case .start:
@@ -107,11 +119,11 @@ enum PayloadScanner {
             return ScannedPayload(
                 event: event, timestamp: timestamp, contentState: has(.contentState) ? contentState : nil,
                 alert: has(.alert) ? alert : nil,
-                attributesType: has(.attributesType) ? reader.string(attributesType.range, escaped: attributesType.escaped) : nil,
+                attributesType: has(.attributesType) ? attributesType : nil,
                 attributes: has(.attributes) ? attributes : nil, staleDate: has(.staleDate) ? staleDate : nil,
                 dismissalDate: has(.dismissalDate) ? dismissalDate : nil, relevanceScore: has(.relevanceScore) ? relevanceScore : nil,
                 inputPushToken: has(.inputPushToken) && inputPushToken,
-                inputPushChannel: has(.inputPushChannel) ? reader.string(inputPushChannel.range, escaped: inputPushChannel.escaped) : nil)
+                inputPushChannel: has(.inputPushChannel) ? inputPushChannel : nil)
         }
     }
 
@@ -181,7 +193,8 @@ enum PayloadScanner {
             return true
         case .attributesType, .inputPushChannel:
             guard first == UInt8(ascii: "\"") else { f.mark(key, valid: false); return reader.skipValue() }
-            guard let string = reader.scanString() else { return false }
+            guard let (range, escaped) = reader.scanString() else { return false }
+            let string = StringRef(range: range, escaped: escaped)
             if key == .attributesType { f.attributesType = string } else { f.inputPushChannel = string }
             f.mark(key, valid: true)
             return true

@@ -22,9 +22,9 @@ enum Route {
     case notFound
 
     init(path: String) {
-        var text = path
-        // Works on the UTF-8 bytes in place (native strings are contiguous; others are made so).
-        let parsed = text.withUTF8 { Self.parse($0) }
+        // Works on the UTF-8 bytes in place (native strings are contiguous; others are copied).
+        let parsed = path.utf8.withContiguousStorageIfAvailable { Self.parse($0) }
+            ?? Array(path.utf8).withUnsafeBufferPointer { Self.parse($0) }
         switch parsed {
         case .admin:
             let rest = Substring(path.utf8.dropFirst(9))

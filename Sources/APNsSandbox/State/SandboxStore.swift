@@ -1,130 +1,6 @@
 import ActivityCastCore
 import APNsCore
 
-/// The configuration, pre-digested for the hot path. Immutable; a class so that the hot path
-/// reads its fields through one reference instead of copying a large struct.
-final class SandboxSettings: Sendable {
-    let configuration: SandboxConfiguration
-    /// `<bundle>.push-type.liveactivity` → bundle: a short list scanned linearly (one or two
-    /// apps is the norm, and comparing strings is cheaper than hashing one), or a dictionary.
-    let topicList: [(topic: String, bundle: String)]
-    let topicTable: [String: String]
-    let bundles: Set<String>
-    let broadcastBundles: Set<String>
-    let maxTokenAgeMillis: Int64
-    let refreshMinimumMillis: Int64
-    let clockSkewMillis: Int64
-    let development: Bool
-    let keyRestrictions: [String: SandboxConfiguration.KeyRestriction]
-    let maxConcurrentStreams: Int
-    let startBudgetPerHour: Int
-    let tokenCacheCapacity: Int
-    let maxTrackedDevices: Int
-
-    init(_ c: SandboxConfiguration) {
-        configuration = c
-        topicTable = Dictionary(c.bundleIDs.map { ($0 + ".push-type.liveactivity", $0) }, uniquingKeysWith: { a, _ in a })
-        topicList = topicTable.count <= 8 ? topicTable.map { (topic: $0.key, bundle: $0.value) } : []
-        bundles = Set(c.bundleIDs)
-        broadcastBundles = Set(c.broadcastBundleIDs ?? c.bundleIDs).intersection(bundles)
-        maxTokenAgeMillis = c.maxTokenAge.milliseconds
-        refreshMinimumMillis = c.tokenRefreshMinimum.milliseconds
-        clockSkewMillis = c.clockSkew.milliseconds
-        development = c.environment == .development
-        keyRestrictions = c.keyRestrictions
-        maxConcurrentStreams = c.maxConcurrentStreams
-        startBudgetPerHour = c.startBudgetPerHour
-        tokenCacheCapacity = max(1, c.tokenCacheCapacity)
-        maxTrackedDevices = max(1, c.maxTrackedDevices)
-    }
-
-    /// The app of an allowed device topic.
-    @inline(__always) func bundle(forTopic topic: String) -> String? {
-        if topicTable.count <= 8 {
-            for entry in topicList where entry.topic == topic { return entry.bundle }
-            return nil
-        }
-        return topicTable[topic]
-    }
-}
-
-extension Duration {
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}
-
-/// Per-connection state: stream count, provider token in use, GOAWAY sent. A class so that the
-/// hot path finds it with one hash lookup and updates it in place; only touched under the lock.
-final class ConnectionRecord {
-    var streams = 0
-    /// The `authorization` value currently in use (verified), with its key id and `iat`.
-    var authorization: String?
-    var keyID = ""
-    var issuedAt: Int64 = 0
-    /// The key id of the connection's first token (`UnrelatedKeyIdInToken`).
-    var firstKeyID: String?
-    /// When the connection last switched from one token to another (not the first adoption).
-    var lastChangeMillis: Int64?
-    var goneAway = false
-}
-
-/// A device token's view, by reference (see `ConnectionRecord`).
-final class DeviceRecord {
-    var view: DeviceView
-    init(_ view: DeviceView) { self.view = view }
-}
-
-/// Connection-level and timing side effects that ride along with a response.
-struct Effects: Sendable {
-    var delay: Duration?
-    var connectionFault: ConnectionFault?
-    var maxConcurrentStreams: Int?
-}
-
-/// What a locked step decided.
-struct Outcome: Sendable {
-    var status: Int
-    var reason: APNsReason?
-    /// The 410 body's `timestamp`.
-    var timestamp: Int64?
-    var effects = Effects()
-    var channelID: String?
-    var storagePolicy: Int?
-    var channelIDs: [String]?
-    /// Values the locked step replaced (the evicted log entry, the previous content state and the
-    /// body it points into): carried out so that they are freed after the lock is released.
-    var garbage: (Delivery?, RawJSON?)
-
-    init(status: Int, reason: APNsReason? = nil, timestamp: Int64? = nil) {
-        self.status = status; self.reason = reason; self.timestamp = timestamp
-    }
-
-    init(_ reason: APNsReason, timestamp: Int64? = nil) {
-        self.init(status: reason.status, reason: reason, timestamp: timestamp)
-    }
-}
-
-/// The result of a locked step: either an answer, or a provider token to verify outside the
-/// lock before trying again.
-enum Locked: Sendable {
-    case verify(String)
-    case done(Outcome)
-}
-
-/// What the shared prelude (streams, faults, duplicate headers, provider token) decided.
-enum Gate {
-    case verify(String)
-    case stop(Outcome)
-    case pass
-}
-
-struct ChannelRecord {
-    var sequence: Int
-    var view: DeviceView
-}
-
 /// All mutable sandbox state, guarded by `SandboxState`'s mutex. Methods are short and do no I/O
 /// and no ECDSA.
 struct SandboxStore {
@@ -141,7 +17,7 @@ struct SandboxStore {
     /// `faults.unregisteredTokens` and `faults.expiredTokens` by key, for the hot path.
     var unregistered: [TokenKey: Int64] = [:]
     var expired: Set<TokenKey> = []
-    var deliveries: Ring<Delivery>
+    var deliveries: Ring<DeliveryRecord>
     /// Everything but `byStatus`, which is kept in `statusCounts` (an array is cheaper to bump).
     var counters = SandboxStats()
     /// Responses by status code (0..<600).
@@ -187,10 +63,11 @@ struct SandboxStore {
     /// headers, then checks the provider token and the connection's token rules. `bundle` is the
     /// app the request is for, when known and allowed (for keys limited to some apps).
     ///
-    /// Returns `.verify` before counting anything when the token has never been seen: the caller
-    /// verifies it outside the lock and calls again with `verified`.
+    /// Returns `.verify` before counting anything when the token has never been seen (ECDSA is
+    /// too slow to run under the lock): the caller verifies it outside and calls again with
+    /// `verified`.
     mutating func gate(_ settings: SandboxSettings, connection id: UInt64, duplicate: Bool, authorization: String?,
-                       bundle: String?, verified: ProviderTokenCheck?, nowMillis now: Int64, effects: inout Effects) -> Gate {
+                       bundle: Int?, verified: ProviderTokenCheck?, nowMillis now: Int64, effects: inout Effects) -> Gate {
         let conn: ConnectionRecord
         if let existing = connections[id] {
             conn = existing
@@ -222,7 +99,7 @@ struct SandboxStore {
         if conn.goneAway { return .stop(Outcome(.shutdown)) }
         if let limit = faults.goAwayAfterStreams, conn.streams >= limit {
             conn.goneAway = true
-            effects.connectionFault = .goAway(debugData: Self.shutdownDebugData)
+            effects.fault = .goAway
             counters.goAways += 1
         }
 
@@ -240,14 +117,19 @@ struct SandboxStore {
             keyID = k
             issuedAt = iat
         }
-        let age = now - issuedAt * 1000
+        // A signed but absurd `iat` (beyond what milliseconds can hold) is invalid, not a crash.
+        let (issuedMillis, overflow) = issuedAt.multipliedReportingOverflow(by: 1000)
+        let (age, underflow) = now.subtractingReportingOverflow(issuedMillis)
+        if overflow || underflow { return .stop(Outcome(.invalidProviderToken)) }
         if age > settings.maxTokenAgeMillis { return .stop(Outcome(.expiredProviderToken)) }
-        if -age > settings.clockSkewMillis { return .stop(Outcome(.invalidProviderToken)) }
+        if age < -settings.clockSkewMillis { return .stop(Outcome(.invalidProviderToken)) }
         if !settings.keyRestrictions.isEmpty, let restriction = settings.keyRestrictions[keyID] {
             if let env = restriction.environment, env != settings.configuration.environment {
                 return .stop(Outcome(.badEnvironmentKeyIdInToken))
             }
-            if let allowed = restriction.bundleIDs, let bundle, !allowed.contains(bundle) { return .stop(Outcome(.forbidden)) }
+            if let allowed = restriction.bundleIDs, let bundle, !allowed.contains(settings.bundleNames[bundle]) {
+                return .stop(Outcome(.forbidden))
+            }
         }
         if current { return .pass }
         switch Self.adopt(conn, authorization: authorization, keyID: keyID, issuedAt: issuedAt, nowMillis: now,
@@ -265,7 +147,7 @@ struct SandboxStore {
         if faults.resetRate > 0, rng.nextUnit() < faults.resetRate {
             counters.faultsInjected += 1
             counters.connectionResets += 1
-            effects.connectionFault = .reset
+            effects.fault = .reset
             return Outcome(status: 0)
         }
         var fault: APNsReason?
@@ -315,10 +197,9 @@ struct SandboxStore {
     }
 
     /// Counts the outcome in the stats and attaches the prelude's effects.
-    @inline(__always) mutating func finish(_ o: Outcome, effects: Effects) -> Locked {
-        var o = o
+    @inline(__always) mutating func finish(_ o: consuming Outcome, effects: Effects) -> Locked {
         o.effects = effects
-        if effects.connectionFault != .reset { countStatus(o.status) }
+        if effects.fault != .reset { countStatus(o.status) }
         if let reason = o.reason {
             counters.rejected += 1
             counters.byReason[reason.rawValue, default: 0] += 1
@@ -343,13 +224,13 @@ struct SandboxStore {
 
     /// The record of a device token, created (bound to `bundle`) if new; nil if the token is
     /// bound to another app (`DeviceTokenNotForTopic`: a token belongs to one app).
-    mutating func deviceRecord(_ token: TokenKey, bundle: String, settings: SandboxSettings, nowMillis: Int64) -> DeviceRecord? {
-        if let record = devices[token] { return record.view.bundleID == bundle ? record : nil }
+    mutating func deviceRecord(_ token: TokenKey, bundle: Int, settings: SandboxSettings, nowMillis: Int64) -> DeviceRecord? {
+        if let record = devices[token] { return record.bundle == bundle ? record : nil }
         if devices.count >= settings.maxTrackedDevices { devices.remove(at: devices.startIndex) }
         let c = settings.configuration
         let tier = tierOverrides.isEmpty ? c.defaultTier : tierOverrides[token] ?? c.defaultTier
-        let record = DeviceRecord(DeviceView(kind: .device, id: token.hex, bundleID: bundle, tier: tier, budgetPerHour: c.budget(for: tier),
-                                             nowMillis: nowMillis))
+        let record = DeviceRecord(DeviceView(kind: .device, id: token.hex, bundleID: settings.bundleNames[bundle], tier: tier,
+                                             budgetPerHour: c.budget(for: tier), nowMillis: nowMillis), bundle: bundle)
         devices[token] = record
         return record
     }

@@ -1,6 +1,6 @@
 import ActivityCastCore
 
-/// One accepted push (200), as the recent-deliveries log keeps it.
+/// One accepted push (200), as the recent-deliveries log shows it.
 public struct Delivery: Sendable, Equatable {
     public enum Kind: String, Sendable, Equatable { case device, broadcast }
 
@@ -37,48 +37,36 @@ public struct Delivery: Sendable, Equatable {
     }
 }
 
-/// A fixed-capacity ring: appending past capacity overwrites the oldest.
-struct Ring<Element> {
-    private var items: [Element] = []
-    private var next = 0
-    let capacity: Int
+/// Who a delivery went to.
+enum Recipient: Sendable, Equatable {
+    case device(TokenKey)
+    case channel(String)
+}
 
-    init(capacity: Int) {
-        self.capacity = max(0, capacity)
-        items.reserveCapacity(min(self.capacity, 1024))
-    }
+/// A delivery as the log keeps it: the token as bytes and the app as an index, so that writing
+/// one costs no string building and no shared reference counts; `Delivery` is made on reading.
+struct DeliveryRecord: Sendable {
+    var timeMillis: Int64
+    var kind: Delivery.Kind
+    var recipient: Recipient
+    /// Index in `SandboxSettings.bundleNames`.
+    var bundle: Int
+    var priority: Int
+    var event: LiveActivityEvent
+    var timestamp: Double
+    var apnsID: String
+    var expiration: Int64?
+    var collapseID: String?
+    var displayed: Bool
+    var overBudget: Bool
 
-    /// Appends `item`; returns the element it overwrote, if any (so that the caller can release
-    /// it outside a lock).
-    @discardableResult
-    mutating func append(_ item: consuming Element) -> Element? {
-        guard capacity > 0 else { return nil }
-        var evicted: Element?
-        if items.count < capacity {
-            items.append(item)
-        } else {
-            evicted = items[next]
-            items[next] = item
+    func delivery(bundleNames: [String]) -> Delivery {
+        let target = switch recipient {
+        case .device(let token): token.hex
+        case .channel(let id): id
         }
-        next = next + 1 == capacity ? 0 : next + 1
-        return evicted
-    }
-
-    var count: Int { items.count }
-
-    /// The newest `limit` items, oldest first.
-    func last(_ limit: Int) -> [Element] {
-        let n = min(max(0, limit), items.count)
-        guard n > 0 else { return [] }
-        if items.count < capacity { return Array(items.suffix(n)) }
-        // Full: the oldest item is at `next`.
-        var out: [Element] = []
-        out.reserveCapacity(n)
-        var i = (next - n + capacity) % capacity
-        for _ in 0..<n {
-            out.append(items[i])
-            i = i + 1 == capacity ? 0 : i + 1
-        }
-        return out
+        return Delivery(timeMillis: timeMillis, kind: kind, target: target, bundleID: bundleNames[bundle], priority: priority,
+                        event: event, timestamp: timestamp, apnsID: apnsID, expiration: expiration, collapseID: collapseID,
+                        displayed: displayed, overBudget: overBudget)
     }
 }

@@ -82,9 +82,6 @@ public struct DeviceView: Sendable, Equatable {
     struct Effect {
         var displayed: Bool
         var overBudget: Bool
-        /// The content state this push replaced, handed back so that the caller can free it (and
-        /// the body it points into) after leaving the lock.
-        var replaced: RawJSON? = nil
     }
 
     /// Applies one accepted push; `body` is the payload the ranges in `p` point into.
@@ -118,19 +115,18 @@ public struct DeviceView: Sendable, Equatable {
         switch p.event {
         case .start:
             state = .active
-            let replaced = contentStateJSONBytes
             contentStateJSONBytes = newState
             timestamp = p.timestamp
             staleDate = p.staleDate
             relevanceScore = p.relevanceScore
             dismissalDate = nil
             endedAtMillis = nil
-            attributesType = p.attributesType
+            attributesType = p.attributesType?.string(in: body)
             attributesJSONBytes = p.attributes.map { RawJSON(source: body, range: $0) }
             inputPushToken = p.inputPushToken
-            inputPushChannel = p.inputPushChannel
+            inputPushChannel = p.inputPushChannel?.string(in: body)
             pushesDisplayed += 1
-            return Effect(displayed: true, overBudget: overBudget, replaced: replaced)
+            return Effect(displayed: true, overBudget: overBudget)
         case .update, .end:
             if state == .ended {
                 ignoredAfterEnd += 1
@@ -141,11 +137,7 @@ public struct DeviceView: Sendable, Equatable {
                 return Effect(displayed: false, overBudget: overBudget)
             }
             timestamp = p.timestamp
-            var replaced: RawJSON?
-            if let newState {
-                replaced = contentStateJSONBytes
-                contentStateJSONBytes = newState
-            }
+            if let newState { contentStateJSONBytes = newState }
             if let stale = p.staleDate { staleDate = stale }
             if let score = p.relevanceScore { relevanceScore = score }
             if p.event == .end {
@@ -154,7 +146,7 @@ public struct DeviceView: Sendable, Equatable {
                 endedAtMillis = nowMillis
             }
             pushesDisplayed += 1
-            return Effect(displayed: true, overBudget: overBudget, replaced: replaced)
+            return Effect(displayed: true, overBudget: overBudget)
         }
     }
 
