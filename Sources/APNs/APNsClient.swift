@@ -25,6 +25,10 @@ public struct APNsClientConfiguration: Sendable {
     public var pingTimeout: Duration
     /// Our own cap on concurrent streams per connection (the server's SETTINGS may be lower).
     public var maxConcurrentStreams: Int
+    /// Requests handed to the connections and not yet answered, across all callers: the
+    /// in-flight window. A caller beyond it waits (back-pressure); a batch larger than it is sent
+    /// in slices of this size.
+    public var maxInFlight: Int
     /// Tries per request for answers that never came (broken connection, reset stream).
     public var maxAttempts: Int
     /// After this many failed connection attempts in a row, waiting requests fail (retryable).
@@ -35,12 +39,12 @@ public struct APNsClientConfiguration: Sendable {
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
                 idlePingInterval: Duration = .seconds(3600), pingTimeout: Duration = .seconds(20), maxConcurrentStreams: Int = 1000,
-                maxAttempts: Int = 3, maxConnectFailuresBeforeFailing: Int = 3,
+                maxInFlight: Int = 20_000, maxAttempts: Int = 3, maxConnectFailuresBeforeFailing: Int = 3,
                 backoffInitial: Duration = .milliseconds(100), backoffMaximum: Duration = .seconds(10)) {
         self.endpoint = endpoint; self.connections = max(1, connections); self.threads = max(1, min(threads, connections)); self.caFile = caFile; self.verifyPeer = verifyPeer
         self.plaintext = plaintext; self.connectTimeout = connectTimeout; self.requestTimeout = requestTimeout
         self.idlePingInterval = idlePingInterval; self.pingTimeout = pingTimeout; self.maxConcurrentStreams = maxConcurrentStreams
-        self.maxAttempts = max(1, maxAttempts); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
+        self.maxInFlight = max(1, maxInFlight); self.maxAttempts = max(1, maxAttempts); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
         self.backoffInitial = backoffInitial; self.backoffMaximum = backoffMaximum
     }
 
@@ -90,11 +94,13 @@ public final class APNsClient: Sendable {
     private let tokens: (any ProviderTokenSource)?
     private let logger: Logger
     private let next = Atomic<Int>(0)
+    private let window: RequestWindow
 
     public init(configuration: APNsClientConfiguration, tokens: (any ProviderTokenSource)?, logger: Logger) throws {
         self.configuration = configuration
         self.tokens = tokens
         self.logger = logger
+        self.window = RequestWindow(size: configuration.maxInFlight)
         var tls: TLSContext?
         if !configuration.plaintext {
             do {
@@ -185,6 +191,25 @@ public final class APNsClient: Sendable {
     }
 
     private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+        // Within the in-flight window: slices of at most its size, each waiting for room.
+        let size = configuration.maxInFlight
+        if targets.count > size {
+            var results: [APNsResult] = []
+            results.reserveCapacity(targets.count)
+            var start = 0
+            while start < targets.count {
+                let end = min(start + size, targets.count)
+                results += await dispatch(method: method, headers: headers, token: token, body: body, targets: Array(targets[start..<end]))
+                start = end
+            }
+            return results
+        }
+        await window.acquire(targets.count)
+        defer { window.release(targets.count) }
+        return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets)
+    }
+
+    private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
         var all = headers
         if let token { all.append(HTTP2Header("authorization", "bearer \(token.value)")) }
         let template: HTTP2RequestTemplate
@@ -210,5 +235,47 @@ public final class APNsClient: Sendable {
                 k += 1
             }
         }
+    }
+}
+
+/// Counts requests in flight across callers; callers wait in order for room.
+final class RequestWindow: Sendable {
+    private struct State {
+        var available: Int
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+    private let state: Mutex<State>
+
+    init(size: Int) { state = Mutex(State(available: size)) }
+
+    func acquire(_ n: Int) async {
+        let granted = state.withLock { s -> Bool in
+            guard s.waiters.isEmpty, s.available >= n else { return false }
+            s.available -= n
+            return true
+        }
+        if granted { return }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.waiters.isEmpty && s.available >= n { s.available -= n; return true }
+                s.waiters.append((n, c))
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    func release(_ n: Int) {
+        let ready = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.available += n
+            var out: [CheckedContinuation<Void, Never>] = []
+            while let first = s.waiters.first, first.count <= s.available {
+                s.available -= first.count
+                out.append(first.continuation)
+                s.waiters.removeFirst()
+            }
+            return out
+        }
+        ready.forEach { $0.resume() }
     }
 }

@@ -106,6 +106,23 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(seen.map(\.openStreams).max() == 5)  // the server's limit was used and never exceeded
     }
 
+    @Test func theInFlightWindowBoundsWhatIsOnTheWire() async throws {
+        let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 200, delay: .milliseconds(5)) })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 1) { $0.maxInFlight = 10 }
+        defer { client.shutdown() }
+        // Three callers at once, one with a batch larger than the window.
+        async let a = client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(25), bundleID: "com.example.app")
+        async let b = client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(7), bundleID: "com.example.app")
+        async let c = client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(9), bundleID: "com.example.app")
+        let all = await a + b + c
+        #expect(all.count == 41 && all.allSatisfy { $0.action == .delivered })
+        #expect(handler.requests.count == 41)
+        #expect(handler.requests.map(\.openStreams).max()! <= 10)
+        #expect(handler.requests.map(\.openStreams).max()! > 1)
+    }
+
     @Test func goAwayMidFlightLosesNoRequest() async throws {
         // Every connection says GOAWAY after its 50th request; what comes after is refused.
         let handler = ScriptedPeer(fault: { _, n in n == 50 ? .goAway(debugData: Array(#"{"reason":"Shutdown"}"#.utf8)) : nil })
