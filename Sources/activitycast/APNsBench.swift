@@ -69,7 +69,7 @@ struct APNsBench: AsyncParsableCommand {
             let seconds = (ContinuousClock.now - t0).seconds
             let cpu = cpuSeconds(RUSAGE_SELF) - cpu0
             client.shutdown()
-            guard delivered == requests else { throw ValidationError("run \(run): only \(delivered) of \(requests) delivered by our client") }
+            guard delivered == requests else { throw CommandFailure("run \(run): only \(delivered) of \(requests) delivered by our client") }
             ours.append((Double(requests) / seconds, cpu / Double(requests) * 1e6))
 
             // h2load with the same headers, payload, connections and streams.
@@ -81,7 +81,7 @@ struct APNsBench: AsyncParsableCommand {
                 "https://\(base.endpoint.host):\(base.endpoint.port)/3/device/\(deviceToken)"])
             let hcpu = cpuSeconds(RUSAGE_CHILDREN) - c0
             guard let rate = h2loadRate(output), output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
-                throw ValidationError("h2load did not deliver every request:\n\(output.suffix(800))")
+                throw CommandFailure("h2load did not deliver every request:\n\(output.suffix(800))")
             }
             theirs.append((rate, hcpu / Double(requests) * 1e6))
             print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",

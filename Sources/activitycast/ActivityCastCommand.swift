@@ -32,3 +32,9 @@ struct CommonOptions: ParsableArguments {
         }
     }
 }
+
+/// A failure while running a command (not a usage mistake): printed as `Error: …`, exit 1.
+struct CommandFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

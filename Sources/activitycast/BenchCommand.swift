@@ -46,7 +46,7 @@ struct IntakeBench: AsyncParsableCommand {
             let task = Task { await worker.run() }
             while worker.stats.snapshot.acked < events {
                 try await Task.sleep(for: .milliseconds(2))
-                if ContinuousClock.now - started > .seconds(600) { throw ValidationError("run \(run) did not finish in 10 minutes") }
+                if ContinuousClock.now - started > .seconds(600) { throw CommandFailure("run \(run) did not finish in 10 minutes") }
             }
             let elapsed = ContinuousClock.now - started
             let roundTrips = Double(worker.redisStats.roundTrips) / Double(events)

@@ -24,7 +24,7 @@ struct InspectCommand: AsyncParsableCommand {
         do {
             report = try await Inspector(settings: settings, redis: redis).report(latest: deadLetters)
         } catch {
-            throw CleanExit.message("inspect failed: \(error)")
+            throw CommandFailure("inspect failed: \(error)")
         }
         if json {
             let encoder = JSONEncoder()

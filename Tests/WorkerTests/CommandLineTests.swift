@@ -61,6 +61,16 @@ import TestSupport
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
     }
 
+    @Test func inspectWithoutRedisFailsClearly() async throws {
+        let port = freeLoopbackPort()  // nothing listens here
+        let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["inspect", "--redis", "redis://127.0.0.1:\(port)"],
+                                     logName: "inspect-down")
+        defer { child.removeLogs() }
+        let status = await child.waitForExit(timeout: .seconds(30))
+        #expect(status == 1)
+        #expect(child.stderr.contains("inspect failed: cannot connect to Redis redis://127.0.0.1:\(port)"))
+    }
+
     func inspect(_ cli: ([String]) async throws -> String) async throws -> InspectReport {
         let json = try await cli(["inspect", "--json"])
         return try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
