@@ -69,12 +69,8 @@ final class BatchCompletion: Sendable {
 /// An event-loop thread serving several HTTP/2 connections to one endpoint (as h2load does):
 /// one poll over all their sockets, one queue of requests that each connection draws from as its
 /// streams free up. Requests arrive through an inbox (one lock and one wake-up per batch slice).
-final class APNsEventLoop: @unchecked Sendable {
-    // `inbox` and `stopped` are shared under `lock`; everything else belongs to the thread.
-    private let lock = NSLock()
-    private var inbox: [OutgoingRequest] = []
-    private var stopped = false
-    let wakeup = Wakeup()
+final class APNsEventLoop: Sendable {
+    let inbox = Mailbox<OutgoingRequest>()
 
     let id: Int
     let configuration: APNsClientConfiguration
@@ -94,44 +90,12 @@ final class APNsEventLoop: @unchecked Sendable {
     }
 
     func enqueue(_ requests: [OutgoingRequest]) {
-        guard !requests.isEmpty else { return }
-        lock.lock()
-        if stopped {
-            lock.unlock()
+        if !inbox.post(requests) {
             for r in requests { r.work.completion.complete(r.index, .failed(APNsTransportError(.shutdown, "the APNs client was shut down"))) }
-            return
         }
-        inbox.append(contentsOf: requests)
-        lock.unlock()
-        wakeup.signal()
     }
 
-    func stop() {
-        lock.lock()
-        stopped = true
-        lock.unlock()
-        wakeup.signal()
-    }
-
-    /// Moves the inbox into `queue`; false once stopped.
-    fileprivate func takeInbox(into queue: inout [OutgoingRequest]) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if stopped { return false }
-        if !inbox.isEmpty {
-            queue.append(contentsOf: inbox)
-            inbox.removeAll(keepingCapacity: true)
-        }
-        return true
-    }
-
-    fileprivate func drainInboxAfterStop() -> [OutgoingRequest] {
-        lock.lock()
-        defer { lock.unlock() }
-        let all = inbox
-        inbox = []
-        return all
-    }
+    func stop() { inbox.close() }
 }
 
 /// The thread-confined state of one event loop.
@@ -156,7 +120,7 @@ private final class LoopState {
     var queued: Int { queue.count - queueHead }
 
     func run() {
-        while owner.takeInbox(into: &queue) {
+        while owner.inbox.take(into: &queue) {
             let now = Deadline.now()
             for c in connections {
                 if c.pump == nil {
@@ -234,7 +198,7 @@ private final class LoopState {
     }
 
     private func waitForEvents() {
-        var fds = [pollfd(fd: owner.wakeup.readFD, events: Int16(POLLIN), revents: 0)]
+        var fds = [pollfd(fd: owner.inbox.wakeup.readFD, events: Int16(POLLIN), revents: 0)]
         var timeout: Int32 = 1000
         for c in connections {
             if let pump = c.pump {
@@ -246,7 +210,7 @@ private final class LoopState {
         }
         let n = poll(&fds, nfds_t(fds.count), timeout)
         guard n > 0 else { return }
-        if fds[0].revents != 0 { owner.wakeup.drain() }
+        if fds[0].revents != 0 { owner.inbox.wakeup.drain() }
         for (i, c) in connections.enumerated() where fds[i + 1].revents != 0 {
             c.readable(fds[i + 1].revents)
         }
@@ -263,7 +227,7 @@ private final class LoopState {
     private func shutdown() {
         let error = APNsTransportError(.shutdown, "the APNs client was shut down")
         for r in queue[queueHead...] { finish(r, .failed(error)) }
-        for r in owner.drainInboxAfterStop() { finish(r, .failed(error)) }
+        for r in owner.inbox.drain() { finish(r, .failed(error)) }
         for c in connections { c.abandon(error) }
         publishResults()
     }

@@ -169,7 +169,8 @@ struct EntryProcessor: Sendable {
             finals.append(RedisCommand("HSET", [errorsKey(feed.stream)] + failures))
             finals.append(RedisCommand("EXPIRE", errorsKey(feed.stream), 7 * 86_400))
         }
-        let cleared = redelivered.filter { id in ackIDs.contains(id) }
+        let acked = Set(ackIDs)
+        let cleared = redelivered.filter(acked.contains)
         if !cleared.isEmpty { finals.append(RedisCommand("HDEL", [errorsKey(feed.stream)] + cleared)) }
         if !finals.isEmpty {
             let replies = try await redis.pipeline(finals)

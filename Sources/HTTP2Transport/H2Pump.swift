@@ -4,6 +4,7 @@ import Glibc
 import HTTP2Kit
 import NetIO
 import OpenSSLKit
+import Synchronization
 
 /// Moves bytes between one socket (through TLS, or plain for tests) and one HTTP/2 session, for
 /// the event-loop thread that owns all three. Tracks OpenSSL's wants separately from nghttp2's:
@@ -148,5 +149,57 @@ public final class Wakeup: @unchecked Sendable {
     public func drain() {
         var buffer = [UInt8](repeating: 0, count: 256)
         while Glibc.read(readFD, &buffer, buffer.count) > 0 {}
+    }
+}
+
+/// Hands items to one event-loop thread: producers append under a lock and wake the thread's
+/// poll(2) through `wakeup`; the thread takes everything posted at once.
+public final class Mailbox<Item: Sendable>: Sendable {
+    private struct State {
+        var items: [Item] = []
+        var closed = false
+    }
+    private let state = Mutex(State())
+    public let wakeup = Wakeup()
+
+    public init() {}
+
+    /// Posts `new`; returns false (and keeps nothing) once the mailbox is closed.
+    @discardableResult
+    public func post(_ new: [Item]) -> Bool {
+        guard !new.isEmpty else { return true }
+        let posted = state.withLock { s -> Bool in
+            if s.closed { return false }
+            s.items.append(contentsOf: new)
+            return true
+        }
+        if posted { wakeup.signal() }
+        return posted
+    }
+
+    /// Refuses further posts and wakes the thread.
+    public func close() {
+        state.withLock { $0.closed = true }
+        wakeup.signal()
+    }
+
+    /// Moves what was posted into `queue`; false once closed (then call `drain`).
+    public func take(into queue: inout [Item]) -> Bool {
+        state.withLock { s -> Bool in
+            if s.closed { return false }
+            if !s.items.isEmpty {
+                queue.append(contentsOf: s.items)
+                s.items.removeAll(keepingCapacity: true)
+            }
+            return true
+        }
+    }
+
+    /// What was posted and never taken (after `close`).
+    public func drain() -> [Item] {
+        state.withLock { s in
+            defer { s.items = [] }
+            return s.items
+        }
     }
 }

@@ -133,12 +133,9 @@ final class StopFlag: Sendable {
 }
 
 /// One event-loop thread of the server and the connections it owns.
-final class ServerLoop: @unchecked Sendable {
-    // `incoming` and `stopped` are shared under `lock`; the rest is confined to the thread.
-    private let lock = NSLock()
-    private var incoming: [(Int32, UInt64)] = []
-    private var stopped = false
-    private let wakeup = Wakeup()
+final class ServerLoop: Sendable {
+    /// Accepted sockets (descriptor, connection id) for this thread to adopt.
+    private let incoming = Mailbox<Adopted>()
     let tls: TLSContext?
     let maxConcurrentStreams: Int
     let handler: any H2RequestHandler
@@ -152,44 +149,37 @@ final class ServerLoop: @unchecked Sendable {
         thread.start()
     }
 
-    func adopt(fd: Int32, connectionID: UInt64) {
-        lock.lock()
-        incoming.append((fd, connectionID))
-        lock.unlock()
-        wakeup.signal()
+    struct Adopted: Sendable {
+        var fd: Int32
+        var connectionID: UInt64
     }
 
-    func stop() {
-        lock.lock()
-        stopped = true
-        lock.unlock()
-        wakeup.signal()
+    func adopt(fd: Int32, connectionID: UInt64) {
+        if !incoming.post([Adopted(fd: fd, connectionID: connectionID)]) { Glibc.close(fd) }
     }
+
+    func stop() { incoming.close() }
 
     private func run() {
         var connections: [ServerConnection] = []
-        while true {
-            lock.lock()
-            let isStopped = stopped
-            let fresh = incoming
-            incoming = []
-            lock.unlock()
-            if isStopped { break }
-            for (fd, id) in fresh {
-                if let c = ServerConnection(fd: fd, id: id, tls: tls, maxConcurrentStreams: maxConcurrentStreams, handler: handler) {
+        var fresh: [Adopted] = []
+        while incoming.take(into: &fresh) {
+            for a in fresh {
+                if let c = ServerConnection(fd: a.fd, id: a.connectionID, tls: tls, maxConcurrentStreams: maxConcurrentStreams, handler: handler) {
                     connections.append(c)
                 } else {
-                    Glibc.close(fd)
+                    Glibc.close(a.fd)
                 }
             }
-            var fds = [pollfd(fd: wakeup.readFD, events: Int16(POLLIN), revents: 0)]
+            fresh.removeAll(keepingCapacity: true)
+            var fds = [pollfd(fd: incoming.wakeup.readFD, events: Int16(POLLIN), revents: 0)]
             var timeout: Int32 = 1000
             for c in connections {
                 fds.append(pollfd(fd: c.pump.socket.fd, events: c.pump.pollEvents, revents: 0))
                 if let due = c.nextDelayedDue { timeout = min(timeout, max(0, due.pollTimeoutMillis)) }
             }
             let n = poll(&fds, nfds_t(fds.count), timeout)
-            if n > 0 && fds[0].revents != 0 { wakeup.drain() }
+            if n > 0 && fds[0].revents != 0 { incoming.wakeup.drain() }
             var closed: [Int] = []
             for (i, c) in connections.enumerated() {
                 let revents = n > 0 ? fds[i + 1].revents : 0
@@ -205,6 +195,7 @@ final class ServerLoop: @unchecked Sendable {
             c.close()
             handler.connectionClosed(connectionID: c.id)
         }
+        for a in incoming.drain() { Glibc.close(a.fd) }  // accepted but never adopted
     }
 }
 
