@@ -27,18 +27,14 @@ public final class SandboxServer: Sendable {
         let state: SandboxState
 
         func handle(_ request: HTTP2Request, connectionID: UInt64, openStreams: Int, requestNumber: Int) -> H2Response {
-            var headers: [(name: String, value: String)] = []
-            headers.reserveCapacity(request.headers.count)
-            for h in request.headers where !h.name.hasPrefix(":") { headers.append((h.name, h.value)) }
-            let r = state.handle(SandboxRequest(method: request.method ?? "", path: request.path ?? "", headers: headers,
-                                                body: request.body, connectionID: connectionID),
+            let r = state.handle(SandboxRequest(headers: request.headers, body: request.body, connectionID: connectionID),
                                  nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
             let fault: H2ConnectionFault? = switch r.connectionFault {
             case .goAway(let debug)?: .goAway(debugData: debug)
             case .reset?: .reset
             case nil: nil
             }
-            return H2Response(status: r.status, headers: r.headers.map { HTTP2Header($0.name, $0.value) }, body: r.body, delay: r.delay,
+            return H2Response(status: r.status, headerList: r.headers, body: r.body, delay: r.delay,
                               connectionFault: fault, maxConcurrentStreams: r.maxConcurrentStreams)
         }
 

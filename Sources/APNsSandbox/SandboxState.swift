@@ -1,5 +1,6 @@
 import ActivityCastCore
 import APNsCore
+import HTTP2Kit
 import Synchronization
 
 /// The APNs sandbox's request-handling core: turns a decoded HTTP/2 request into APNs's answer and
@@ -56,25 +57,27 @@ public final class SandboxState: Sendable {
     /// Answers one request and updates the sandbox's state. `nowMillis` is the wall-clock time
     /// (ms since 1970): token ages, budget hours and log times are judged against it.
     public func handle(_ request: SandboxRequest, nowMillis: Int64) -> SandboxResponse {
-        let route = Route(path: request.path)
+        var route = request.headers.withValueBytes(for: ":path") { Route(pathBytes: $0) }
+        if case .admin = route { route = Route(path: request.path) }
+        let method = request.methodKind
         switch route {
         case .device(let token):
-            guard request.method == "POST" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-id") }
+            guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-id") }
             return handleDevice(request, token: token, nowMillis: nowMillis)
         case .broadcast(let bundle):
-            guard request.method == "POST" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
+            guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
             return handleBroadcast(request, bundle: bundle, nowMillis: nowMillis)
         case .channels(let bundle):
             let operation: ChannelOperation
-            switch request.method {
-            case "POST": operation = .create
-            case "GET": operation = .read
-            case "DELETE": operation = .delete
-            default: return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id")
+            switch method {
+            case .post: operation = .create
+            case .get: operation = .read
+            case .delete: operation = .delete
+            case .other: return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id")
             }
             return handleChannels(request, bundle: bundle, operation: operation, nowMillis: nowMillis)
         case .allChannels(let bundle):
-            guard request.method == "GET" else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
+            guard method == .get else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
             return handleChannels(request, bundle: bundle, operation: .list, nowMillis: nowMillis)
         case .admin(let rest, let query):
             return handleAdmin(method: request.method, path: rest, query: query, body: request.body, nowMillis: nowMillis)
@@ -137,10 +140,13 @@ public final class SandboxState: Sendable {
 
     // MARK: Shared response building
 
-    private func unrouted(_ reason: APNsReason, _ request: SandboxRequest, idHeader: String) -> SandboxResponse {
+    private func unrouted(_ reason: APNsReason, _ request: SandboxRequest, idHeader: StaticString) -> SandboxResponse {
         store.withLock { $0.unrouted(reason, connection: request.connectionID) }
-        let id = request.header(idHeader).flatMap { HeaderValue.isUUID($0, lowercase: idHeader == "apns-id") ? $0 : nil } ?? ids.next()
-        return SandboxResponse(status: reason.status, headers: [(idHeader, id)], body: Self.errorBody(reason, timestamp: nil))
+        let lowercase = idHeader.description == "apns-id"
+        let given = request.header(idHeader.description).flatMap { HeaderValue.isUUID($0, lowercase: lowercase) ? MessageID.text($0) : nil }
+        var headers = HTTP2HeaderList()
+        (given ?? ids.nextID()).append(to: &headers, name: idHeader)
+        return SandboxResponse(status: reason.status, headerList: headers, body: Self.errorBody(reason, timestamp: nil))
     }
 
     /// Runs a locked step, verifying the provider token outside the lock when it is new.
@@ -152,7 +158,7 @@ public final class SandboxState: Sendable {
             case .done(let outcome):
                 return outcome
             case .verify(let authorization):
-                verified = ProviderTokenCheck.verify(authorization: authorization, teamID: settings.configuration.teamID,
+                verified = ProviderTokenCheck.verify(authorization: String(decoding: authorization, as: UTF8.self), teamID: settings.configuration.teamID,
                                                      keys: settings.configuration.keys)
             }
         }
@@ -160,24 +166,23 @@ public final class SandboxState: Sendable {
 
     /// The response for an outcome: `idHeader` always, `apns-unique-id` on success when asked,
     /// the error body on failure.
-    func response(_ o: Outcome, id: (name: String, value: String), uniqueID: Bool) -> SandboxResponse {
+    func response(_ o: Outcome, idName: StaticString, id: MessageID, uniqueID: Bool) -> SandboxResponse {
         let fault: ConnectionFault?
         switch o.effects.fault {
         case .reset: return SandboxResponse(status: 0, connectionFault: .reset)
         case .goAway: fault = .goAway(debugData: SandboxStore.shutdownDebugData)
         case .none: fault = nil
         }
-        let headers: [(name: String, value: String)]
+        var headers = HTTP2HeaderList()
+        headers.reserveCapacity(fields: 3, bytes: 128)
+        id.append(to: &headers, name: idName)
         var body: [UInt8] = []
         if let reason = o.reason {
-            headers = [id]
             body = Self.errorBody(reason, timestamp: o.timestamp)
         } else if uniqueID {
-            headers = [id, ("apns-unique-id", ids.next())]
-        } else {
-            headers = [id]
+            ids.nextID().append(to: &headers, name: "apns-unique-id")
         }
-        return SandboxResponse(status: o.status, headers: headers, body: body, delay: o.effects.delay,
+        return SandboxResponse(status: o.status, headerList: headers, body: body, delay: o.effects.delay,
                                connectionFault: fault, maxConcurrentStreams: o.effects.maxConcurrentStreams)
     }
 

@@ -37,11 +37,7 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
 
     /// A list holding `headers` (for tests and tools; received lists come from the sessions).
     public init(_ headers: [HTTP2Header]) {
-        for header in headers {
-            var name = header.name
-            var value = header.value
-            name.withUTF8 { n in value.withUTF8 { v in append(name: n, value: v) } }
-        }
+        for header in headers { append(name: header.name, value: header.value) }
     }
 
     // MARK: Collection
@@ -98,6 +94,44 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
         }
     }
 
+    /// The value bytes of the field at `index` (sharing the list's storage, no copy).
+    public func valueBytes(at index: Int) -> ArraySlice<UInt8> {
+        let field = fields[index]
+        return bytes[Int(field.valueStart)..<Int(field.valueStart + field.valueLength)]
+    }
+
+    /// The value of the field at `index`, as a String.
+    public func value(at index: Int) -> String {
+        let field = fields[index]
+        return string(Int(field.valueStart), Int(field.valueLength))
+    }
+
+    /// Calls `body` with each field's position, name bytes and value bytes, in order, without
+    /// building Strings. The buffers are valid only during the call.
+    public func forEachField(_ body: (_ index: Int, _ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>) -> Void) {
+        bytes.withUnsafeBufferPointer { all in
+            guard let base = all.baseAddress else {
+                // No bytes: every field is empty.
+                for index in fields.indices { body(index, UnsafeBufferPointer(start: nil, count: 0), UnsafeBufferPointer(start: nil, count: 0)) }
+                return
+            }
+            for index in fields.indices {
+                let f = fields[index]
+                body(index, UnsafeBufferPointer(start: base + Int(f.nameStart), count: Int(f.nameLength)),
+                     UnsafeBufferPointer(start: base + Int(f.valueStart), count: Int(f.valueLength)))
+            }
+        }
+    }
+
+    /// Calls `body` with the value bytes of the first field called `name` (nil if absent).
+    public func withValueBytes<R>(for name: String, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
+        guard let index = firstIndex(ofName: name) else { return body(nil) }
+        let f = fields[index]
+        return bytes.withUnsafeBufferPointer { all in
+            body(UnsafeBufferPointer(rebasing: all[Int(f.valueStart)..<Int(f.valueStart + f.valueLength)]))
+        }
+    }
+
     /// Total bytes of names and values (what the caps on received headers count).
     public var byteCount: Int { bytes.count }
 
@@ -105,9 +139,39 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
         "[" + map(\.description).joined(separator: ", ") + "]"
     }
 
-    // MARK: Building (the sessions)
+    // MARK: Building
 
-    mutating func append(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+    /// Room for `fields` more fields and `bytes` more bytes of names and values.
+    public mutating func reserveCapacity(fields count: Int, bytes byteCount: Int) {
+        fields.reserveCapacity(fields.count + count)
+        bytes.reserveCapacity(bytes.count + byteCount)
+    }
+
+    /// Appends a field (for responses built without a String per value).
+    public mutating func append(name: String, value: String) {
+        var name = name
+        var value = value
+        name.withUTF8 { n in value.withUTF8 { v in append(name: n, value: v) } }
+    }
+
+    /// Appends a field whose `valueLength` value bytes `initializer` writes in place.
+    public mutating func append(name: StaticString, valueLength: Int, initializingValueWith initializer: (UnsafeMutableBufferPointer<UInt8>) -> Void) {
+        let nameStart = UInt32(truncatingIfNeeded: bytes.count)
+        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        let valueStart = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: valueLength))
+        bytes.withUnsafeMutableBufferPointer { all in initializer(UnsafeMutableBufferPointer(rebasing: all[valueStart..<valueStart + valueLength])) }
+        fields.append(Field(nameStart: nameStart, nameLength: UInt32(truncatingIfNeeded: name.utf8CodeUnitCount),
+                            valueStart: UInt32(truncatingIfNeeded: valueStart), valueLength: UInt32(truncatingIfNeeded: valueLength)))
+    }
+
+    /// Appends a field with a static name and a value given as bytes.
+    public mutating func append(name: StaticString, value: UnsafeBufferPointer<UInt8>) {
+        append(name: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount), value: value)
+    }
+
+    /// Appends a field from raw name and value bytes.
+    public mutating func append(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
         let nameStart = UInt32(truncatingIfNeeded: bytes.count)
         bytes.append(contentsOf: name)
         let valueStart = UInt32(truncatingIfNeeded: bytes.count)

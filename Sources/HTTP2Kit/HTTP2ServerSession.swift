@@ -157,6 +157,37 @@ public final class HTTP2ServerSession: HTTP2Session {
     /// - Throws: `.invalidArgument` if the stream is not open (closed or reset by the client,
     ///   refused by a GOAWAY) or was already answered, or for a status outside 100...999.
     public func respond(stream: Int32, status: Int, headers: [HTTP2Header] = [], body: [UInt8]? = nil) throws(HTTP2Error) {
+        let slot = try respondableSlot(stream: stream, status: status)
+        var extraBytes = 3
+        for header in headers { extraBytes += header.name.utf8.count + header.value.utf8.count }
+        scratch.reset(entryCount: 1 + headers.count, byteCount: extraBytes)
+        appendStatus(status)
+        for header in headers {
+            scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
+        }
+        try submitResponse(slot: slot, stream: stream, body: body)
+    }
+
+    /// `respond` with the header fields as bytes: no String is read or built (the sandbox's
+    /// hot path). nghttp2 copies the bytes while queueing the response.
+    public func respond(stream: Int32, status: Int, headerList: HTTP2HeaderList, body: [UInt8]? = nil) throws(HTTP2Error) {
+        let slot = try respondableSlot(stream: stream, status: status)
+        scratch.reset(entryCount: 1 + headerList.count, byteCount: 3)
+        appendStatus(status)
+        let rv = headerList.bytes.withUnsafeBufferPointer { all -> Int32 in
+            if let base = all.baseAddress {
+                for f in headerList.fields {
+                    scratch.append(nghttp2_nv(name: UnsafeMutablePointer(mutating: base + Int(f.nameStart)),
+                                              value: UnsafeMutablePointer(mutating: base + Int(f.valueStart)),
+                                              namelen: Int(f.nameLength), valuelen: Int(f.valueLength), flags: NVFlags.noIndex))
+                }
+            }
+            return submit(slot: slot, stream: stream, body: body)
+        }
+        try finishSubmit(rv, slot: slot, stream: stream)
+    }
+
+    private func respondableSlot(stream: Int32, status: Int) throws(HTTP2Error) -> Int {
         guard (100...999).contains(status) else {
             throw HTTP2Error(kind: .invalidArgument, message: "status \(status) out of range")
         }
@@ -167,27 +198,33 @@ public final class HTTP2ServerSession: HTTP2Session {
         guard !streams[slot].responded else {
             throw HTTP2Error(kind: .invalidArgument, message: "stream \(stream) was already answered")
         }
+        return slot
+    }
 
-        var extraBytes = 3
-        for header in headers { extraBytes += header.name.utf8.count + header.value.utf8.count }
-        scratch.reset(entryCount: 1 + headers.count, byteCount: extraBytes)
+    @inline(__always)
+    private func appendStatus(_ status: Int) {
         let digits: (UInt8, UInt8, UInt8) = (UInt8(48 + status / 100), UInt8(48 + status / 10 % 10), UInt8(48 + status % 10))
         withUnsafeBytes(of: digits) { raw in
             scratch.append(staticName: ":status", valueBytes: raw.assumingMemoryBound(to: UInt8.self), flags: NVFlags.none)
         }
-        for header in headers {
-            scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
-        }
+    }
 
-        let rv: Int32
+    private func submitResponse(slot: Int, stream: Int32, body: [UInt8]?) throws(HTTP2Error) {
+        try finishSubmit(submit(slot: slot, stream: stream, body: body), slot: slot, stream: stream)
+    }
+
+    /// Submits the scratch's entries (and `body`) as the response to `stream`.
+    private func submit(slot: Int, stream: Int32, body: [UInt8]?) -> Int32 {
         if let body, !body.isEmpty {
             streams[slot].response = body
             streams[slot].responseOffset = 0
             var provider = cnghttp2_data_provider_make(slotPointer(slot), serverReadBody)
-            rv = nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, &provider)
-        } else {
-            rv = nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, nil)
+            return nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, &provider)
         }
+        return nghttp2_submit_response(handle.pointer, stream, scratch.entries, scratch.count, nil)
+    }
+
+    private func finishSubmit(_ rv: Int32, slot: Int, stream: Int32) throws(HTTP2Error) {
         if rv != 0 {
             streams[slot].response = []
             throw HTTP2Error(library: Int(rv), during: "nghttp2_submit_response")

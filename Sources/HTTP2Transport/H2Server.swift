@@ -12,7 +12,7 @@ import Synchronization
 /// sends new SETTINGS.
 public struct H2Response: Sendable {
     public var status: Int
-    public var headers: [HTTP2Header]
+    public var headers: HTTP2HeaderList
     public var body: [UInt8]
     public var delay: Duration?
     public var connectionFault: H2ConnectionFault?
@@ -20,8 +20,15 @@ public struct H2Response: Sendable {
 
     public init(status: Int, headers: [HTTP2Header] = [], body: [UInt8] = [], delay: Duration? = nil,
                 connectionFault: H2ConnectionFault? = nil, maxConcurrentStreams: Int? = nil) {
+        self.init(status: status, headerList: HTTP2HeaderList(headers), body: body, delay: delay, connectionFault: connectionFault,
+                  maxConcurrentStreams: maxConcurrentStreams)
+    }
+
+    /// A response whose header fields are already bytes (no String per value).
+    public init(status: Int, headerList: HTTP2HeaderList, body: [UInt8] = [], delay: Duration? = nil,
+                connectionFault: H2ConnectionFault? = nil, maxConcurrentStreams: Int? = nil) {
         self.status = status
-        self.headers = headers
+        self.headers = headerList
         self.body = body
         self.delay = delay
         self.connectionFault = connectionFault
@@ -240,7 +247,7 @@ final class ServerConnection: HTTP2ServerDelegate {
                 let now = Deadline.now()
                 var keep: [(due: Deadline, stream: Int32, response: H2Response)] = []
                 for d in delayed {
-                    if d.due <= now { try? session.respond(stream: d.stream, status: d.response.status, headers: d.response.headers, body: d.response.body) }
+                    if d.due <= now { try? session.respond(stream: d.stream, status: d.response.status, headerList: d.response.headers, body: d.response.body) }
                     else { keep.append(d) }
                 }
                 delayed = keep
@@ -273,7 +280,7 @@ final class ServerConnection: HTTP2ServerDelegate {
         if let delay = response.delay, delay > .zero {
             delayed.append((Deadline.after(delay), request.stream, response))
         } else {
-            try? session.respond(stream: request.stream, status: response.status, headers: response.headers, body: response.body)
+            try? session.respond(stream: request.stream, status: response.status, headerList: response.headers, body: response.body)
         }
         if let limit = response.maxConcurrentStreams { try? session.updateMaxConcurrentStreams(limit) }
         switch response.connectionFault {

@@ -13,7 +13,7 @@ import Testing
         let s = f.sandbox()
         let requestID = "0C5D5E3A-7F64-4D62-9C0B-5E8C3D6A1B2F"
         var create = try f.channelRequest("POST", body: Fixture.createBody(policy: 1))
-        create.headers.append(("apns-request-id", requestID))
+        create.headers.append(name: "apns-request-id", value: requestID)
         let created = s.handle(create, nowMillis: now)
         #expect(created.status == 201 && created.body.isEmpty)
         #expect(created.header("apns-request-id") == requestID)
@@ -89,7 +89,7 @@ import Testing
         #expect(s.handle(try f.channelRequest("GET", channel: id, bundle: "com.example.other"), nowMillis: now).reason == "ChannelNotRegistered")
         #expect(s.handle(try f.channelRequest("GET", channel: id, bundle: "com.unknown.app"), nowMillis: now).reason == "TopicDisallowed")
         var badID = try f.channelRequest("GET", channel: id)
-        badID.headers.append(("apns-request-id", "nope"))
+        badID.headers.append(name: "apns-request-id", value: "nope")
         #expect(s.handle(badID, nowMillis: now).reason == "BadRequestParams")
         #expect(s.handle(try f.channelRequest("PUT", channel: id), nowMillis: now).reason == "MethodNotAllowed")
         #expect(s.handle(try f.channelRequest("POST", all: true), nowMillis: now).status == 405)

@@ -141,6 +141,22 @@ import Testing
         #expect(s.recentDeliveries(limit: 2).map(\.timestamp) == [10, 11])
     }
 
+    @Test func headerValuesAreReadExactlyFromTheirBytes() throws {
+        let s = f.sandbox()
+        let id = "6f1c63b5-9f0c-4d2c-9a4e-3b1d3b9e2a10"
+        let ok = s.handle(try f.devicePush(headers: try f.deviceHeaders().with("apns-id", id).with("apns-expiration", "9223372036854775807"),
+                                           body: update(timestamp: 1)), nowMillis: Fixture.now)
+        #expect(ok.status == 200 && ok.header("apns-id") == id)
+        #expect(s.recentDeliveries(limit: 1).first?.apnsID == id && s.recentDeliveries(limit: 1).first?.expiration == Int64.max)
+        for bad in ["9223372036854775808", "99999999999999999999", "", "1e3", "+5"] {
+            let r = s.handle(try f.devicePush(headers: try f.deviceHeaders().with("apns-expiration", bad), body: update(timestamp: 2)),
+                             nowMillis: Fixture.now)
+            #expect(r.status == 400 && r.body == Array(#"{"reason":"BadExpirationDate"}"#.utf8), "apns-expiration \(bad)")
+        }
+        let generated = try #require(s.handle(try f.devicePush(body: update(timestamp: 3)), nowMillis: Fixture.now).header("apns-id"))
+        #expect(generated.count == 36 && generated == generated.lowercased() && generated != id)
+    }
+
     @Test func aTokenBelongsToOneApp() throws {
         let s = f.sandbox { $0.bundleIDs = [Fixture.bundle, "com.example.other"] }
         try send(s, update(timestamp: 1))

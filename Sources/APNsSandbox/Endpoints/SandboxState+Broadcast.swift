@@ -4,7 +4,7 @@ import APNsCore
 /// A broadcast after the lock-free checks.
 struct BroadcastCandidate: Sendable {
     var duplicate: Bool
-    var authorization: String?
+    var authorization: ArraySlice<UInt8>?
     var bundle: String?
     /// The first header error (checked before the channel's state).
     var headerError: APNsReason?
@@ -38,7 +38,7 @@ extension SandboxState {
     func handleBroadcast(_ request: SandboxRequest, bundle: String, nowMillis: Int64) -> SandboxResponse {
         let h = RequestHeaders(request.headers)
         let (requestID, badRequestID) = requestID(h)
-        var c = BroadcastCandidate(duplicate: h.duplicate, authorization: h.authorization)
+        var c = BroadcastCandidate(duplicate: h.duplicate, authorization: h.authorizationBytes)
         if settings.bundles.contains(bundle) { c.bundle = bundle }
         let headerError = validateBroadcastHeaders(&c, h, badRequestID: badRequestID)
         c.headerError = headerError
@@ -61,16 +61,16 @@ extension SandboxState {
             store.broadcast(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis,
                             requestID: requestID)
         }
-        return response(outcome, id: ("apns-request-id", requestID), uniqueID: true)
+        return response(outcome, idName: "apns-request-id", id: requestID, uniqueID: true)
     }
 
     /// The request's `apns-request-id` if it is a UUID (either case; echoed as given), else a new
     /// one; and whether a malformed one was given.
-    func requestID(_ h: RequestHeaders) -> (String, Bool) {
+    func requestID(_ h: RequestHeaders) -> (MessageID, Bool) {
         if let given = h.requestID {
-            return HeaderValue.isUUID(given, lowercase: false) ? (given, false) : (ids.next(), true)
+            return HeaderValue.isUUID(given, lowercase: false) ? (.text(given), false) : (ids.nextID(), true)
         }
-        return (ids.next(), false)
+        return (ids.nextID(), false)
     }
 
     /// `TopicDisallowed` or `FeatureNotEnabled` for the app named in a broadcast or channel path.
@@ -105,7 +105,7 @@ extension SandboxState {
 
 extension SandboxStore {
     mutating func broadcast(_ c: BroadcastCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
-                            nowMillis now: Int64, requestID: String) -> Locked {
+                            nowMillis now: Int64, requestID: MessageID) -> Locked {
         var effects = Effects()
         let bundleIndex = c.bundle.flatMap { settings.bundleIndex[$0] }
         switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: bundleIndex,

@@ -8,7 +8,7 @@ enum ChannelOperation: Sendable { case create, read, delete, list }
 struct ChannelCandidate: Sendable {
     var operation: ChannelOperation
     var duplicate: Bool
-    var authorization: String?
+    var authorization: ArraySlice<UInt8>?
     var bundle: String?
     var error: APNsReason?
     var channelID = ""
@@ -36,7 +36,7 @@ extension SandboxState {
                         nowMillis: Int64) -> SandboxResponse {
         let h = RequestHeaders(request.headers)
         let (requestID, badRequestID) = requestID(h)
-        var c = ChannelCandidate(operation: operation, duplicate: h.duplicate, authorization: h.authorization)
+        var c = ChannelCandidate(operation: operation, duplicate: h.duplicate, authorization: h.authorizationBytes)
         if settings.bundles.contains(bundle) { c.bundle = bundle }
         let error = validateChannelRequest(&c, h, body: request.body, badRequestID: badRequestID)
         c.error = error
@@ -46,11 +46,11 @@ extension SandboxState {
         let outcome = locked { store, verified in
             store.manageChannel(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis)
         }
-        var response = response(outcome, id: ("apns-request-id", requestID), uniqueID: false)
+        var response = response(outcome, idName: "apns-request-id", id: requestID, uniqueID: false)
         if outcome.reason == nil && outcome.effects.fault != .reset {
             switch operation {
             case .create:
-                response.headers.append(("apns-channel-id", outcome.channelID ?? ""))
+                response.headers.append(name: "apns-channel-id", value: outcome.channelID ?? "")
             case .read:
                 response.body = JSONValue.object(["message-storage-policy": .int(Int64(outcome.storagePolicy ?? 0)),
                                                   "push-type": "LiveActivity"]).encoded()

@@ -5,7 +5,7 @@ import APNsCore
 /// instead of copying a dozen fields.
 final class DeviceCandidate {
     let duplicate: Bool
-    let authorization: String?
+    let authorization: ArraySlice<UInt8>?
     /// The app (index in `SandboxSettings.bundleNames`) named by a valid, allowed topic.
     var bundle: Int?
     /// The first header or body error, if any.
@@ -18,7 +18,7 @@ final class DeviceCandidate {
     /// The request body, which `payload`'s ranges point into.
     var body: [UInt8] = []
 
-    init(duplicate: Bool, authorization: String?) {
+    init(duplicate: Bool, authorization: ArraySlice<UInt8>?) {
         self.duplicate = duplicate
         self.authorization = authorization
     }
@@ -44,13 +44,13 @@ extension SandboxState {
     /// `apns-unique-id`. Errors carry `apns-id` too.
     func handleDevice(_ request: SandboxRequest, token: PathToken, nowMillis: Int64) -> SandboxResponse {
         let headers = RequestHeaders(request.headers)
-        let apnsID: String
+        let apnsID: MessageID
         var badID = false
-        if let given = headers.apnsID, HeaderValue.isUUID(given, lowercase: true) {
+        if let given = headers.withValue(headers.apnsIDIndex, { $0.flatMap(MessageID.init(lowercaseUUID:)) }) {
             apnsID = given
         } else {
-            apnsID = ids.next()
-            badID = headers.apnsID != nil
+            apnsID = ids.nextID()
+            badID = headers.apnsIDIndex != nil
         }
         let candidate = checkDevice(headers, token: token, body: request.body, badID: badID)
         let connection = request.connectionID
@@ -58,12 +58,12 @@ extension SandboxState {
             store.devicePush(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis,
                              apnsID: apnsID)
         }
-        return response(outcome, id: ("apns-id", apnsID), uniqueID: settings.development)
+        return response(outcome, idName: "apns-id", id: apnsID, uniqueID: settings.development)
     }
 
     private func checkDevice(_ h: RequestHeaders, token: PathToken, body: [UInt8], badID: Bool) -> DeviceCandidate {
-        let c = DeviceCandidate(duplicate: h.duplicate, authorization: h.authorization)
-        if let topic = h.topic { c.bundle = settings.bundle(forTopic: topic) }
+        let c = DeviceCandidate(duplicate: h.duplicate, authorization: h.authorizationBytes)
+        c.bundle = h.withValue(h.topicIndex) { $0.flatMap(settings.bundle(forTopic:)) }
         c.error = validateDevice(c, h, token: token, body: body, badID: badID)
         return c
     }
@@ -71,17 +71,19 @@ extension SandboxState {
     /// Fills `c` in check order; returns the first error.
     private func validateDevice(_ c: DeviceCandidate, _ h: RequestHeaders, token pathToken: PathToken, body: [UInt8],
                                 badID: Bool) -> APNsReason? {
-        guard h.pushType == "liveactivity" else { return .invalidPushType }
-        guard let topic = h.topic else { return .missingTopic }
-        if c.bundle == nil { return HeaderValue.isWellFormedTopic(topic) ? .topicDisallowed : .badTopic }
+        guard h.value(h.pushTypeIndex, is: "liveactivity") else { return .invalidPushType }
+        guard h.topicIndex != nil else { return .missingTopic }
+        if c.bundle == nil { return HeaderValue.isWellFormedTopic(h.topic ?? "") ? .topicDisallowed : .badTopic }
         if badID { return .badMessageId }
-        switch h.priority {
-        case nil, "10": c.priority = 10
-        case "5": c.priority = 5
-        default: return .badPriority
+        if h.priorityIndex == nil || h.value(h.priorityIndex, is: "10") {
+            c.priority = 10
+        } else if h.value(h.priorityIndex, is: "5") {
+            c.priority = 5
+        } else {
+            return .badPriority
         }
-        if let e = h.expiration {
-            guard let value = HeaderValue.nonNegativeInteger(e) else { return .badExpirationDate }
+        if h.expirationIndex != nil {
+            guard let value = h.withValue(h.expirationIndex, { $0.flatMap(HeaderValue.nonNegativeInteger) }) else { return .badExpirationDate }
             c.expiration = value
         }
         if let collapse = h.collapseID {
@@ -104,7 +106,7 @@ extension SandboxState {
 
 extension SandboxStore {
     mutating func devicePush(_ c: DeviceCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
-                             nowMillis now: Int64, apnsID: String) -> Locked {
+                             nowMillis now: Int64, apnsID: MessageID) -> Locked {
         var effects = Effects()
         switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
                     verified: verified, nowMillis: now, effects: &effects) {

@@ -38,6 +38,12 @@ enum Route {
         }
     }
 
+    /// The route of a `:path` given as bytes (nil: no `:path`). `.admin` comes back without its
+    /// path and query: build it with `init(path:)`.
+    init(pathBytes: UnsafeBufferPointer<UInt8>?) {
+        self = pathBytes.map(Self.parse) ?? .notFound
+    }
+
     private static func parse(_ p: UnsafeBufferPointer<UInt8>) -> Route {
         if hasPrefix(p, "/3/device") {
             if p.count == 9 { return .device(.missing) }

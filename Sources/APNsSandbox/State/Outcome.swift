@@ -32,13 +32,13 @@ struct Outcome: Sendable {
 /// The result of a locked step: either an answer, or a provider token to verify outside the
 /// lock before trying again.
 enum Locked: Sendable {
-    case verify(String)
+    case verify([UInt8])
     case done(Outcome)
 }
 
 /// What the shared prelude (streams, faults, duplicate headers, provider token) decided.
 enum Gate {
-    case verify(String)
+    case verify([UInt8])
     case stop(Outcome)
     case pass
 }

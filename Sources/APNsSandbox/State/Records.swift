@@ -3,7 +3,7 @@
 final class ConnectionRecord {
     var streams = 0
     /// The `authorization` value currently in use (verified), with its key id and `iat`.
-    var authorization: String?
+    var authorization: [UInt8]?
     var keyID = ""
     var issuedAt: Int64 = 0
     /// The key id of the connection's first token (`UnrelatedKeyIdInToken`).

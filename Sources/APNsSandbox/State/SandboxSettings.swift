@@ -10,7 +10,7 @@ final class SandboxSettings: Sendable {
     let bundleIndex: [String: Int]
     /// `<bundle>.push-type.liveactivity` → app index: a short list scanned linearly (one or two
     /// apps is the norm, and comparing strings is cheaper than hashing one), or a dictionary.
-    let topicList: [(topic: String, bundle: Int)]
+    let topicList: [(topic: [UInt8], bundle: Int)]
     let topicTable: [String: Int]
     let bundles: Set<String>
     let broadcastBundles: Set<String>
@@ -31,7 +31,7 @@ final class SandboxSettings: Sendable {
         bundleNames = names
         bundleIndex = Dictionary(uniqueKeysWithValues: names.enumerated().map { ($1, $0) })
         topicTable = Dictionary(uniqueKeysWithValues: names.enumerated().map { ($1 + ".push-type.liveactivity", $0) })
-        topicList = topicTable.count <= 8 ? topicTable.map { (topic: $0.key, bundle: $0.value) } : []
+        topicList = topicTable.count <= 8 ? topicTable.map { (topic: Array($0.key.utf8), bundle: $0.value) } : []
         bundles = Set(c.bundleIDs)
         broadcastBundles = Set(c.broadcastBundleIDs ?? c.bundleIDs).intersection(bundles)
         maxTokenAgeMillis = c.maxTokenAge.milliseconds
@@ -46,12 +46,12 @@ final class SandboxSettings: Sendable {
     }
 
     /// The app (index) of an allowed device topic.
-    @inline(__always) func bundle(forTopic topic: String) -> Int? {
+    @inline(__always) func bundle(forTopic topic: UnsafeBufferPointer<UInt8>) -> Int? {
         if topicTable.count <= 8 {
-            for entry in topicList where entry.topic == topic { return entry.bundle }
+            for entry in topicList where Bytes.equal(entry.topic, topic) { return entry.bundle }
             return nil
         }
-        return topicTable[topic]
+        return topicTable[String(decoding: topic, as: UTF8.self)]
     }
 }
 

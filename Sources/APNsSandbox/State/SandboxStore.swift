@@ -7,7 +7,8 @@ struct SandboxStore {
     var faults: SandboxFaults
     var rng: SplitMix64
     var connections: [UInt64: ConnectionRecord] = [:]
-    var tokenCache: [String: ProviderTokenCheck] = [:]
+    /// Verdicts by `authorization` value bytes.
+    var tokenCache: [[UInt8]: ProviderTokenCheck] = [:]
     var devices: [TokenKey: DeviceRecord] = [:]
     var channels: [String: ChannelRecord] = [:]
     /// Bundle → channels not deleted.
@@ -66,7 +67,7 @@ struct SandboxStore {
     /// Returns `.verify` before counting anything when the token has never been seen (ECDSA is
     /// too slow to run under the lock): the caller verifies it outside and calls again with
     /// `verified`.
-    mutating func gate(_ settings: SandboxSettings, connection id: UInt64, duplicate: Bool, authorization: String?,
+    mutating func gate(_ settings: SandboxSettings, connection id: UInt64, duplicate: Bool, authorization: ArraySlice<UInt8>?,
                        bundle: Int?, verified: ProviderTokenCheck?, nowMillis now: Int64, effects: inout Effects) -> Gate {
         let conn: ConnectionRecord
         if let existing = connections[id] {
@@ -80,17 +81,20 @@ struct SandboxStore {
         var check: ProviderTokenCheck?
         var current = false
         if let authorization, !authorization.isEmpty {
-            if let inUse = conn.authorization, inUse == authorization {
+            if let inUse = conn.authorization, Bytes.equal(inUse, authorization) {
                 current = true
-            } else if let cached = tokenCache[authorization] {
-                check = cached
-            } else if let verified {
-                check = verified
-                if tokenCache.count >= settings.tokenCacheCapacity { tokenCache.removeAll(keepingCapacity: true) }
-                tokenCache[authorization] = verified
-                counters.tokenVerifications += 1
             } else {
-                return .verify(authorization)
+                let key = Array(authorization)
+                if let cached = tokenCache[key] {
+                    check = cached
+                } else if let verified {
+                    check = verified
+                    if tokenCache.count >= settings.tokenCacheCapacity { tokenCache.removeAll(keepingCapacity: true) }
+                    tokenCache[key] = verified
+                    counters.tokenVerifications += 1
+                } else {
+                    return .verify(key)
+                }
             }
         }
 
@@ -132,7 +136,7 @@ struct SandboxStore {
             }
         }
         if current { return .pass }
-        switch Self.adopt(conn, authorization: authorization, keyID: keyID, issuedAt: issuedAt, nowMillis: now,
+        switch Self.adopt(conn, authorization: Array(authorization), keyID: keyID, issuedAt: issuedAt, nowMillis: now,
                           refreshMinimumMillis: settings.refreshMinimumMillis) {
         case .refused(let reason): return .stop(Outcome(reason))
         case .first: effects.maxConcurrentStreams = settings.maxConcurrentStreams
@@ -178,7 +182,7 @@ struct SandboxStore {
     /// (`UnrelatedKeyIdInToken`) and may not follow the previous change by less than the refresh
     /// minimum (`TooManyProviderTokenUpdates`). The first adoption is not a change, so a
     /// connection that starts with a token minted a while ago may switch to a fresh one at once.
-    static func adopt(_ conn: ConnectionRecord, authorization: String, keyID: String, issuedAt: Int64, nowMillis: Int64,
+    static func adopt(_ conn: ConnectionRecord, authorization: [UInt8], keyID: String, issuedAt: Int64, nowMillis: Int64,
                       refreshMinimumMillis: Int64) -> Adoption {
         let result: Adoption
         if conn.authorization == nil {

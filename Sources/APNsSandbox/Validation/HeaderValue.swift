@@ -58,8 +58,22 @@ enum HeaderValue {
 
     /// A non-negative decimal integer without sign or spaces (`apns-expiration`).
     static func nonNegativeInteger(_ text: String) -> Int64? {
-        guard !text.isEmpty, text.utf8.count <= 19, text.utf8.allSatisfy(isDigit) else { return nil }
-        return Int64(text)
+        var text = text
+        return text.withUTF8 { nonNegativeInteger($0) }
+    }
+
+    /// `nonNegativeInteger` on bytes.
+    static func nonNegativeInteger(_ b: UnsafeBufferPointer<UInt8>) -> Int64? {
+        guard !b.isEmpty, b.count <= 19 else { return nil }
+        var value: Int64 = 0
+        for c in b {
+            guard c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") else { return nil }
+            let (times10, o1) = value.multipliedReportingOverflow(by: 10)
+            let (next, o2) = times10.addingReportingOverflow(Int64(c &- UInt8(ascii: "0")))
+            if o1 || o2 { return nil }
+            value = next
+        }
+        return value
     }
 
     /// Whether `topic` has a shape a topic could have: 1–255 bytes of `A–Z a–z 0–9 - _ .`, no

@@ -54,7 +54,7 @@ struct DeliveryRecord: Sendable {
     var priority: Int
     var event: LiveActivityEvent
     var timestamp: Double
-    var apnsID: String
+    var apnsID: MessageID
     var expiration: Int64?
     var collapseID: String?
     var displayed: Bool
@@ -66,7 +66,7 @@ struct DeliveryRecord: Sendable {
         case .channel(let id): id
         }
         return Delivery(timeMillis: timeMillis, kind: kind, target: target, bundleID: bundleNames[bundle], priority: priority,
-                        event: event, timestamp: timestamp, apnsID: apnsID, expiration: expiration, collapseID: collapseID,
+                        event: event, timestamp: timestamp, apnsID: apnsID.text, expiration: expiration, collapseID: collapseID,
                         displayed: displayed, overBudget: overBudget)
     }
 }
