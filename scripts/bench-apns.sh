@@ -21,4 +21,4 @@ sandbox_pid=$!
 trap 'kill "$sandbox_pid" 2>/dev/null; wait "$sandbox_pid" 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.log" 2>/dev/null && break; sleep 0.05; done
 echo "machine: $(nproc) cores, $(uname -m), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d)"
-"$bin" bench apns "$@"
+"$bin" bench apns --server-pid "$sandbox_pid" "$@"

@@ -35,6 +35,11 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
 
     public init() {}
 
+    init(bytes: [UInt8], fields: [Field]) {
+        self.bytes = bytes
+        self.fields = fields
+    }
+
     /// A list holding `headers` (for tests and tools; received lists come from the sessions).
     public init(_ headers: [HTTP2Header]) {
         for header in headers { append(name: header.name, value: header.value) }

@@ -89,6 +89,14 @@ public final class HTTP2ServerSession: HTTP2Session {
     @exclusivity(unchecked) var headerStream: Int32 = 0
     @exclusivity(unchecked) var headerSlot = -1
     let scratch = HeaderScratch()
+    /// The header block being received, gathered here (plain memory, no reference counting per
+    /// field) and turned into the stream's `HTTP2HeaderList` in one go when the block ends.
+    @exclusivity(unchecked) var blockBytes: UnsafeMutablePointer<UInt8>
+    @exclusivity(unchecked) var blockByteCount = 0
+    @exclusivity(unchecked) var blockByteCapacity = 1024
+    @exclusivity(unchecked) var blockFields: UnsafeMutablePointer<HTTP2HeaderList.Field>
+    @exclusivity(unchecked) var blockFieldCount = 0
+    @exclusivity(unchecked) var blockFieldCapacity = 16
     @exclusivity(unchecked) var activeDelegate: (any HTTP2ServerDelegate)?
     /// Inside `receive`/`produceOutput`.
     @exclusivity(unchecked) var driving = false
@@ -105,6 +113,8 @@ public final class HTTP2ServerSession: HTTP2Session {
                 initialWindowSize: Int = 1 << 20, connectionWindowSize: Int = 1 << 24,
                 maxRequestBodySize: Int = 64 << 10, maxRequestHeaderBytes: Int = 64 << 10) throws(HTTP2Error) {
         self.delegate = delegate
+        blockBytes = .allocate(capacity: blockByteCapacity)
+        blockFields = .allocate(capacity: blockFieldCapacity)
         self.maxRequestBodySize = maxRequestBodySize
         self.maxRequestHeaderBytes = maxRequestHeaderBytes
         handle = try NGHTTP2SessionHandle(server: true, setCallbacks: { callbacks in
@@ -126,6 +136,11 @@ public final class HTTP2ServerSession: HTTP2Session {
         let rv = nghttp2_session_set_local_window_size(handle.pointer, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
                                                        Int32(clamping: connectionWindowSize))
         if rv != 0 { throw HTTP2Error(library: Int(rv), during: "nghttp2_session_set_local_window_size") }
+    }
+
+    deinit {
+        blockBytes.deallocate()
+        blockFields.deallocate()
     }
 
     // MARK: HTTP2Session
@@ -289,7 +304,7 @@ public final class HTTP2ServerSession: HTTP2Session {
         }
         streams[slot].inUse = true
         streams[slot].streamID = stream
-        streams[slot].headers.removeAll()
+        streams[slot].headers = HTTP2HeaderList()
         streams[slot].body.removeAll(keepingCapacity: true)
         streams[slot].bodyTooLarge = false
         streams[slot].delivered = false
@@ -339,6 +354,8 @@ public final class HTTP2ServerSession: HTTP2Session {
 
     func beginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let stream = cnghttp2_frame_stream_id(frame)
+        blockByteCount = 0
+        blockFieldCount = 0
         guard cnghttp2_frame_headers_category(frame) == NG.categoryRequest else {
             // Trailers: their fields are not kept (headerSlot -1 drops them).
             headerStream = stream
@@ -359,20 +376,55 @@ public final class HTTP2ServerSession: HTTP2Session {
     func header(stream: Int32, name: UnsafePointer<UInt8>, nameLength: Int, value: UnsafePointer<UInt8>,
                 valueLength: Int) -> Int32 {
         guard stream == headerStream, headerSlot >= 0 else { return 0 }
-        let slot = headerSlot
-        if streams[slot].headers.byteCount + nameLength + valueLength > maxRequestHeaderBytes {
+        let needed = blockByteCount + nameLength + valueLength
+        if needed > maxRequestHeaderBytes {
             // nghttp2 resets the stream with INTERNAL_ERROR.
             return NG.temporalCallbackFailure
         }
-        streams[slot].headers.append(name: name, nameLength: nameLength, value: value, valueLength: valueLength)
+        if needed > blockByteCapacity {
+            let grown = UnsafeMutablePointer<UInt8>.allocate(capacity: max(needed, blockByteCapacity * 2))
+            grown.update(from: blockBytes, count: blockByteCount)
+            blockBytes.deallocate()
+            blockBytes = grown
+            blockByteCapacity = max(needed, blockByteCapacity * 2)
+        }
+        if blockFieldCount == blockFieldCapacity {
+            let grown = UnsafeMutablePointer<HTTP2HeaderList.Field>.allocate(capacity: blockFieldCapacity * 2)
+            grown.update(from: blockFields, count: blockFieldCount)
+            blockFields.deallocate()
+            blockFields = grown
+            blockFieldCapacity *= 2
+        }
+        let nameStart = blockByteCount
+        (blockBytes + nameStart).update(from: name, count: nameLength)
+        (blockBytes + nameStart + nameLength).update(from: value, count: valueLength)
+        blockFields[blockFieldCount] = HTTP2HeaderList.Field(
+            nameStart: UInt32(truncatingIfNeeded: nameStart), nameLength: UInt32(truncatingIfNeeded: nameLength),
+            valueStart: UInt32(truncatingIfNeeded: nameStart + nameLength), valueLength: UInt32(truncatingIfNeeded: valueLength))
+        blockFieldCount += 1
+        blockByteCount = needed
         return 0
+    }
+
+    /// The header block just received, as a list (copied out of the block buffer).
+    private func takeHeaderBlock() -> HTTP2HeaderList {
+        let list = HTTP2HeaderList(bytes: Array(UnsafeBufferPointer(start: blockBytes, count: blockByteCount)),
+                                   fields: Array(UnsafeBufferPointer(start: blockFields, count: blockFieldCount)))
+        blockByteCount = 0
+        blockFieldCount = 0
+        return list
     }
 
     func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
         let type = cnghttp2_frame_type(frame)
         if type == NG.headersFrame || type == NG.dataFrame {
-            guard cnghttp2_frame_flags(frame) & NG.flagEndStream != 0 else { return }
             let stream = cnghttp2_frame_stream_id(frame)
+            if type == NG.headersFrame, stream == headerStream, headerSlot >= 0 {
+                // The request's header block is complete.
+                if let slot = liveSlot(stream) { streams[slot].headers = takeHeaderBlock() }
+                headerSlot = -1
+            }
+            guard cnghttp2_frame_flags(frame) & NG.flagEndStream != 0 else { return }
             guard let slot = liveSlot(stream), !streams[slot].delivered else { return }
             deliver(slot: slot, stream: stream)
         } else if type == NG.goAwayFrame {
@@ -465,65 +517,63 @@ extension HTTP2ServerSession: Sendable {}
 
 // MARK: - C callbacks (see HTTP2ClientSession.swift for the conventions)
 
+/// Runs `body` with the session behind `userData` without retaining it: nghttp2 calls back only
+/// from inside `receive`/`produceOutput`, methods of that very session, which keep it alive.
 @inline(__always)
-private func serverSession(_ userData: UnsafeMutableRawPointer?) -> HTTP2ServerSession? {
-    guard let userData else { return nil }
-    return Unmanaged<HTTP2ServerSession>.fromOpaque(userData).takeUnretainedValue()
+private func withServerSession<R>(_ userData: UnsafeMutableRawPointer?, failure: R, _ body: (HTTP2ServerSession) -> R) -> R {
+    guard let userData else { return failure }
+    return Unmanaged<HTTP2ServerSession>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private func serverOnBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                                   _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
+    guard let frame else { return NG.callbackFailure }
     guard cnghttp2_frame_type(frame) == NG.headersFrame else { return 0 }
-    return owner.beginHeaders(frame)
+    return withServerSession(userData, failure: NG.callbackFailure) { $0.beginHeaders(frame) }
 }
 
 private func serverOnHeader(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                             _ name: UnsafePointer<UInt8>?, _ nameLength: Int,
                             _ value: UnsafePointer<UInt8>?, _ valueLength: Int,
                             _ flags: UInt8, _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData), let frame, let name, let value else { return NG.callbackFailure }
-    return owner.header(stream: cnghttp2_frame_stream_id(frame), name: name, nameLength: nameLength,
-                        value: value, valueLength: valueLength)
+    guard let frame, let name, let value else { return NG.callbackFailure }
+    return withServerSession(userData, failure: NG.callbackFailure) {
+        $0.header(stream: cnghttp2_frame_stream_id(frame), name: name, nameLength: nameLength, value: value, valueLength: valueLength)
+    }
 }
 
 private func serverOnFrameReceived(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                                    _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
-    owner.frameReceived(frame)
-    return 0
+    guard let frame else { return NG.callbackFailure }
+    return withServerSession(userData, failure: NG.callbackFailure) { $0.frameReceived(frame); return 0 }
 }
 
 private func serverOnDataChunk(_ session: OpaquePointer?, _ flags: UInt8, _ stream: Int32,
                                _ data: UnsafePointer<UInt8>?, _ length: Int,
                                _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData) else { return NG.callbackFailure }
-    guard let data, length > 0 else { return 0 }
-    owner.dataChunk(stream: stream, data: data, length: length)
-    return 0
+    guard let data, length > 0 else { return userData == nil ? NG.callbackFailure : 0 }
+    return withServerSession(userData, failure: NG.callbackFailure) { $0.dataChunk(stream: stream, data: data, length: length); return 0 }
 }
 
 private func serverOnStreamClose(_ session: OpaquePointer?, _ stream: Int32, _ errorCode: UInt32,
                                  _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData) else { return NG.callbackFailure }
-    owner.streamClosed(stream: stream, errorCode: errorCode)
-    return 0
+    withServerSession(userData, failure: NG.callbackFailure) { $0.streamClosed(stream: stream, errorCode: errorCode); return 0 }
 }
 
 private func serverOnFrameSent(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                                _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = serverSession(userData), let frame else { return NG.callbackFailure }
-    owner.frameSent(frame)
-    return 0
+    guard let frame else { return NG.callbackFailure }
+    return withServerSession(userData, failure: NG.callbackFailure) { $0.frameSent(frame); return 0 }
 }
 
 private func serverReadBody(_ session: OpaquePointer?, _ stream: Int32, _ buffer: UnsafeMutablePointer<UInt8>?,
                             _ length: Int, _ dataFlags: UnsafeMutablePointer<UInt32>?,
                             _ source: UnsafeMutablePointer<nghttp2_data_source>?,
                             _ userData: UnsafeMutableRawPointer?) -> Int {
-    guard let owner = serverSession(userData), let buffer, let dataFlags,
-          let slot = slotIndex(cnghttp2_data_source_ptr(source)) else {
+    guard let buffer, let dataFlags, let slot = slotIndex(cnghttp2_data_source_ptr(source)) else {
         return Int(NG.callbackFailure)
     }
-    return owner.readBody(slot: slot, stream: stream, into: buffer, length: length, flags: dataFlags)
+    return withServerSession(userData, failure: Int(NG.callbackFailure)) {
+        $0.readBody(slot: slot, stream: stream, into: buffer, length: length, flags: dataFlags)
+    }
 }

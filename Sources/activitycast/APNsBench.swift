@@ -19,6 +19,8 @@ struct APNsBench: AsyncParsableCommand {
     @Option(help: "Runs (alternating client and h2load); medians are reported.") var runs = 3
     @Option(help: "Tokens per batch handed to the client.") var batch = 5000
     @Option(help: "The h2load binary.") var h2load = "/usr/bin/h2load"
+    @Option(help: "PID of the server (the sandbox) under test: its CPU time per request and its busiest thread's load are reported, and a saturated server is flagged.")
+    var serverPid: Int32?
 
     func run() async throws {
         let settings = try common.settings()
@@ -42,9 +44,11 @@ struct APNsBench: AsyncParsableCommand {
 
         var ours: [(rate: Double, cpu: Double)] = []
         var theirs: [(rate: Double, cpu: Double)] = []
+        var serverLoads: [ServerLoad] = []
         for run in 1...runs {
             // Our client: a fresh pool per run, so both senders start from new connections.
             let client = try APNsClient(configuration: base, tokens: tokens, logger: logger)
+            var server = ServerProbe(pid: serverPid)
             let cpu0 = cpuSeconds(RUSAGE_SELF)
             let t0 = ContinuousClock.now
             let delivered = await withTaskGroup(of: Int.self) { group in
@@ -68,29 +72,44 @@ struct APNsBench: AsyncParsableCommand {
             }
             let seconds = (ContinuousClock.now - t0).seconds
             let cpu = cpuSeconds(RUSAGE_SELF) - cpu0
+            let ourServerLoad = server.finish(requests: requests, seconds: seconds)
             client.shutdown()
             guard delivered == requests else { throw CommandFailure("run \(run): only \(delivered) of \(requests) delivered by our client") }
             ours.append((Double(requests) / seconds, cpu / Double(requests) * 1e6))
 
             // h2load with the same headers, payload, connections and streams.
             let c0 = cpuSeconds(RUSAGE_CHILDREN)
+            server = ServerProbe(pid: serverPid)
+            let h0 = ContinuousClock.now
             let output = try runH2load([
                 "-n", String(requests), "-c", String(connections), "-m", String(streams), "-t", "1",
                 "-H", "apns-push-type: liveactivity", "-H", "apns-topic: \(topic)", "-H", "apns-priority: 10",
                 "-H", "authorization: bearer \(jwt.value)", "-d", payloadFile,
                 "https://\(base.endpoint.host):\(base.endpoint.port)/3/device/\(deviceToken)"])
             let hcpu = cpuSeconds(RUSAGE_CHILDREN) - c0
+            let theirServerLoad = server.finish(requests: requests, seconds: (ContinuousClock.now - h0).seconds)
             guard let rate = h2loadRate(output), output.contains("\(requests) succeeded"), output.contains("\(requests) 2xx") else {
                 throw CommandFailure("h2load did not deliver every request:\n\(output.suffix(800))")
             }
             theirs.append((rate, hcpu / Double(requests) * 1e6))
             print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",
                          run, ours.last!.rate, ours.last!.cpu, rate, theirs.last!.cpu, ours.last!.rate / rate))
+            for (who, load) in [("client", ourServerLoad), ("h2load", theirServerLoad)] {
+                guard let load else { continue }
+                serverLoads.append(load)
+                print(String(format: "       server during %@ run: %.2f µs CPU/req, busiest thread %.0f%% busy%@", who, load.cpuPerRequest,
+                             load.busiestThread * 100, load.saturated ? " (SATURATED: this rate measures the server, not the sender)" : ""))
+            }
         }
         func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
         let ratios = zip(ours, theirs).map { $0.rate / $1.rate }
         print(String(format: "median: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f (goal ≥ 0.80)",
                      median(ours.map(\.rate)), median(ours.map(\.cpu)), median(theirs.map(\.rate)), median(theirs.map(\.cpu)), median(ratios)))
+        if !serverLoads.isEmpty {
+            let saturated = serverLoads.filter(\.saturated).count
+            print(String(format: "server: median %.2f µs CPU/req, busiest thread at most %.0f%% busy; saturated in %d of %d sender runs",
+                         median(serverLoads.map(\.cpuPerRequest)), (serverLoads.map(\.busiestThread).max() ?? 0) * 100, saturated, serverLoads.count))
+        }
     }
 
     private func runH2load(_ arguments: [String]) throws -> String {
@@ -123,4 +142,53 @@ func cpuSeconds(_ who: __rusage_who) -> Double {
 
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+/// What a server process spent while one sender ran: CPU time per request and how busy its
+/// busiest thread was (a thread near 100% means the server, not the sender, set the rate).
+struct ServerLoad {
+    var cpuPerRequest: Double
+    var busiestThread: Double
+    /// Above this share of one core, a thread is taken as the limit.
+    static let saturation = 0.9
+    var saturated: Bool { busiestThread >= Self.saturation }
+}
+
+/// Samples a process's threads from /proc at the start and the end of a run.
+struct ServerProbe {
+    let pid: Int32?
+    let start: [Int32: Double]
+
+    init(pid: Int32?) {
+        self.pid = pid
+        start = pid.map(Self.threadCPU) ?? [:]
+    }
+
+    func finish(requests: Int, seconds: Double) -> ServerLoad? {
+        guard let pid, seconds > 0, requests > 0 else { return nil }
+        let end = Self.threadCPU(pid)
+        var total = 0.0, busiest = 0.0
+        for (tid, cpu) in end {
+            let used = cpu - (start[tid] ?? 0)
+            total += used
+            busiest = max(busiest, used / seconds)
+        }
+        return ServerLoad(cpuPerRequest: total / Double(requests) * 1e6, busiestThread: busiest)
+    }
+
+    /// CPU seconds (user + system) of each thread of `pid`.
+    static func threadCPU(_ pid: Int32) -> [Int32: Double] {
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        var result: [Int32: Double] = [:]
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        for task in tasks {
+            guard let tid = Int32(task), let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // After "pid (comm)": state is field 3, utime 14 and stime 15.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
+            result[tid] = (user + system) / ticks
+        }
+        return result
+    }
 }
