@@ -132,11 +132,10 @@ public final class APNsClient: Sendable {
         var headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-topic", "\(bundleID).push-type.liveactivity"),
                        HTTP2Header("apns-priority", String(priority))]
         if let expiration { headers.append(HTTP2Header("apns-expiration", String(expiration))) }
-        let body = HTTP2Body(payload)
-        let requests = deviceTokens.enumerated().map { i, token in
-            Target(path: "/3/device/\(token)", headers: apnsIDs.map { [HTTP2Header("apns-id", $0[i])] } ?? [])
-        }
-        return await perform(method: "POST", sharedHeaders: headers, body: body, targets: requests)
+        // The tokens are the path suffixes as given (no string per request): the template
+        // carries "/3/device/".
+        return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
+                             targets: Targets(pathPrefix: "/3/device/", paths: deviceTokens, apnsIDs: apnsIDs))
     }
 
     /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). The expiration follows the
@@ -149,20 +148,49 @@ public final class APNsClient: Sendable {
         let headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-channel-id", channelID),
                        HTTP2Header("apns-priority", String(priority)), HTTP2Header("apns-expiration", String(expiration))]
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
-                             targets: [Target(path: "/4/broadcasts/apps/\(bundleID)", headers: [])])[0]
+                             targets: Targets(pathPrefix: "", paths: ["/4/broadcasts/apps/\(bundleID)"]))[0]
     }
 
     /// Any single request (channel management): the provider token is added.
     public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil) async -> APNsResult {
-        await perform(method: method, sharedHeaders: headers, body: body.map { HTTP2Body($0) }, targets: [Target(path: path, headers: [])])[0]
+        await perform(method: method, sharedHeaders: headers, body: body.map { HTTP2Body($0) },
+                      targets: Targets(pathPrefix: "", paths: [path]))[0]
     }
 
-    struct Target: Sendable {
-        var path: String
-        var headers: [HTTP2Header]
+    /// The requests of one batch: each one's `:path` is `pathPrefix` (carried by the request
+    /// template) followed by its entry in `paths`, with an `apns-id` header when `apnsIDs` has one.
+    struct Targets: Sendable {
+        var pathPrefix: String
+        var paths: [String]
+        var apnsIDs: [String]?
+
+        init(pathPrefix: String, paths: [String], apnsIDs: [String]? = nil) {
+            self.pathPrefix = pathPrefix
+            self.paths = paths
+            self.apnsIDs = apnsIDs
+        }
+
+        var count: Int { paths.count }
+        var isEmpty: Bool { paths.isEmpty }
+
+        /// The extra headers of request `index` (none, in the common case: no allocation).
+        @inline(__always)
+        func headers(_ index: Int) -> [HTTP2Header] {
+            guard let apnsIDs else { return [] }
+            return [HTTP2Header("apns-id", apnsIDs[index])]
+        }
+
+        /// The targets at `indices`, in that order.
+        func subset(_ indices: [Int]) -> Targets {
+            Targets(pathPrefix: pathPrefix, paths: indices.map { paths[$0] }, apnsIDs: apnsIDs.map { ids in indices.map { ids[$0] } })
+        }
+
+        func slice(_ range: Range<Int>) -> Targets {
+            Targets(pathPrefix: pathPrefix, paths: Array(paths[range]), apnsIDs: apnsIDs.map { Array($0[range]) })
+        }
     }
 
-    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
         guard !targets.isEmpty else { return [] }
         var token: ProviderToken?
         if let tokens {
@@ -181,7 +209,7 @@ public final class APNsClient: Sendable {
                 "reason": "\(results[refused[0]].response?.reason?.rawValue ?? "?")", "requests": "\(refused.count)"])
             do {
                 let fresh = try await tokens.refresh(rejected: token)
-                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: refused.map { targets[$0] })
+                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused))
                 for (i, r) in zip(refused, again) { results[i] = r }
             } catch {
                 logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
@@ -190,7 +218,7 @@ public final class APNsClient: Sendable {
         return results
     }
 
-    private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+    private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
         // Within the in-flight window: slices of at most its size, each waiting for room.
         let size = configuration.maxInFlight
         if targets.count > size {
@@ -199,7 +227,7 @@ public final class APNsClient: Sendable {
             var start = 0
             while start < targets.count {
                 let end = min(start + size, targets.count)
-                results += await dispatch(method: method, headers: headers, token: token, body: body, targets: Array(targets[start..<end]))
+                results += await dispatch(method: method, headers: headers, token: token, body: body, targets: targets.slice(start..<end))
                 start = end
             }
             return results
@@ -209,13 +237,13 @@ public final class APNsClient: Sendable {
         return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets)
     }
 
-    private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: [Target]) async -> [APNsResult] {
+    private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
         var all = headers
         if let token { all.append(HTTP2Header("authorization", "bearer \(token.value)")) }
         let template: HTTP2RequestTemplate
         do {
             template = try HTTP2RequestTemplate(method: method, scheme: configuration.plaintext ? "http" : "https",
-                                                authority: configuration.endpoint.host, headers: all)
+                                                authority: configuration.endpoint.host, pathPrefix: targets.pathPrefix, headers: all)
         } catch {
             return Array(repeating: .failed(APNsTransportError(.configuration, "bad request headers: \(error)")), count: targets.count)
         }
@@ -230,7 +258,7 @@ public final class APNsClient: Sendable {
             var k = 0
             while start < targets.count {
                 let end = min(start + per, targets.count)
-                loops[(first + k) % n].enqueue((start..<end).map { OutgoingRequest(work: work, index: $0, attempts: 0) })
+                loops[(first + k) % n].enqueue(work: work, start..<end)
                 start = end
                 k += 1
             }

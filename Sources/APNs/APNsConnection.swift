@@ -15,10 +15,10 @@ import Synchronization
 final class BatchWork: Sendable {
     let template: HTTP2RequestTemplate
     let body: HTTP2Body?
-    let targets: [APNsClient.Target]
+    let targets: APNsClient.Targets
     let completion: BatchCompletion
 
-    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: [APNsClient.Target], completion: BatchCompletion) {
+    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: APNsClient.Targets, completion: BatchCompletion) {
         self.template = template
         self.body = body
         self.targets = targets
@@ -35,34 +35,66 @@ struct OutgoingRequest: Sendable {
 
 /// Collects a batch's results from any event-loop thread; resumes its one waiter when the last
 /// result is in (one hop per batch).
-final class BatchCompletion: Sendable {
-    private struct State {
-        var results: [APNsResult?]
-        var remaining: Int
-        var continuation: CheckedContinuation<[APNsResult], Never>?
-    }
-    private let state: Mutex<State>
+///
+/// Results are moved straight into their final place (no copy per result, no lock per result):
+/// `store` writes slot `index`, and only the thread that owns that request does so (a request is
+/// in exactly one place at a time: a mailbox, a loop's queue, or a stream slot of that loop's
+/// connections, and it leaves that place when it is finished). `finished(_:)` then publishes a
+/// count of stored results with one atomic decrement (release); the thread that brings the
+/// count to zero (acquire) has seen every write, moves the results into the array it hands to
+/// the waiter, and resumes it. Hence `@unchecked Sendable`.
+final class BatchCompletion: @unchecked Sendable {
+    let count: Int
+    private let results: UnsafeMutablePointer<APNsResult>
+    /// Which slots of `results` hold a value (each written by the slot's owning thread).
+    private let stored: UnsafeMutablePointer<Bool>
+    private let remaining: Atomic<Int>
+    private let continuation: CheckedContinuation<[APNsResult], Never>
+    /// Set by the thread that moved the results out (read in `deinit`, after the last release).
+    private var handedOver = false
 
     init(count: Int, continuation: CheckedContinuation<[APNsResult], Never>) {
-        state = Mutex(State(results: Array(repeating: nil, count: count), remaining: count, continuation: continuation))
+        self.count = count
+        results = .allocate(capacity: max(count, 1))
+        stored = .allocate(capacity: max(count, 1))
+        stored.initialize(repeating: false, count: max(count, 1))
+        remaining = Atomic(count)
+        self.continuation = continuation
     }
 
-    func complete(_ index: Int, _ result: APNsResult) {
-        complete([(index, result)])
-    }
-
-    /// Several results under one lock.
-    func complete(_ items: [(Int, APNsResult)]) {
-        let done: (CheckedContinuation<[APNsResult], Never>, [APNsResult])? = state.withLock { s in
-            for (index, result) in items where s.results[index] == nil {
-                s.results[index] = result
-                s.remaining -= 1
-            }
-            guard s.remaining == 0, let c = s.continuation else { return nil }
-            s.continuation = nil
-            return (c, s.results.map { $0! })
+    deinit {
+        if !handedOver {
+            for i in 0..<count where stored[i] { (results + i).deinitialize(count: 1) }
         }
-        if let (continuation, results) = done { continuation.resume(returning: results) }
+        results.deallocate()
+        stored.deallocate()
+    }
+
+    /// Moves `result` into slot `index`; false (and nothing stored) if that slot already has
+    /// one. Call from the thread that owns the request, then `finished(_:)` with the number stored.
+    @inline(__always)
+    func store(_ index: Int, _ result: consuming APNsResult) -> Bool {
+        guard !stored[index] else { return false }
+        (results + index).initialize(to: result)
+        stored[index] = true
+        return true
+    }
+
+    /// `n` more results were stored by this thread; resumes the waiter after the last one.
+    func finished(_ n: Int) {
+        guard n > 0 else { return }
+        guard remaining.subtract(n, ordering: .acquiringAndReleasing).newValue == 0 else { return }
+        handedOver = true
+        let all = Array<APNsResult>(unsafeUninitializedCapacity: count) { buffer, initialized in
+            if let base = buffer.baseAddress { base.moveInitialize(from: results, count: count) }
+            initialized = count
+        }
+        continuation.resume(returning: all)
+    }
+
+    /// One result (a request that never reached an event loop).
+    func complete(_ index: Int, _ result: APNsResult) {
+        if store(index, result) { finished(1) }
     }
 }
 
@@ -89,9 +121,14 @@ final class APNsEventLoop: Sendable {
         thread.start()
     }
 
-    func enqueue(_ requests: [OutgoingRequest]) {
+    /// Hands requests `range` of `work` to this loop.
+    func enqueue(work: BatchWork, _ range: Range<Int>) {
+        var requests: [OutgoingRequest] = []
+        requests.reserveCapacity(range.count)
+        for index in range { requests.append(OutgoingRequest(work: work, index: index, attempts: 0)) }
         if !inbox.post(requests) {
-            for r in requests { r.work.completion.complete(r.index, .failed(APNsTransportError(.shutdown, "the APNs client was shut down"))) }
+            let error = APNsResult.failed(APNsTransportError(.shutdown, "the APNs client was shut down"))
+            for r in requests { r.work.completion.complete(r.index, error) }
         }
     }
 
@@ -105,11 +142,12 @@ private final class LoopState {
     var queue: [OutgoingRequest] = []
     var queueHead = 0
     var connections: [ConnectionState] = []
-    /// Results gathered during one turn of the loop, handed over per batch at its end. Results
-    /// mostly arrive batch by batch, so a run of the same batch skips the dictionary.
-    var finished: [ObjectIdentifier: (BatchCompletion, [(Int, APNsResult)])] = [:]
+    /// How many results each batch got during one turn of the loop (stored already, announced
+    /// at its end). Results mostly arrive batch by batch, so a run of the same batch skips the
+    /// dictionary.
+    var finished: [ObjectIdentifier: (BatchCompletion, Int)] = [:]
     var current: BatchCompletion?
-    var currentItems: [(Int, APNsResult)] = []
+    var currentCount = 0
     var nextHousekeeping = Deadline.now()
 
     init(owner: APNsEventLoop, connections count: Int) {
@@ -163,32 +201,34 @@ private final class LoopState {
         }
     }
 
-    func finish(_ request: OutgoingRequest, _ result: APNsResult) {
+    func finish(_ request: OutgoingRequest, _ result: consuming APNsResult) {
         let completion = request.work.completion
+        guard completion.store(request.index, result) else { return }
         if completion !== current {
             parkCurrent()
             current = completion
         }
-        currentItems.append((request.index, result))
+        currentCount += 1
     }
 
     private func parkCurrent() {
-        guard let current, !currentItems.isEmpty else { return }
-        finished[ObjectIdentifier(current), default: (current, [])].1.append(contentsOf: currentItems)
-        currentItems.removeAll(keepingCapacity: true)
+        guard let current, currentCount > 0 else { return }
+        finished[ObjectIdentifier(current), default: (current, 0)].1 += currentCount
+        currentCount = 0
     }
 
     func publishResults() {
-        if let current, !currentItems.isEmpty, finished.isEmpty {
-            current.complete(currentItems)
-            currentItems.removeAll(keepingCapacity: true)
+        if let current, currentCount > 0, finished.isEmpty {
+            let n = currentCount
+            currentCount = 0
             self.current = nil
+            current.finished(n)
             return
         }
         parkCurrent()
         current = nil
         guard !finished.isEmpty else { return }
-        for (_, (completion, items)) in finished { completion.complete(items) }
+        for (_, (completion, n)) in finished { completion.finished(n) }
         finished.removeAll(keepingCapacity: true)
     }
 
@@ -253,15 +293,18 @@ private final class ConnectionState: HTTP2ClientDelegate {
         var timedOut = false
     }
 
-    unowned let loop: LoopState
+    // The loop owns its connections (and outlives them): no reference counting on the hot path.
+    unowned(unsafe) let loop: LoopState
     let index: Int
     var config: APNsClientConfiguration { loop.config }
     var logger: Logger { loop.owner.logger }
     var stats: APNsClientStats { loop.owner.stats }
     var pump: H2Pump?
     var session: HTTP2ClientSession?
-    var slots: [InFlight?] = []
-    var freeSlots: [Int] = []
+    // Touched several times per request, only from the loop's thread, never across a call that
+    // could reach them again: no runtime exclusivity checks (as in HTTP2ClientSession).
+    @exclusivity(unchecked) var slots: ContiguousArray<InFlight?> = []
+    @exclusivity(unchecked) var freeSlots: [Int] = []
     var succeededOnce = false
     var draining = false
     var connectFailures = 0
@@ -281,13 +324,18 @@ private final class ConnectionState: HTTP2ClientDelegate {
         guard let session, !draining else { return }
         let limit = succeededOnce ? max(1, min(session.remoteMaxConcurrentStreams, config.maxConcurrentStreams)) : 1
         var submitted = false
+        var now: Deadline?
         while session.activeStreams < limit, let request = loop.next() {
             let slot = freeSlots.popLast() ?? { slots.append(nil); return slots.count - 1 }()
-            let target = request.work.targets[request.index]
+            let work = request.work
             do {
-                let stream = try session.submitRequest(request.work.template, path: target.path, headers: target.headers,
-                                                       body: request.work.body, context: UInt64(slot))
-                slots[slot] = InFlight(request: request, stream: stream, started: Deadline.now())
+                let stream = try session.submitRequest(work.template, path: work.targets.paths[request.index],
+                                                       headers: work.targets.headers(request.index),
+                                                       body: work.body, context: UInt64(slot))
+                // One clock read per turn: the timeout check is coarse (housekeeping runs every 250 ms).
+                let started = now ?? Deadline.now()
+                now = started
+                slots[slot] = InFlight(request: request, stream: stream, started: started)
                 submitted = true
             } catch {
                 freeSlots.append(slot)
@@ -296,7 +344,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 break
             }
         }
-        if submitted { lastActivity = Deadline.now() }
+        if submitted, let now { lastActivity = now }
     }
 
     func flush() {
@@ -324,7 +372,10 @@ private final class ConnectionState: HTTP2ClientDelegate {
             if let context = loop.owner.tlsContext {
                 tls = try TLSSession(context: context, fd: socket.fd, serverName: endpoint.serverName ?? endpoint.host)
             }
-            let session = try HTTP2ClientSession(delegate: self, maxConcurrentStreamsHint: 1)
+            // Unowned delegate: this connection owns the session (and outlives it), and is then
+            // never weakly referenced, which keeps its reference counting on the fast path.
+            let session = try HTTP2ClientSession(delegate: nil, maxConcurrentStreamsHint: 1)
+            session.unownedDelegate = self
             let pump = H2Pump(socket: socket, tls: tls, session: session)
             let deadline = Deadline.after(config.connectTimeout)
             while try !pump.handshake() {
@@ -429,19 +480,21 @@ private final class ConnectionState: HTTP2ClientDelegate {
         let slot = Int(context)
         guard slot < slots.count, slots[slot] != nil else { return }
         slots[slot]!.status = status
-        // One pass over the headers for the four APNs ids and retry-after.
-        var r = APNsResponse(status: status)
-        for h in headers {
-            switch h.name {
-            case "apns-id": r.apnsID = h.value
-            case "apns-unique-id": r.uniqueID = h.value
-            case "apns-request-id": r.requestID = h.value
-            case "apns-channel-id": r.channelID = h.value
-            case "retry-after": if let s = Int(h.value) { r.retryAfter = .seconds(s) }
-            default: break
-            }
-        }
-        slots[slot]!.response = r
+        Self.read(headers, status: status, into: &slots[slot]!.response)
+    }
+
+    /// The four APNs ids and retry-after, looked up by their bytes: a String only for the values
+    /// present (none for the names, none for other headers). Written in place in the slot.
+    private static func read(_ headers: HTTP2HeaderList, status: Int, into r: inout APNsResponse) {
+        r.status = status
+        guard !headers.isEmpty else { return }
+        r.apnsID = headers.value(for: "apns-id")
+        r.uniqueID = headers.value(for: "apns-unique-id")
+        // A device push's answer is exactly these two: skip the other lookups then.
+        guard headers.count > 2 || r.apnsID == nil || r.uniqueID == nil else { return }
+        r.requestID = headers.value(for: "apns-request-id")
+        r.channelID = headers.value(for: "apns-channel-id")
+        if let v = headers.value(for: "retry-after"), let s = Int(v) { r.retryAfter = .seconds(s) }
     }
 
     func http2(_ session: HTTP2ClientSession, responseBody stream: Int32, context: UInt64, bytes: UnsafeRawBufferPointer) {
@@ -452,19 +505,20 @@ private final class ConnectionState: HTTP2ClientDelegate {
 
     func http2(_ session: HTTP2ClientSession, streamClosed stream: Int32, context: UInt64, errorCode: HTTP2ErrorCode) {
         let slot = Int(context)
-        guard slot < slots.count, let f = slots[slot].take() else { return }
+        guard slot < slots.count, var f = slots[slot].take() else { return }
         freeSlots.append(slot)
-        var request = f.request
         if f.timedOut {
             stats.timeouts.add(1, ordering: .relaxed)
-            loop.finish(request, .failed(APNsTransportError(.timeout, "no answer from APNs within \(config.requestTimeout)")))
+            loop.finish(f.request, .failed(APNsTransportError(.timeout, "no answer from APNs within \(config.requestTimeout)")))
             return
         }
         if f.status > 0 && errorCode == .noError {
-            var response = f.response
+            // Swapped out of the slot, not copied: no reference counting for its strings.
+            var response = APNsResponse(status: 0)
+            swap(&response, &f.response)
             if (200..<300).contains(f.status) {
                 succeededOnce = true
-                response.body = f.body
+                if !f.body.isEmpty { swap(&response.body, &f.body) }
                 stats.delivered.add(1, ordering: .relaxed)
             } else {
                 let (reason, ts) = APNsResponse.parseErrorBody(f.body)
@@ -472,9 +526,10 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 response.timestampMillis = ts
                 stats.rejected.add(1, ordering: .relaxed)
             }
-            loop.finish(request, .response(response))
+            loop.finish(f.request, .response(response))
             return
         }
+        var request = f.request
         // No complete answer. Refused (above a GOAWAY's last stream, or never sent): not
         // processed, so send it again without counting a try. Otherwise the outcome is unknown.
         if errorCode != .refusedStream { request.attempts += 1 }

@@ -60,7 +60,10 @@ public final class HTTP2ClientSession: HTTP2Session {
     struct Stream {
         var streamID: Int32 = 0
         var context: UInt64 = 0
+        /// Keeps `bodyBase` alive until the stream is released.
         var body: HTTP2Body?
+        var bodyBase: UnsafeRawPointer?
+        var bodyCount = 0
         var bodyOffset = 0
         var template: HTTP2RequestTemplate?
         var headDelivered = false
@@ -72,6 +75,12 @@ public final class HTTP2ClientSession: HTTP2Session {
 
     /// Receives the events. Held weakly: the object that owns the session is usually its delegate.
     public weak var delegate: (any HTTP2ClientDelegate)?
+
+    /// Receives the events instead of `delegate` when set (package use): held unowned(unsafe),
+    /// so the object must outlive every call into this session. Unlike a weak reference it gives
+    /// the object no side table: the delegate is retained and released around every event, and
+    /// on an object with a side table each of those takes the runtime's slow path.
+    @exclusivity(unchecked) package unowned(unsafe) var unownedDelegate: (any HTTP2ClientDelegate)?
 
     let handle: NGHTTP2SessionHandle
 
@@ -168,6 +177,8 @@ public final class HTTP2ClientSession: HTTP2Session {
     /// Queues a request; returns its stream ID. The request leaves with the next
     /// `produceOutput`; its events carry `context`.
     ///
+    /// `:path` is the template's `pathPrefix` followed by `path`.
+    ///
     /// Headers are sent in this order: the template's pseudo-headers, `:path`, the template's
     /// headers, then `headers`. `:path` and `headers` are HPACK "never indexed" (they differ per
     /// request and would only churn the dynamic table); their names should be lowercase.
@@ -190,22 +201,34 @@ public final class HTTP2ClientSession: HTTP2Session {
             throw HTTP2Error(kind: .sessionClosing, message: "the session is closing (GOAWAY sent or received)")
         }
 
-        // Build the nv array: pseudo-headers, :path, regular template headers, extras.
-        var extraBytes = path.utf8.count
-        for header in headers { extraBytes += header.name.utf8.count + header.value.utf8.count }
+        // Build the nv array: pseudo-headers, :path (the template's prefix, then `path`), regular
+        // template headers, extras.
+        var extraBytes = template.pathPrefixBytes.count + path.utf8.count
+        if !headers.isEmpty {
+            for header in headers { extraBytes += header.name.utf8.count + header.value.utf8.count }
+        }
         scratch.reset(entryCount: template.entryCount + 1 + headers.count, byteCount: extraBytes)
         scratch.append(template.entries, count: HTTP2RequestTemplate.pseudoCount)
-        scratch.append(staticName: ":path", value: path, flags: NVFlags.noIndex)
+        scratch.append(staticName: ":path", prefix: template.pathPrefixBytes, value: path, flags: NVFlags.noIndex)
         scratch.append(template.entries + HTTP2RequestTemplate.pseudoCount,
                        count: template.entryCount - HTTP2RequestTemplate.pseudoCount)
-        for header in headers {
-            scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
+        if !headers.isEmpty {
+            for header in headers {
+                scratch.append(name: header.name, value: header.value, flags: NVFlags.noIndex)
+            }
         }
 
         let slot = allocateSlot()
         streams[slot].context = context
         streams[slot].template = template
         streams[slot].body = body
+        if let body {
+            streams[slot].bodyBase = UnsafeRawPointer(body.base)
+            streams[slot].bodyCount = body.count
+        } else {
+            streams[slot].bodyBase = nil
+            streams[slot].bodyCount = 0
+        }
         streams[slot].bodyOffset = 0
         streams[slot].headDelivered = false
 
@@ -294,6 +317,7 @@ public final class HTTP2ClientSession: HTTP2Session {
         if !streams[slot].reported { openCount -= 1 }
         streams[slot].inUse = false
         streams[slot].body = nil
+        streams[slot].bodyBase = nil
         streams[slot].template = nil
         freeSlots.append(slot)
     }
@@ -308,7 +332,7 @@ public final class HTTP2ClientSession: HTTP2Session {
                              message: "receive/produceOutput called from inside a delegate callback")
         }
         driving = true
-        activeDelegate = delegate
+        activeDelegate = unownedDelegate ?? delegate
     }
 
     @inline(__always)
@@ -320,7 +344,7 @@ public final class HTTP2ClientSession: HTTP2Session {
     /// The delegate for an event: the one held by the entry point, else a fresh weak load (for
     /// events fired from `submit*`/`terminate`).
     @inline(__always)
-    var eventDelegate: (any HTTP2ClientDelegate)? { activeDelegate ?? delegate }
+    var eventDelegate: (any HTTP2ClientDelegate)? { activeDelegate ?? unownedDelegate ?? delegate }
 
     /// The slot of an open, not yet reported stream.
     @inline(__always)
@@ -433,18 +457,21 @@ public final class HTTP2ClientSession: HTTP2Session {
 
     func readBody(slot: Int, stream: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
                   flags: UnsafeMutablePointer<UInt32>) -> Int {
+        // The body's bytes through the raw pointer the slot keeps (its `body` keeps them alive):
+        // no reference counting per DATA frame.
         guard slot >= 0, slot < streams.count, streams[slot].inUse, streams[slot].streamID == stream,
-              let body = streams[slot].body else {
+              let base = streams[slot].bodyBase else {
             // Not ours (cannot happen): reset the stream rather than send garbage.
             return Int(NG.temporalCallbackFailure)
         }
+        let count = streams[slot].bodyCount
         let offset = streams[slot].bodyOffset
-        let n = min(length, body.count - offset)
+        let n = min(length, count - offset)
         if n > 0 {
-            UnsafeMutableRawPointer(buffer).copyMemory(from: body.base + offset, byteCount: n)
+            UnsafeMutableRawPointer(buffer).copyMemory(from: base + offset, byteCount: n)
         }
         streams[slot].bodyOffset = offset + n
-        if offset + n >= body.count {
+        if offset + n >= count {
             flags.pointee |= NG.dataFlagEOF
         }
         return n
@@ -460,57 +487,68 @@ extension HTTP2ClientSession: Sendable {}
 // see NGHTTP2SessionHandle), guard every pointer, and never throw: a failure becomes an nghttp2
 // error code.
 
+/// Runs `body` with the session that `userData` points at, without retaining it (the session
+/// is inside one of its own calls into nghttp2, so it is alive), or returns `failure`.
 @inline(__always)
-private func clientSession(_ userData: UnsafeMutableRawPointer?) -> HTTP2ClientSession? {
-    guard let userData else { return nil }
-    return Unmanaged<HTTP2ClientSession>.fromOpaque(userData).takeUnretainedValue()
+private func withClientSession<R>(_ userData: UnsafeMutableRawPointer?, failure: R, _ body: (HTTP2ClientSession) -> R) -> R {
+    guard let userData else { return failure }
+    return Unmanaged<HTTP2ClientSession>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
 }
 
 private func clientOnBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                                   _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = clientSession(userData) else { return NG.callbackFailure }
-    owner.beginHeaders()
-    return 0
+    withClientSession(userData, failure: NG.callbackFailure) { owner in
+        owner.beginHeaders()
+        return 0
+    }
 }
 
 private func clientOnHeader(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                             _ name: UnsafePointer<UInt8>?, _ nameLength: Int,
                             _ value: UnsafePointer<UInt8>?, _ valueLength: Int,
                             _ flags: UInt8, _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = clientSession(userData), let name, let value else { return NG.callbackFailure }
-    return owner.header(name: name, nameLength: nameLength, value: value, valueLength: valueLength)
+    guard let name, let value else { return NG.callbackFailure }
+    return withClientSession(userData, failure: NG.callbackFailure) { owner in
+        owner.header(name: name, nameLength: nameLength, value: value, valueLength: valueLength)
+    }
 }
 
 private func clientOnFrameReceived(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
                                    _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = clientSession(userData), let frame else { return NG.callbackFailure }
-    owner.frameReceived(frame)
-    return 0
+    guard let frame else { return NG.callbackFailure }
+    return withClientSession(userData, failure: NG.callbackFailure) { owner in
+        owner.frameReceived(frame)
+        return 0
+    }
 }
 
 private func clientOnDataChunk(_ session: OpaquePointer?, _ flags: UInt8, _ stream: Int32,
                                _ data: UnsafePointer<UInt8>?, _ length: Int,
                                _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = clientSession(userData) else { return NG.callbackFailure }
+    guard userData != nil else { return NG.callbackFailure }
     guard let data, length > 0 else { return 0 }
-    owner.dataChunk(stream: stream, data: data, length: length)
-    return 0
+    return withClientSession(userData, failure: NG.callbackFailure) { owner in
+        owner.dataChunk(stream: stream, data: data, length: length)
+        return 0
+    }
 }
 
 private func clientOnStreamClose(_ session: OpaquePointer?, _ stream: Int32, _ errorCode: UInt32,
                                  _ userData: UnsafeMutableRawPointer?) -> Int32 {
-    guard let owner = clientSession(userData) else { return NG.callbackFailure }
-    owner.streamClosed(stream: stream, errorCode: errorCode)
-    return 0
+    withClientSession(userData, failure: NG.callbackFailure) { owner in
+        owner.streamClosed(stream: stream, errorCode: errorCode)
+        return 0
+    }
 }
 
 private func clientReadBody(_ session: OpaquePointer?, _ stream: Int32, _ buffer: UnsafeMutablePointer<UInt8>?,
                             _ length: Int, _ dataFlags: UnsafeMutablePointer<UInt32>?,
                             _ source: UnsafeMutablePointer<nghttp2_data_source>?,
                             _ userData: UnsafeMutableRawPointer?) -> Int {
-    guard let owner = clientSession(userData), let buffer, let dataFlags,
-          let slot = slotIndex(cnghttp2_data_source_ptr(source)) else {
+    guard let buffer, let dataFlags, let slot = slotIndex(cnghttp2_data_source_ptr(source)) else {
         return Int(NG.callbackFailure)
     }
-    return owner.readBody(slot: slot, stream: stream, into: buffer, length: length, flags: dataFlags)
+    return withClientSession(userData, failure: Int(NG.callbackFailure)) { owner in
+        owner.readBody(slot: slot, stream: stream, into: buffer, length: length, flags: dataFlags)
+    }
 }

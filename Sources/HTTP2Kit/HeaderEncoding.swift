@@ -135,6 +135,19 @@ final class HeaderScratch {
                           namelen: staticName.utf8CodeUnitCount, valuelen: valuePointer.length, flags: flags))
     }
 
+    /// Appends an entry whose name is static bytes and whose value is `prefix` followed by
+    /// `value`, both copied (a request's `:path`: the template's prefix and the request's part).
+    func append(staticName: StaticString, prefix: UnsafeBufferPointer<UInt8>, value: String, flags: UInt8) {
+        let start = bytes + byteCount
+        if let base = prefix.baseAddress, prefix.count > 0 {
+            start.update(from: base, count: prefix.count)
+        }
+        byteCount += prefix.count
+        let rest = copy(value)
+        append(nghttp2_nv(name: UnsafeMutablePointer(mutating: staticName.utf8Start), value: start,
+                          namelen: staticName.utf8CodeUnitCount, valuelen: prefix.count + rest.length, flags: flags))
+    }
+
     /// Appends an entry with a static name and a value given as bytes, copied.
     func append(staticName: StaticString, valueBytes: UnsafeBufferPointer<UInt8>, flags: UInt8) {
         let start = bytes + byteCount

@@ -170,7 +170,11 @@ public final class Mailbox<Item: Sendable>: Sendable {
         guard !new.isEmpty else { return true }
         let posted = state.withLock { s -> Bool in
             if s.closed { return false }
-            s.items.append(contentsOf: new)
+            if s.items.isEmpty {
+                s.items = new  // shares the caller's buffer: no reference counting per item
+            } else {
+                s.items.append(contentsOf: new)
+            }
             return true
         }
         if posted { wakeup.signal() }
@@ -187,7 +191,11 @@ public final class Mailbox<Item: Sendable>: Sendable {
     public func take(into queue: inout [Item]) -> Bool {
         state.withLock { s -> Bool in
             if s.closed { return false }
-            if !s.items.isEmpty {
+            if queue.isEmpty {
+                // Hand the whole array over (no copy, no reference counting per item); the
+                // caller's empty array, with its capacity, becomes the next inbox.
+                swap(&queue, &s.items)
+            } else if !s.items.isEmpty {
                 queue.append(contentsOf: s.items)
                 s.items.removeAll(keepingCapacity: true)
             }
