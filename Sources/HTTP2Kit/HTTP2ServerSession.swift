@@ -75,6 +75,11 @@ public final class HTTP2ServerSession: HTTP2Session {
     /// Receives the events. Held weakly.
     public weak var delegate: (any HTTP2ServerDelegate)?
 
+    /// Receives the events instead of `delegate` when set (package use): held unowned(unsafe),
+    /// so the object must outlive every call into this session. Unlike a weak reference it gives
+    /// the object no side table, whose retains and releases take the runtime's slow path.
+    @exclusivity(unchecked) package unowned(unsafe) var unownedDelegate: (any HTTP2ServerDelegate)?
+
     let handle: NGHTTP2SessionHandle
     // Exclusivity checks are off for the hot mutable state, as in HTTP2ClientSession (same
     // reasons: one thread, no access held across a call out of this class).
@@ -331,7 +336,7 @@ public final class HTTP2ServerSession: HTTP2Session {
                              message: "receive/produceOutput called from inside a delegate callback")
         }
         driving = true
-        activeDelegate = delegate
+        activeDelegate = unownedDelegate ?? delegate
     }
 
     @inline(__always)
@@ -341,7 +346,7 @@ public final class HTTP2ServerSession: HTTP2Session {
     }
 
     @inline(__always)
-    var eventDelegate: (any HTTP2ServerDelegate)? { activeDelegate ?? delegate }
+    var eventDelegate: (any HTTP2ServerDelegate)? { activeDelegate ?? unownedDelegate ?? delegate }
 
     @inline(__always)
     func liveSlot(_ stream: Int32) -> Int? {

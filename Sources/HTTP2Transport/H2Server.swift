@@ -228,7 +228,8 @@ final class ServerConnection: HTTP2ServerDelegate {
         } catch {
             return nil
         }
-        session.delegate = self
+        // Unowned: this connection owns the session and outlives it (see unownedDelegate).
+        session.unownedDelegate = self
     }
 
     var nextDelayedDue: Deadline? { delayed.map(\.due).min() }
