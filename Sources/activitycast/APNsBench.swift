@@ -94,11 +94,15 @@ struct APNsBench: AsyncParsableCommand {
             theirs.append((rate, hcpu / Double(requests) * 1e6))
             print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",
                          run, ours.last!.rate, ours.last!.cpu, rate, theirs.last!.cpu, ours.last!.rate / rate))
-            for (who, load) in [("client", ourServerLoad), ("h2load", theirServerLoad)] {
+            let cores = ProcessInfo.processInfo.activeProcessorCount
+            for (who, load, sender) in [("client", ourServerLoad, ours.last!), ("h2load", theirServerLoad, theirs.last!)] {
                 guard let load else { continue }
                 serverLoads.append(load)
-                print(String(format: "       server during %@ run: %.2f µs CPU/req, busiest thread %.0f%% busy%@", who, load.cpuPerRequest,
-                             load.busiestThread * 100, load.saturated ? " (SATURATED: this rate measures the server, not the sender)" : ""))
+                // Both processes' CPU over the run's wall time: how much of the machine they used.
+                let busy = (sender.cpu + load.cpuPerRequest) * sender.rate / 1e6
+                print(String(format: "       server during %@ run: %.2f µs CPU/req, busiest thread %.0f%% busy; sender + server used %.1f of %d cores%@",
+                             who, load.cpuPerRequest, load.busiestThread * 100, busy, cores,
+                             load.saturated ? " (SATURATED: this rate measures the server, not the sender)" : ""))
             }
         }
         func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
