@@ -21,6 +21,8 @@ struct APNsBench: AsyncParsableCommand {
     @Option(help: "The h2load binary.") var h2load = "/usr/bin/h2load"
     @Option(help: "PID of the server (the sandbox) under test: its CPU time per request and its busiest thread's load are reported, and a saturated server is flagged.")
     var serverPid: Int32?
+    @Flag(help: "Only the h2load runs: measures the server alone (compare server builds with scripts/bench-sandbox.sh).")
+    var h2loadOnly = false
 
     func run() async throws {
         let settings = try common.settings()
@@ -46,40 +48,43 @@ struct APNsBench: AsyncParsableCommand {
         var theirs: [(rate: Double, cpu: Double)] = []
         var serverLoads: [ServerLoad] = []
         for run in 1...runs {
-            // Our client: a fresh pool per run, so both senders start from new connections.
-            let client = try APNsClient(configuration: base, tokens: tokens, logger: logger)
-            var server = ServerProbe(pid: serverPid)
-            let cpu0 = cpuSeconds(RUSAGE_SELF)
-            let t0 = ContinuousClock.now
-            let delivered = await withTaskGroup(of: Int.self) { group in
-                let perTask = (requests + connections * 2 - 1) / (connections * 2)
-                for k in 0..<(connections * 2) {
-                    let n = max(0, min(perTask, requests - k * perTask))
-                    group.addTask {
-                        var ok = 0
-                        var left = n
-                        while left > 0 {
-                            let size = min(batch, left)
-                            let results = await client.sendLiveActivity(payload: payload, to: Array(repeating: deviceToken, count: size),
-                                                                        bundleID: settings.apns.bundleID)
-                            ok += results.filter { $0.action == .delivered }.count
-                            left -= size
+            var ourServerLoad: ServerLoad?
+            if !h2loadOnly {
+                // Our client: a fresh pool per run, so both senders start from new connections.
+                let client = try APNsClient(configuration: base, tokens: tokens, logger: logger)
+                let server = ServerProbe(pid: serverPid)
+                let cpu0 = cpuSeconds(RUSAGE_SELF)
+                let t0 = ContinuousClock.now
+                let delivered = await withTaskGroup(of: Int.self) { group in
+                    let perTask = (requests + connections * 2 - 1) / (connections * 2)
+                    for k in 0..<(connections * 2) {
+                        let n = max(0, min(perTask, requests - k * perTask))
+                        group.addTask {
+                            var ok = 0
+                            var left = n
+                            while left > 0 {
+                                let size = min(batch, left)
+                                let results = await client.sendLiveActivity(payload: payload, to: Array(repeating: deviceToken, count: size),
+                                                                            bundleID: settings.apns.bundleID)
+                                ok += results.filter { $0.action == .delivered }.count
+                                left -= size
+                            }
+                            return ok
                         }
-                        return ok
                     }
+                    return await group.reduce(0, +)
                 }
-                return await group.reduce(0, +)
+                let seconds = (ContinuousClock.now - t0).seconds
+                let cpu = cpuSeconds(RUSAGE_SELF) - cpu0
+                ourServerLoad = server.finish(requests: requests, seconds: seconds)
+                client.shutdown()
+                guard delivered == requests else { throw CommandFailure("run \(run): only \(delivered) of \(requests) delivered by our client") }
+                ours.append((Double(requests) / seconds, cpu / Double(requests) * 1e6))
             }
-            let seconds = (ContinuousClock.now - t0).seconds
-            let cpu = cpuSeconds(RUSAGE_SELF) - cpu0
-            let ourServerLoad = server.finish(requests: requests, seconds: seconds)
-            client.shutdown()
-            guard delivered == requests else { throw CommandFailure("run \(run): only \(delivered) of \(requests) delivered by our client") }
-            ours.append((Double(requests) / seconds, cpu / Double(requests) * 1e6))
 
             // h2load with the same headers, payload, connections and streams.
             let c0 = cpuSeconds(RUSAGE_CHILDREN)
-            server = ServerProbe(pid: serverPid)
+            let server = ServerProbe(pid: serverPid)
             let h0 = ContinuousClock.now
             let output = try runH2load([
                 "-n", String(requests), "-c", String(connections), "-m", String(streams), "-t", "1",
@@ -92,11 +97,15 @@ struct APNsBench: AsyncParsableCommand {
                 throw CommandFailure("h2load did not deliver every request:\n\(output.suffix(800))")
             }
             theirs.append((rate, hcpu / Double(requests) * 1e6))
-            print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",
-                         run, ours.last!.rate, ours.last!.cpu, rate, theirs.last!.cpu, ours.last!.rate / rate))
+            if let mine = ours.last, !h2loadOnly {
+                print(String(format: "run %d: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f",
+                             run, mine.rate, mine.cpu, rate, theirs.last!.cpu, mine.rate / rate))
+            } else {
+                print(String(format: "run %d: h2load %.0f req/s (%.2f µs CPU/req)", run, rate, theirs.last!.cpu))
+            }
             let cores = ProcessInfo.processInfo.activeProcessorCount
-            for (who, load, sender) in [("client", ourServerLoad, ours.last!), ("h2load", theirServerLoad, theirs.last!)] {
-                guard let load else { continue }
+            for (who, load, sender) in [("client", ourServerLoad, ours.last), ("h2load", theirServerLoad, theirs.last)] {
+                guard let load, let sender else { continue }
                 serverLoads.append(load)
                 // Both processes' CPU over the run's wall time: how much of the machine they used.
                 let busy = (sender.cpu + load.cpuPerRequest) * sender.rate / 1e6
@@ -107,8 +116,12 @@ struct APNsBench: AsyncParsableCommand {
         }
         func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
         let ratios = zip(ours, theirs).map { $0.rate / $1.rate }
-        print(String(format: "median: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f (goal ≥ 0.80)",
+        if h2loadOnly {
+            print(String(format: "median: h2load %.0f req/s (%.2f µs CPU/req)", median(theirs.map(\.rate)), median(theirs.map(\.cpu))))
+        } else {
+            print(String(format: "median: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f (goal ≥ 0.80)",
                      median(ours.map(\.rate)), median(ours.map(\.cpu)), median(theirs.map(\.rate)), median(theirs.map(\.cpu)), median(ratios)))
+        }
         if !serverLoads.isEmpty {
             let saturated = serverLoads.filter(\.saturated).count
             print(String(format: "server: median %.2f µs CPU/req, busiest thread at most %.0f%% busy; saturated in %d of %d sender runs",
