@@ -36,19 +36,21 @@ public struct SandboxRequest: Sendable {
     /// The value of the first header named `name` (lowercase).
     public func header(_ name: String) -> String? { headers.value(for: name) }
 
-    /// The method, compared as bytes.
-    var methodKind: HTTPMethod {
-        headers.withValueBytes(for: ":method") { b in
-            guard let b else { return .other }
-            if Bytes.equal(b, "POST") { return .post }
-            if Bytes.equal(b, "GET") { return .get }
-            if Bytes.equal(b, "DELETE") { return .delete }
-            return .other
+}
+
+enum HTTPMethod {
+    case post, get, delete, other
+
+    /// The method named by `:method`'s bytes.
+    init(_ b: UnsafeBufferPointer<UInt8>?) {
+        guard let b else { self = .other; return }
+        if Bytes.equal(b, "POST") { self = .post } else if Bytes.equal(b, "GET") { self = .get } else if Bytes.equal(b, "DELETE") {
+            self = .delete
+        } else {
+            self = .other
         }
     }
 }
-
-enum HTTPMethod { case post, get, delete, other }
 
 /// What the server loop does to a connection besides (or instead of) answering a stream.
 public enum ConnectionFault: Sendable, Equatable {

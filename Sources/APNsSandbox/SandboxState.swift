@@ -57,16 +57,17 @@ public final class SandboxState: Sendable {
     /// Answers one request and updates the sandbox's state. `nowMillis` is the wall-clock time
     /// (ms since 1970): token ages, budget hours and log times are judged against it.
     public func handle(_ request: SandboxRequest, nowMillis: Int64) -> SandboxResponse {
-        var route = request.headers.withValueBytes(for: ":path") { Route(pathBytes: $0) }
+        let headers = RequestHeaders(request.headers)
+        var route = headers.withValue(headers.pathIndex) { Route(pathBytes: $0) }
         if case .admin = route { route = Route(path: request.path) }
-        let method = request.methodKind
+        let method = headers.withValue(headers.methodIndex) { HTTPMethod($0) }
         switch route {
         case .device(let token):
             guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-id") }
-            return handleDevice(request, token: token, nowMillis: nowMillis)
+            return handleDevice(request, headers, token: token, nowMillis: nowMillis)
         case .broadcast(let bundle):
             guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
-            return handleBroadcast(request, bundle: bundle, nowMillis: nowMillis)
+            return handleBroadcast(request, headers, bundle: bundle, nowMillis: nowMillis)
         case .channels(let bundle):
             let operation: ChannelOperation
             switch method {
@@ -75,10 +76,10 @@ public final class SandboxState: Sendable {
             case .delete: operation = .delete
             case .other: return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id")
             }
-            return handleChannels(request, bundle: bundle, operation: operation, nowMillis: nowMillis)
+            return handleChannels(request, headers, bundle: bundle, operation: operation, nowMillis: nowMillis)
         case .allChannels(let bundle):
             guard method == .get else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
-            return handleChannels(request, bundle: bundle, operation: .list, nowMillis: nowMillis)
+            return handleChannels(request, headers, bundle: bundle, operation: .list, nowMillis: nowMillis)
         case .admin(let rest, let query):
             return handleAdmin(method: request.method, path: rest, query: query, body: request.body, nowMillis: nowMillis)
         case .notFound:

@@ -128,9 +128,9 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
         }
     }
 
-    /// Calls `body` with the value bytes of the first field called `name` (nil if absent).
-    public func withValueBytes<R>(for name: String, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
-        guard let index = firstIndex(ofName: name) else { return body(nil) }
+    /// Calls `body` with the value bytes of the field at `index`, without copying or retaining.
+    @inline(__always)
+    public func withValueBytes<R>(at index: Int, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let f = fields[index]
         return bytes.withUnsafeBufferPointer { all in
             body(UnsafeBufferPointer(rebasing: all[Int(f.valueStart)..<Int(f.valueStart + f.valueLength)]))
@@ -157,17 +157,6 @@ public struct HTTP2HeaderList: RandomAccessCollection, Sendable, CustomStringCon
         var name = name
         var value = value
         name.withUTF8 { n in value.withUTF8 { v in append(name: n, value: v) } }
-    }
-
-    /// Appends a field whose `valueLength` value bytes `initializer` writes in place.
-    public mutating func append(name: StaticString, valueLength: Int, initializingValueWith initializer: (UnsafeMutableBufferPointer<UInt8>) -> Void) {
-        let nameStart = UInt32(truncatingIfNeeded: bytes.count)
-        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-        let valueStart = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: valueLength))
-        bytes.withUnsafeMutableBufferPointer { all in initializer(UnsafeMutableBufferPointer(rebasing: all[valueStart..<valueStart + valueLength])) }
-        fields.append(Field(nameStart: nameStart, nameLength: UInt32(truncatingIfNeeded: name.utf8CodeUnitCount),
-                            valueStart: UInt32(truncatingIfNeeded: valueStart), valueLength: UInt32(truncatingIfNeeded: valueLength)))
     }
 
     /// Appends a field with a static name and a value given as bytes.

@@ -35,8 +35,7 @@ extension SandboxState {
     /// `start` event or anything `PayloadScanner` refuses → `BadRequestPayload`.
     ///
     /// Success: 200 with `apns-request-id` (echoed or new) and `apns-unique-id`.
-    func handleBroadcast(_ request: SandboxRequest, bundle: String, nowMillis: Int64) -> SandboxResponse {
-        let h = RequestHeaders(request.headers)
+    func handleBroadcast(_ request: SandboxRequest, _ h: RequestHeaders, bundle: String, nowMillis: Int64) -> SandboxResponse {
         let (requestID, badRequestID) = requestID(h)
         var c = BroadcastCandidate(duplicate: h.duplicate, authorization: h.authorizationBytes)
         if settings.bundles.contains(bundle) { c.bundle = bundle }

@@ -32,9 +32,8 @@ extension SandboxState {
     /// - list (GET all-channels): 200 `{"channels":[…]}`, live channels in creation order.
     /// Every response carries `apns-request-id` (echoed or new). No `apns-push-type` or
     /// `apns-topic` header is needed: the app is in the path and the push type in the body.
-    func handleChannels(_ request: SandboxRequest, bundle: String, operation: ChannelOperation,
+    func handleChannels(_ request: SandboxRequest, _ h: RequestHeaders, bundle: String, operation: ChannelOperation,
                         nowMillis: Int64) -> SandboxResponse {
-        let h = RequestHeaders(request.headers)
         let (requestID, badRequestID) = requestID(h)
         var c = ChannelCandidate(operation: operation, duplicate: h.duplicate, authorization: h.authorizationBytes)
         if settings.bundles.contains(bundle) { c.bundle = bundle }

@@ -42,8 +42,7 @@ extension SandboxState {
     ///
     /// Success: 200, empty body, `apns-id` (the request's, else a new one) and, in development,
     /// `apns-unique-id`. Errors carry `apns-id` too.
-    func handleDevice(_ request: SandboxRequest, token: PathToken, nowMillis: Int64) -> SandboxResponse {
-        let headers = RequestHeaders(request.headers)
+    func handleDevice(_ request: SandboxRequest, _ headers: RequestHeaders, token: PathToken, nowMillis: Int64) -> SandboxResponse {
         let apnsID: MessageID
         var badID = false
         if let given = headers.withValue(headers.apnsIDIndex, { $0.flatMap(MessageID.init(lowercaseUUID:)) }) {

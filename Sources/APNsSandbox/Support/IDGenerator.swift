@@ -96,7 +96,10 @@ enum MessageID: Sendable, Equatable {
     func append(to list: inout HTTP2HeaderList, name: StaticString) {
         switch self {
         case .uuid(let high, let low):
-            list.append(name: name, valueLength: 36) { IDGenerator.write(high: high, low: low, into: $0) }
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { buffer in
+                IDGenerator.write(high: high, low: low, into: buffer)
+                list.append(name: name, value: UnsafeBufferPointer(buffer))
+            }
         case .text(var text):
             text.withUTF8 { list.append(name: name, value: $0) }
         }

@@ -13,13 +13,16 @@ struct RequestHeaders {
     private(set) var collapseIDIndex: Int?
     private(set) var channelIDIndex: Int?
     private(set) var requestIDIndex: Int?
+    /// The first `:method` and `:path` (nghttp2 rejects requests with two).
+    private(set) var methodIndex: Int?
+    private(set) var pathIndex: Int?
     /// An `apns-*` header (or `authorization`) appeared more than once: 400 `DuplicateHeaders`.
     /// `authorization` is included because two provider tokens make the request ambiguous too.
     private(set) var duplicate = false
 
     init(_ fields: HTTP2HeaderList) {
         self.fields = fields
-        var a: Int?, pt: Int?, t: Int?, p: Int?, e: Int?, id: Int?, c: Int?, ch: Int?, r: Int?
+        var a: Int?, pt: Int?, t: Int?, p: Int?, e: Int?, id: Int?, c: Int?, ch: Int?, r: Int?, m: Int?, pa: Int?
         var duplicate = false
         var otherAPNs: [[UInt8]] = []
         @inline(__always) func set(_ slot: inout Int?, _ index: Int) {
@@ -37,8 +40,16 @@ struct RequestHeaders {
             case .channelID?: set(&ch, index)
             case .requestID?: set(&r, index)
             case nil:
-                // Pseudo-headers and headers APNs doesn't read are skipped, but unknown apns-*
-                // headers still count for duplicates.
+                if name.count == 7, name[0] == UInt8(ascii: ":") {
+                    if m == nil, Bytes.equal(name, ":method") { m = index }
+                    return
+                }
+                if name.count == 5, name[0] == UInt8(ascii: ":") {
+                    if pa == nil, Bytes.equal(name, ":path") { pa = index }
+                    return
+                }
+                // Other pseudo-headers and headers APNs doesn't read are skipped, but unknown
+                // apns-* headers still count for duplicates.
                 if name.count > 5, name[0] == UInt8(ascii: "a"), Bytes.equal(UnsafeBufferPointer(rebasing: name[0..<5]), "apns-") {
                     if otherAPNs.contains(where: { $0.elementsEqual(name) }) { duplicate = true } else { otherAPNs.append(Array(name)) }
                 }
@@ -47,6 +58,7 @@ struct RequestHeaders {
         self.duplicate = duplicate
         authorizationIndex = a; pushTypeIndex = pt; topicIndex = t; priorityIndex = p; expirationIndex = e
         apnsIDIndex = id; collapseIDIndex = c; channelIDIndex = ch; requestIDIndex = r
+        methodIndex = m; pathIndex = pa
     }
 
     // MARK: Values as Strings
@@ -69,7 +81,7 @@ struct RequestHeaders {
     /// Calls `body` with the bytes of the field at `index` (nil when absent).
     func withValue<R>(_ index: Int?, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
         guard let index else { return body(nil) }
-        return fields.valueBytes(at: index).withUnsafeBufferPointer { body($0) }
+        return fields.withValueBytes(at: index) { body($0) }
     }
 
     /// Whether the field at `index` is present and its value is exactly `text`.
