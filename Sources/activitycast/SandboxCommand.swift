@@ -28,7 +28,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Team id tokens must carry (with --trust).") var teamID: String?
     @Option(help: "Accepted bundle id (repeatable; default: apns.bundle_id).") var bundleID: [String] = []
     @Option(help: "development (answers carry apns-unique-id) or production.") var environment = "development"
-    @Option(help: "Event-loop threads.") var threads = 2
+    @Option(help: "Event-loop threads (default: one per core, at least 2), so that the sandbox keeps up with senders on the same machine.")
+    var threads: Int?
     @Option(help: "Priority-10 pushes per device per hour before a standard-tier device throttles.") var budget = 15
     @Option(help: "Fraction of requests answered 429 TooManyRequests.") var fault429 = 0.0
     @Option(help: "Fraction answered 500 InternalServerError.") var fault500 = 0.0
@@ -98,7 +99,7 @@ struct SandboxCommand: AsyncParsableCommand {
             throw ValidationError("--listen is host:port, got '\(address)'")
         }
         let host = String(address[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        let server = try SandboxServer(state: state, host: host, port: port, tls: tls, threads: threads,
+        let server = try SandboxServer(state: state, host: host, port: port, tls: tls, threads: threads ?? max(2, ProcessInfo.processInfo.activeProcessorCount),
                                        streamsBeforeAuthentication: configuration.streamsBeforeAuthentication)
         logger.info("APNs sandbox listening", metadata: [
             "url": "https://\(host):\(server.port)", "ca_file": "\(certPath)", "bundle_ids": "\(bundles.joined(separator: ","))",
