@@ -40,7 +40,7 @@ for round in $(seq "$rounds"); do
     "$bin" sandbox --threads "$threads" --streams-before-auth 1000 >"$work/sandbox.log" 2>&1 &
     sandbox_pid=$!
     for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.log" 2>/dev/null && break; sleep 0.05; done
-    result=$("$bench" bench apns --h2load-only --runs 1 --requests "$requests" --server-pid "$sandbox_pid" 2>&1 | grep -E '^run 1|server during' | tr -s ' ' | tr '\n' ' ')
+    result=$("$bench" bench apns --h2load-only --runs 1 --requests "$requests" --server-pid "$sandbox_pid" 2>&1 | grep -E '^run 1|server during|host steal:' | tr -s ' ' | tr '\n' ' ')
     kill "$sandbox_pid"; wait "$sandbox_pid" 2>/dev/null || true
     sandbox_pid=""
     echo "round $round, $bin: $result"

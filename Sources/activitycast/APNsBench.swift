@@ -47,7 +47,9 @@ struct APNsBench: AsyncParsableCommand {
         var ours: [(rate: Double, cpu: Double)] = []
         var theirs: [(rate: Double, cpu: Double)] = []
         var serverLoads: [ServerLoad] = []
+        var steals: [Double] = []
         for run in 1...runs {
+            let steal = StealProbe()
             var ourServerLoad: ServerLoad?
             if !h2loadOnly {
                 // Our client: a fresh pool per run, so both senders start from new connections.
@@ -103,6 +105,10 @@ struct APNsBench: AsyncParsableCommand {
             } else {
                 print(String(format: "run %d: h2load %.0f req/s (%.2f µs CPU/req)", run, rate, theirs.last!.cpu))
             }
+            if let stolen = steal.finish() {
+                steals.append(stolen)
+                print(String(format: "       host steal: %.0f%% of this VM's CPU time went to other guests during this run", stolen * 100))
+            }
             let cores = ProcessInfo.processInfo.activeProcessorCount
             for (who, load, sender) in [("client", ourServerLoad, ours.last), ("h2load", theirServerLoad, theirs.last)] {
                 guard let load, let sender else { continue }
@@ -121,6 +127,9 @@ struct APNsBench: AsyncParsableCommand {
         } else {
             print(String(format: "median: client %.0f req/s (%.2f µs CPU/req), h2load %.0f req/s (%.2f µs CPU/req), ratio %.2f (goal ≥ 0.80)",
                      median(ours.map(\.rate)), median(ours.map(\.cpu)), median(theirs.map(\.rate)), median(theirs.map(\.cpu)), median(ratios)))
+        }
+        if let worst = steals.max() {
+            print(String(format: "host steal: %.0f%% at most (runs with much steal measure the host, not the code)", worst * 100))
         }
         if !serverLoads.isEmpty {
             let saturated = serverLoads.filter(\.saturated).count
@@ -207,5 +216,28 @@ struct ServerProbe {
             result[tid] = (user + system) / ticks
         }
         return result
+    }
+}
+
+/// The share of CPU time the hypervisor gave to other guests (the "steal" column of /proc/stat)
+/// between creation and `finish()`: on a shared VM, a run with much steal is slow for reasons
+/// outside the code.
+struct StealProbe {
+    let start: (steal: Double, total: Double)?
+
+    init() { start = Self.sample() }
+
+    func finish() -> Double? {
+        guard let start, let end = Self.sample(), end.total > start.total else { return nil }
+        return (end.steal - start.steal) / (end.total - start.total)
+    }
+
+    /// "cpu  user nice system idle iowait irq softirq steal ...": steal and the sum of all.
+    static func sample() -> (steal: Double, total: Double)? {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = text.split(separator: "\n").first, line.hasPrefix("cpu ") else { return nil }
+        let values = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard values.count >= 8 else { return nil }
+        return (values[7], values.reduce(0, +))
     }
 }
