@@ -68,6 +68,34 @@ struct EdgeCaseTests {
         #expect(server.activeStreams == 0)
     }
 
+    @Test("header blocks larger than the server's first buffers arrive whole, in order, and one stream's never leaks into the next")
+    func largeHeaderBlocks() throws {
+        let events = ClientRecorder()
+        let serverEvents = ServerRecorder()
+        serverEvents.answer = { session, request in try session.respond(stream: request.stream, status: 200) }
+        let client = try HTTP2ClientSession(delegate: events)
+        let server = try HTTP2ServerSession(delegate: serverEvents)
+        let link = MemoryLink(client: client, server: server)
+        // 40 fields and ~20 KB (more than the 16 fields and 1 KB the server starts with, and more
+        // than one HEADERS frame: CONTINUATION), then a small request, then a large one with a body.
+        let many = (0..<40).map { HTTP2Header("x-field-\($0)", String(repeating: Character(UnicodeScalar(97 + $0 % 26)!), count: 500)) }
+        try events.submit(client, Self.template, path: "/big", headers: many, context: 1)
+        try events.submit(client, Self.template, path: "/small", headers: [HTTP2Header("x-one", "1")], context: 2)
+        try events.submit(client, Self.template, path: "/body", headers: Array(many.prefix(20)),
+                          body: HTTP2Body(Array("{}".utf8)), context: 3)
+        try link.settle()
+        let byPath = Dictionary(uniqueKeysWithValues: serverEvents.requests.map { ($0.path ?? "", $0) })
+        let big = try #require(byPath["/big"])
+        #expect(big.headers.filter { $0.name.hasPrefix("x-field-") } == many)
+        let small = try #require(byPath["/small"])
+        #expect(small.headers.contains(HTTP2Header("x-one", "1")))
+        #expect(!small.headers.contains { $0.name.hasPrefix("x-field-") })
+        let body = try #require(byPath["/body"])
+        #expect(body.headers.filter { $0.name.hasPrefix("x-field-") } == Array(many.prefix(20)))
+        #expect(body.body == Array("{}".utf8))
+        #expect((1...3).allSatisfy { events.responses[UInt64($0)]?.status == 200 })
+    }
+
     @Test("a too-large body still arriving when the 413 is out: the server resets the stream with NO_ERROR")
     func earlyResponseResetsStream() throws {
         let events = ClientRecorder()
