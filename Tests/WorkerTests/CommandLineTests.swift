@@ -54,6 +54,35 @@ import TestSupport
         #expect(table.contains("DEAD LETTERS") && table.contains("cli-w") && table.contains("home_score"))
     }
 
+    /// The benchmark tooling through its real interface: a sandbox process, then `bench apns`
+    /// with both senders and with h2load only. Sizes are tiny; nothing here judges speed.
+    @Test func benchAPNsMeasuresBothSendersAndTheServer() async throws {
+        #expect(FileManager.default.isExecutableFile(atPath: "/usr/bin/h2load"), "h2load missing: scripts/install-deps.sh installs nghttp2-client")
+        let server = try await RedisServer()
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let port = freeLoopbackPort()
+        let env = ["sandbox.dir": dir.path, "sandbox.listen": "127.0.0.1:\(port)", "log.level": "warning"]
+        let sandbox = try startActivitycast(["sandbox", "--threads", "1", "--streams-before-auth", "1000"], redis: server, settings: env,
+                                            logName: "bench-sandbox")
+        defer { sandbox.removeLogs() }
+        #expect(await eventually(timeout: .seconds(30)) { sandbox.stdout.contains("listening") })
+
+        let (status, out, err) = try await runActivitycast(["bench", "apns", "--requests", "2000", "--connections", "2", "--streams", "10",
+                                                            "--runs", "1", "--server-pid", "\(sandbox.pid)"], redis: server, settings: env)
+        #expect(status == 0, "bench apns failed: \(err)\n\(out)")
+        #expect(out.contains("run 1: client") && out.contains("ratio") && out.contains("(goal ≥ 0.80)"), "\(out)")
+        #expect(out.contains("server during client run:") && out.contains("server during h2load run:") && out.contains("busiest thread"), "\(out)")
+        #expect(out.contains("host steal:") && out.contains("saturated in"), "\(out)")
+
+        let (status2, only, err2) = try await runActivitycast(["bench", "apns", "--h2load-only", "--requests", "2000", "--connections", "2",
+                                                              "--streams", "10", "--runs", "1", "--server-pid", "\(sandbox.pid)"],
+                                                             redis: server, settings: env)
+        #expect(status2 == 0, "bench apns --h2load-only failed: \(err2)\n\(only)")
+        #expect(only.contains("run 1: h2load") && !only.contains("client") && only.contains("server during h2load run:"), "\(only)")
+        #expect(await sandbox.stop() == 0)
+    }
+
     @Test func badSettingsStopTheWorkerWithAClearError() async throws {
         let server = try await RedisServer()
         let (status, _, err) = try await runActivitycast(["worker"], redis: server, settings: ["worker.batch_size": "lots"])
