@@ -174,6 +174,30 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(handler.requests.allSatisfy { $0.authorization?.hasPrefix("bearer ") == true })
     }
 
+    @Test func shutdownMidBatchAnswersEveryTokenOnce() async throws {
+        // Slow answers keep most of the batch queued or on the wire when the client shuts down:
+        // every token still gets exactly one result (delivered, or failed as shut down), in order,
+        // and the caller is resumed. Several rounds, to shake out races between the loops.
+        let handler = ScriptedPeer(answer: { _, _ in
+            H2Response(status: 200, headers: [HTTP2Header("apns-id", UUID().uuidString.lowercased())], delay: .milliseconds(30))
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        for round in 0..<5 {
+            let client = try peer.client(connections: 3) { $0.threads = 2; $0.maxInFlight = 200 }
+            let batch = tokens(2_000)
+            async let results = client.sendLiveActivity(payload: Array("{}".utf8), to: batch, bundleID: "com.example.app")
+            try await Task.sleep(for: .milliseconds(40 + 10 * round))
+            client.shutdown()
+            let all = await results
+            #expect(all.count == batch.count)
+            let delivered = all.filter { $0.action == .delivered }.count
+            let shutDown = all.filter { if case .failed(let e) = $0 { e.kind == .shutdown } else { false } }.count
+            #expect(delivered + shutDown == batch.count, "round \(round): \(delivered) delivered, \(shutDown) shut down")
+            #expect(shutDown > 0, "round \(round): the batch finished before the shutdown; nothing was tested")
+        }
+    }
+
     @Test func aServerThatIsDownFailsRequestsAsRetryable() async throws {
         let port = freeLoopbackPort()
         let client = try APNsClient(configuration: APNsClientConfiguration(endpoint: APNsEndpoint(host: "127.0.0.1", port: port), connections: 1,
