@@ -464,17 +464,8 @@ public final class HTTP2ClientSession: HTTP2Session {
             // Not ours (cannot happen): reset the stream rather than send garbage.
             return Int(NG.temporalCallbackFailure)
         }
-        let count = streams[slot].bodyCount
-        let offset = streams[slot].bodyOffset
-        let n = min(length, count - offset)
-        if n > 0 {
-            UnsafeMutableRawPointer(buffer).copyMemory(from: base + offset, byteCount: n)
-        }
-        streams[slot].bodyOffset = offset + n
-        if offset + n >= count {
-            flags.pointee |= NG.dataFlagEOF
-        }
-        return n
+        return readBodyChunk(from: base, count: streams[slot].bodyCount, offset: &streams[slot].bodyOffset, into: buffer,
+                             length: length, flags: flags)
     }
 }
 
@@ -487,12 +478,9 @@ extension HTTP2ClientSession: Sendable {}
 // see NGHTTP2SessionHandle), guard every pointer, and never throw: a failure becomes an nghttp2
 // error code.
 
-/// Runs `body` with the session that `userData` points at, without retaining it (the session
-/// is inside one of its own calls into nghttp2, so it is alive), or returns `failure`.
 @inline(__always)
 private func withClientSession<R>(_ userData: UnsafeMutableRawPointer?, failure: R, _ body: (HTTP2ClientSession) -> R) -> R {
-    guard let userData else { return failure }
-    return Unmanaged<HTTP2ClientSession>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
+    withSessionObject(userData, failure: failure, body)
 }
 
 private func clientOnBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,

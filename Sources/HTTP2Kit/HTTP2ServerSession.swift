@@ -501,19 +501,15 @@ public final class HTTP2ServerSession: HTTP2Session {
         guard slot >= 0, slot < streams.count, streams[slot].inUse, streams[slot].streamID == stream else {
             return Int(NG.temporalCallbackFailure)
         }
-        let offset = streams[slot].responseOffset
-        let total = streams[slot].response.count
-        let n = min(length, total - offset)
-        if n > 0 {
-            streams[slot].response.withUnsafeBufferPointer { source in
-                buffer.update(from: source.baseAddress! + offset, count: n)
-            }
-        }
-        streams[slot].responseOffset = offset + n
-        if offset + n >= total {
+        let response = streams[slot].response
+        guard !response.isEmpty else {
             flags.pointee |= NG.dataFlagEOF
+            return 0
         }
-        return n
+        return response.withUnsafeBytes { source in
+            readBodyChunk(from: source.baseAddress!, count: source.count, offset: &streams[slot].responseOffset, into: buffer,
+                          length: length, flags: flags)
+        }
     }
 }
 
@@ -522,12 +518,9 @@ extension HTTP2ServerSession: Sendable {}
 
 // MARK: - C callbacks (see HTTP2ClientSession.swift for the conventions)
 
-/// Runs `body` with the session behind `userData` without retaining it: nghttp2 calls back only
-/// from inside `receive`/`produceOutput`, methods of that very session, which keep it alive.
 @inline(__always)
 private func withServerSession<R>(_ userData: UnsafeMutableRawPointer?, failure: R, _ body: (HTTP2ServerSession) -> R) -> R {
-    guard let userData else { return failure }
-    return Unmanaged<HTTP2ServerSession>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
+    withSessionObject(userData, failure: failure, body)
 }
 
 private func serverOnBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,

@@ -125,6 +125,27 @@ func slotIndex(_ pointer: UnsafeMutableRawPointer?) -> Int? {
 }
 
 /// Frequently used nghttp2 constants in the integer types the callbacks traffic in.
+/// Runs `body` with the session object that nghttp2's `user_data` points at, without retaining
+/// it (nghttp2 calls back only from inside a call the session itself made, so it is alive), or
+/// returns `failure` when there is none.
+@inline(__always)
+func withSessionObject<S: AnyObject, R>(_ userData: UnsafeMutableRawPointer?, failure: R, _ body: (S) -> R) -> R {
+    guard let userData else { return failure }
+    return Unmanaged<S>.fromOpaque(userData)._withUnsafeGuaranteedRef(body)
+}
+
+/// Fills nghttp2's DATA buffer from `source` (`count` bytes) at `offset`, advancing it, and
+/// flags the end of the body: the body half of a data-source read callback.
+@inline(__always)
+func readBodyChunk(from source: UnsafeRawPointer, count: Int, offset: inout Int, into buffer: UnsafeMutablePointer<UInt8>,
+                   length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+    let n = min(length, count - offset)
+    if n > 0 { UnsafeMutableRawPointer(buffer).copyMemory(from: source + offset, byteCount: n) }
+    offset += n
+    if offset >= count { flags.pointee |= NG.dataFlagEOF }
+    return n
+}
+
 enum NG {
     static let callbackFailure = Int32(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
     static let temporalCallbackFailure = Int32(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
