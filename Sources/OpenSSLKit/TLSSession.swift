@@ -208,20 +208,7 @@ public final class TLSSession {
         OpenSSLErrorQueue.clear()
         var count = 0
         let result = SSL_read_ex(pointer, base, buffer.count, &count)
-        if result == 1 { return .bytes(count) }
-        let savedErrno = errno
-        switch SSL_get_error(pointer, result) {
-        case SSL_ERROR_WANT_READ:
-            return .wantRead
-        case SSL_ERROR_WANT_WRITE:
-            return .wantWrite
-        case SSL_ERROR_ZERO_RETURN:
-            OpenSSLErrorQueue.clear()
-            return .closed
-        case let code:
-            failed = true
-            throw failure(code: code, errno: savedErrno, during: "read")
-        }
+        return try dataResult(result, count: count, during: "read")
     }
 
     /// Encrypts and sends up to `bytes.count` bytes; with partial writes enabled it may accept
@@ -233,6 +220,12 @@ public final class TLSSession {
         OpenSSLErrorQueue.clear()
         var count = 0
         let result = SSL_write_ex(pointer, base, bytes.count, &count)
+        return try dataResult(result, count: count, during: "write")
+    }
+
+    /// What an `SSL_read_ex`/`SSL_write_ex` result means: bytes moved, a want, the peer's
+    /// close_notify, or a failure (the session is then unusable).
+    private func dataResult(_ result: Int32, count: Int, during: String) throws(TLSError) -> TLSIO {
         if result == 1 { return .bytes(count) }
         let savedErrno = errno
         switch SSL_get_error(pointer, result) {
@@ -245,7 +238,7 @@ public final class TLSSession {
             return .closed
         case let code:
             failed = true
-            throw failure(code: code, errno: savedErrno, during: "write")
+            throw failure(code: code, errno: savedErrno, during: during)
         }
     }
 
