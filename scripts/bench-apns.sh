@@ -7,11 +7,10 @@
 #   bash scripts/bench-apns.sh --requests 200000 --connections 4 --streams 100 --runs 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-swift build -c release --product activitycast 2>&1 | tail -1
-bin=$(swift build -c release --show-bin-path)/activitycast
+source scripts/lib.sh
+build_release
 work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 export ACTIVITYCAST_SANDBOX_DIR="$work" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$port" ACTIVITYCAST_LOG_LEVEL=warning
 # h2load opens all its streams at once; APNs (and the sandbox by default) allow one stream until
 # a provider token has been seen, so h2load would lose the rest of its first burst. Our client
@@ -19,6 +18,6 @@ export ACTIVITYCAST_SANDBOX_DIR="$work" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$
 "$bin" sandbox --threads "${SANDBOX_THREADS:-2}" --streams-before-auth 1000 >"$work/sandbox.log" 2>&1 &
 sandbox_pid=$!
 trap 'kill "$sandbox_pid" 2>/dev/null; wait "$sandbox_pid" 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.log" 2>/dev/null && break; sleep 0.05; done
+wait_for_sandbox "$work/sandbox.log"
 echo "machine: $(nproc) cores, $(uname -m), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d)"
 "$bin" bench apns --server-pid "$sandbox_pid" "$@"

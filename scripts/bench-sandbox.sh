@@ -23,9 +23,9 @@ while [ $# -gt 0 ]; do
     *) binaries+=("$1"); shift ;;
   esac
 done
-bash scripts/install-deps.sh
-swift build -c release --product activitycast 2>&1 | tail -1
-bench=$(swift build -c release --show-bin-path)/activitycast
+source scripts/lib.sh
+build_release
+bench=$bin
 [ ${#binaries[@]} -eq 0 ] && binaries=("$bench")
 work=$(mktemp -d)
 sandbox_pid=""
@@ -33,13 +33,13 @@ trap '[ -n "$sandbox_pid" ] && kill "$sandbox_pid" 2>/dev/null && wait "$sandbox
 echo "machine: $(nproc) cores, $(uname -m), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d); sandbox threads: $threads"
 for round in $(seq "$rounds"); do
   for bin in "${binaries[@]}"; do
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     # One directory for every build: the first sandbox makes the key and certificate, the
     # others reuse them, and the bench signs with that key.
     export ACTIVITYCAST_SANDBOX_DIR="$work" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$port" ACTIVITYCAST_LOG_LEVEL=warning
     "$bin" sandbox --threads "$threads" --streams-before-auth 1000 >"$work/sandbox.log" 2>&1 &
     sandbox_pid=$!
-    for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.log" 2>/dev/null && break; sleep 0.05; done
+    wait_for_sandbox "$work/sandbox.log"
     result=$("$bench" bench apns --h2load-only --runs 1 --requests "$requests" --server-pid "$sandbox_pid" 2>&1 | grep -E '^run 1|server during|host steal:' | tr -s ' ' | tr '\n' ' ')
     kill "$sandbox_pid"; wait "$sandbox_pid" 2>/dev/null || true
     sandbox_pid=""

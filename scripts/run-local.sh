@@ -10,6 +10,7 @@
 #   RUN_SECONDS=600 bash scripts/run-local.sh # keep it running for 10 minutes to play with
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 bash scripts/install-deps.sh
 swift build --product activitycast 2>&1 | tail -1
 bin=$(swift build --show-bin-path)/activitycast
@@ -24,22 +25,22 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 if [ -z "${ACTIVITYCAST_REDIS_URL:-}" ]; then
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
   pids+=($!)
   export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$port"
-  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  wait_for_redis "$port"
   echo "started redis-server on 127.0.0.1:$port (pid ${pids[0]})"
 fi
 export ACTIVITYCAST_PREFIX="${ACTIVITYCAST_PREFIX:-demo}"
 
 # The APNs sandbox (unless an APNs endpoint is configured).
 if [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
-  sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  sport=$(free_port)
   export ACTIVITYCAST_SANDBOX_DIR="$work/sandbox" ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$sport"
   "$bin" sandbox >"$work/sandbox.out" 2>"$work/sandbox.log" &
   pids+=($!)
-  for _ in $(seq 200); do grep -q '^listening' "$work/sandbox.out" 2>/dev/null && break; sleep 0.05; done
+  wait_for_sandbox "$work/sandbox.out"
   echo "started the APNs sandbox on 127.0.0.1:$sport (pid ${pids[-1]})"
 fi
 
