@@ -2,22 +2,60 @@ import CHiredis
 
 /// Incremental RESP parser on hiredis's reader: feed bytes as they arrive, take replies as they
 /// complete. Owns its `redisReader`; use it from one thread at a time.
+///
+/// `limits` bound what a nested value may cost: a bigger one arrives as `.oversized` (its size,
+/// not its contents), so a hostile stream entry of a million fields costs a parse, not gigabytes.
 public final class RESPDecoder {
     private let reader: UnsafeMutablePointer<redisReader>
+    private let cLimits: UnsafeMutablePointer<chiredis_limits>
+
+    /// Caps on nested values (the top-level reply itself is never capped). nil: no caps.
+    public struct Limits: Sendable, Equatable {
+        /// An array announcing more elements arrives as `.oversized`.
+        public var maxElements: Int
+        /// A string longer than this arrives as `.oversized`.
+        public var maxStringBytes: Int
+        /// An array whose strings add up to more arrives as `.oversized`.
+        public var maxArrayBytes: Int
+
+        public init(maxElements: Int, maxStringBytes: Int, maxArrayBytes: Int) {
+            self.maxElements = maxElements
+            self.maxStringBytes = maxStringBytes
+            self.maxArrayBytes = maxArrayBytes
+        }
+    }
+
+    /// The caps for the replies taken from now on (they apply from the next reply that starts).
+    public var limits: Limits? {
+        didSet { Self.store(limits, in: cLimits) }
+    }
+
+    private static func store(_ limits: Limits?, in c: UnsafeMutablePointer<chiredis_limits>) {
+        c.pointee = chiredis_limits(max_elements: Int64(limits?.maxElements ?? 0),
+                                    max_string: Int64(limits?.maxStringBytes ?? 0),
+                                    max_array_bytes: Int64(limits?.maxArrayBytes ?? 0))
+    }
 
     public struct ProtocolError: Error, CustomStringConvertible, Sendable {
         public var description: String
     }
 
-    public init() {
-        guard let reader = redisReaderCreate() else { fatalError("redisReaderCreate: out of memory") }
+    public init(limits: Limits? = nil) {
+        cLimits = .allocate(capacity: 1)
+        cLimits.initialize(to: chiredis_limits(max_elements: 0, max_string: 0, max_array_bytes: 0))
+        Self.store(limits, in: cLimits)
+        self.limits = limits
+        guard let reader = chiredis_reader_create(cLimits) else { fatalError("redisReaderCreate: out of memory") }
         // Keep the read buffer allocated between replies: releasing it after every drain costs
         // an allocation per batch on the hot path. 0 means "never shrink".
         reader.pointee.maxbuf = 0
         self.reader = reader
     }
 
-    deinit { redisReaderFree(reader) }
+    deinit {
+        redisReaderFree(reader)
+        cLimits.deallocate()
+    }
 
     /// Hands received bytes to the parser. hiredis copies them.
     public func feed(_ bytes: UnsafeRawBufferPointer) throws {
@@ -38,7 +76,7 @@ public final class RESPDecoder {
             throw ProtocolError(description: errorText())
         }
         guard let raw else { return nil }
-        defer { freeReplyObject(raw) }
+        defer { chiredis_free_reply(raw) }
         return Self.convert(raw.assumingMemoryBound(to: redisReply.self))
     }
 
@@ -67,6 +105,8 @@ public final class RESPDecoder {
                 if let element = r.element[i] { items.append(convert(element)) } else { items.append(.null) }
             }
             return .array(items)
+        case CHIREDIS_REPLY_OVERSIZED:
+            return r.integer < 0 ? .oversized(elements: nil, bytes: r.len) : .oversized(elements: Int(r.integer), bytes: r.len)
         default:
             return .error("unsupported reply type \(r.type)")
         }

@@ -8,6 +8,9 @@ public enum RESPValue: Sendable, Equatable {
     case bulk([UInt8])
     case null
     case array([RESPValue])
+    /// A nested value over the decoder's limits, not kept: an array's announced element count
+    /// and the bytes of the strings it had, or (elements nil) a string's length.
+    case oversized(elements: Int?, bytes: Int)
 }
 
 extension RESPValue: CustomStringConvertible {
@@ -19,6 +22,8 @@ extension RESPValue: CustomStringConvertible {
         case .bulk(let b): return "\"\(String(decoding: b, as: UTF8.self))\""
         case .null: return "(nil)"
         case .array(let a): return "[" + a.map(\.description).joined(separator: ", ") + "]"
+        case .oversized(let elements?, let bytes): return "(oversized array: \(elements) elements, \(bytes) bytes)"
+        case .oversized(nil, let bytes): return "(oversized string: \(bytes) bytes)"
         }
     }
 }

@@ -3,12 +3,36 @@
 /// One stream entry as Redis returns it: binary-safe field/value pairs in order.
 public struct StreamEntry: Sendable, Equatable {
     public var id: String
-    /// Alternating names and values; nil when the entry was deleted while pending.
+    /// Alternating names and values; nil when the entry was deleted while pending. Empty when
+    /// the entry was over the read limits (`oversize` says how big it was).
     public var fields: [[UInt8]]?
+    /// Set when the entry was over the reply limits it was read with and was not kept.
+    public var oversize: Oversize?
 
-    public init(id: String, fields: [[UInt8]]?) {
+    public init(id: String, fields: [[UInt8]]?, oversize: Oversize? = nil) {
         self.id = id
         self.fields = fields
+        self.oversize = oversize
+    }
+
+    /// What is known of an entry too big to read.
+    public struct Oversize: Sendable, Equatable {
+        /// Its number of fields (name/value pairs).
+        public var fields: Int
+        /// The bytes of its names and values (all of them, or at least this many).
+        public var bytes: Int
+        /// When the fields were kept but one value was not: that field's name and value size.
+        public var longValue: (name: [UInt8], bytes: Int)?
+
+        public init(fields: Int, bytes: Int, longValue: (name: [UInt8], bytes: Int)? = nil) {
+            self.fields = fields
+            self.bytes = bytes
+            self.longValue = longValue
+        }
+
+        public static func == (a: Oversize, b: Oversize) -> Bool {
+            a.fields == b.fields && a.bytes == b.bytes && a.longValue?.name == b.longValue?.name && a.longValue?.bytes == b.longValue?.bytes
+        }
     }
 }
 
@@ -43,12 +67,32 @@ public enum StreamReplies {
     public static func entry(_ value: RESPValue) throws -> StreamEntry {
         guard let pair = value.array, pair.count == 2, let id = pair[0].string else { throw unexpected("stream entry", value) }
         if pair[1].isNull { return StreamEntry(id: id, fields: nil) }
+        if case .oversized(let elements?, let bytes) = pair[1] {
+            return StreamEntry(id: id, fields: [], oversize: .init(fields: elements / 2, bytes: bytes))
+        }
         guard let items = pair[1].array else { throw unexpected("stream entry", value) }
         var fields: [[UInt8]] = []
         fields.reserveCapacity(items.count)
-        for item in items {
-            guard case .bulk(let b) = item else { throw unexpected("stream field", value) }
-            fields.append(b)
+        var longValue: (name: [UInt8], bytes: Int)?
+        var oversizedBytes = 0
+        for (index, item) in items.enumerated() {
+            switch item {
+            case .bulk(let b):
+                fields.append(b)
+            case .oversized(nil, let bytes):
+                // A name or value over the string limit: keep the first such field's name.
+                if longValue == nil {
+                    longValue = (index % 2 == 1 ? fields[index - 1] : Array("(a field name)".utf8), bytes)
+                }
+                oversizedBytes += bytes
+                fields.append([])
+            default:
+                throw unexpected("stream field", value)
+            }
+        }
+        if let longValue {
+            let bytes = fields.reduce(oversizedBytes) { $0 + $1.count }
+            return StreamEntry(id: id, fields: [], oversize: .init(fields: items.count / 2, bytes: bytes, longValue: longValue))
         }
         return StreamEntry(id: id, fields: fields)
     }
