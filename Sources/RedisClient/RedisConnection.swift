@@ -48,19 +48,20 @@ public final class RedisConnection: Sendable {
 
     /// Sends `commands` as one pipeline and returns one reply per command, error replies
     /// included as `.error` values. `EVALSHA` commands that meet `NOSCRIPT` are resent as `EVAL`.
-    /// `blocking` extends the reply timeout for a blocking command's BLOCK time.
-    public func pipeline(_ commands: [RedisCommand], blocking: Duration = .zero) async throws -> [RESPValue] {
+    /// `blocking` extends the reply timeout for a blocking command's BLOCK time. `limits` caps
+    /// what nested values of these replies may cost (bigger ones arrive as `.oversized`).
+    public func pipeline(_ commands: [RedisCommand], blocking: Duration = .zero, limits: RESPDecoder.Limits? = nil) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
         var bytes: [UInt8] = []
         for command in commands { RESPEncoder.append(command.arguments, to: &bytes) }
-        var replies = try await submit(bytes: bytes, count: commands.count, extra: blocking)
+        var replies = try await submit(bytes: bytes, count: commands.count, extra: blocking, limits: limits)
 
         // A flushed or restarted Redis forgets scripts: send the source for those that missed.
         let missed = replies.indices.filter { commands[$0].evalFallback != nil && replies[$0].errorMessage?.hasPrefix("NOSCRIPT") == true }
         if !missed.isEmpty {
             var retry: [UInt8] = []
             for i in missed { RESPEncoder.append(commands[i].evalFallback!, to: &retry) }
-            let second = try await submit(bytes: retry, count: missed.count, extra: .zero)
+            let second = try await submit(bytes: retry, count: missed.count, extra: .zero, limits: limits)
             for (i, reply) in zip(missed, second) { replies[i] = reply }
         }
         return replies
@@ -78,12 +79,16 @@ public final class RedisConnection: Sendable {
         try await send(RedisCommand(name, args))
     }
 
+    /// Why Redis refused this connection's `CLIENT SETNAME` (the connection works without the
+    /// name), or nil.
+    public var clientNameRefusal: String? { counters.clientNameRefusal.withLock { $0 } }
+
     /// Stops the I/O thread; queued and later commands fail with `closed`.
     public func close() { queue.close() }
 
-    private func submit(bytes: [UInt8], count: Int, extra: Duration) async throws -> [RESPValue] {
+    private func submit(bytes: [UInt8], count: Int, extra: Duration, limits: RESPDecoder.Limits?) async throws -> [RESPValue] {
         try await withCheckedThrowingContinuation { continuation in
-            queue.push(Job(bytes: bytes, replies: count, extra: extra, continuation: continuation))
+            queue.push(Job(bytes: bytes, replies: count, extra: extra, limits: limits, continuation: continuation))
         }
     }
 }
@@ -92,10 +97,12 @@ struct Job: Sendable {
     let bytes: [UInt8]
     let replies: Int
     let extra: Duration
+    let limits: RESPDecoder.Limits?
     let continuation: CheckedContinuation<[RESPValue], Error>
 }
 
 final class Counters: Sendable {
+    let clientNameRefusal = Mutex<String?>(nil)
     let roundTrips = Atomic<Int>(0)
     let commands = Atomic<Int>(0)
     let connects = Atomic<Int>(0)
@@ -207,6 +214,7 @@ final class IOThreadState: @unchecked Sendable {
             try bytes.withUnsafeBytes { try stream.writeAll($0, deadline: deadline) }
             var replies: [RESPValue] = []
             replies.reserveCapacity(jobs[0].replies)
+            decoder.limits = jobs[0].limits
             while index < jobs.count {
                 if let reply = try decoder.next() {
                     replies.append(reply)
@@ -214,7 +222,10 @@ final class IOThreadState: @unchecked Sendable {
                         jobs[index].continuation.resume(returning: replies)
                         replies = []
                         index += 1
-                        if index < jobs.count { replies.reserveCapacity(jobs[index].replies) }
+                        if index < jobs.count {
+                            replies.reserveCapacity(jobs[index].replies)
+                            decoder.limits = jobs[index].limits
+                        }
                     }
                     continue
                 }
@@ -307,6 +318,7 @@ final class IOThreadState: @unchecked Sendable {
             else { hello.append((RedisCommand("AUTH", password), .authentication)) }
         }
         if url.database != 0 { hello.append((RedisCommand("SELECT", url.database), .authentication)) }
+        let named = configuration.clientName != nil
         if let name = configuration.clientName { hello.append((RedisCommand("CLIENT", "SETNAME", name), .connectionFailed)) }
         if hello.isEmpty { return stream }
         var bytes: [UInt8] = []
@@ -318,7 +330,13 @@ final class IOThreadState: @unchecked Sendable {
             let n = try readBuffer.withUnsafeMutableBytes { try stream.readSome(into: $0, deadline: deadline) }
             try readBuffer.withUnsafeBytes { try decoder.feed(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
         }
-        for ((command, kind), reply) in zip(hello, replies) {
+        for (index, ((command, kind), reply)) in zip(hello, replies).enumerated() {
+            if named, index == hello.count - 1, let message = reply.errorMessage {
+                // The name only labels the connection in CLIENT LIST: an ACL user without
+                // `client|setname` still works, and the owner is told why the name is missing.
+                counters.clientNameRefusal.withLock { $0 = String(message.prefix(300)) }
+                continue
+            }
             if let message = reply.errorMessage {
                 stream.close()
                 decoder = RESPDecoder()
