@@ -39,59 +39,129 @@ struct EntryProcessor: Sendable {
                                    deviceTTLSeconds: settings.deviceTTLSeconds)
     }
 
-    /// The hash holding the last processing error of each pending entry of `stream`.
+    /// The hash holding, per pending entry of `stream` that failed, its last error (`<id>`)
+    /// and how many redeliveries started processing it (`<id>#n`).
     func errorsKey(_ stream: String) -> String { "\(keys.prefix):errors:\(stream)" }
+
+    /// Fleet-wide counters shown by `inspect`.
+    var countersKey: String { "\(keys.prefix):counters" }
+
+    /// Reply limits for reading entries: an entry that could never be accepted is read as its
+    /// size only (see `StreamEntry.oversize`), so it costs bounded memory.
+    var readLimits: RESPDecoder.Limits {
+        let l = decoder.readLimits(batch: settings.batchSize)
+        return RESPDecoder.Limits(maxElements: l.maxElements, maxStringBytes: l.maxStringBytes, maxArrayBytes: l.maxArrayBytes)
+    }
+
+    /// How a batch ended: how many entries reached a final outcome, and whether Redis refused
+    /// work (those entries stay pending, through no fault of their own).
+    struct Outcome: Sendable {
+        var finished = 0
+        var refusal: RedisRefusal?
+    }
 
     private enum Work {
         case ack
-        case deadLetter(String)
+        case deadLetter(String, copyFields: Bool)
         case effects(EntryEffects, after: (@Sendable ([RESPValue]) -> Void)?)
     }
 
-    /// Processes `entries` of `feed`. `deliveries` has the delivery counts of claimed entries
-    /// (absent: first delivery). Retries connection failures while `retryUntil` allows.
-    /// Returns how many entries reached a final outcome.
+    /// Processes `entries` of `feed`. `redelivered`: they were delivered before (claimed, or
+    /// this consumer's own pending entries after a restart), so their earlier attempts count.
+    /// Retries connection failures while `retryUntil` allows.
     @discardableResult
-    func process(feed: Settings.Feed, entries: [StreamEntry], deliveries: [String: Int64] = [:], retryUntil: ContinuousClock.Instant) async -> Int {
-        guard !entries.isEmpty else { return 0 }
+    func process(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool = false, retryUntil: ContinuousClock.Instant) async -> Outcome {
+        guard !entries.isEmpty else { return Outcome() }
+        guard redelivered, entries.count > 1 else {
+            return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil)
+        }
+        // An entry that was started before and never finished may be what killed the worker that
+        // had it. Process those one at a time, so that such an entry takes down only itself and
+        // its attempts, not the attempts of every entry that shared its batch.
+        let started: [Int64]
+        do {
+            let reply = try await redis.send(RedisCommand("HMGET", [errorsKey(feed.stream)] + entries.map { "\($0.id)#n" }))
+            started = (reply.array ?? []).map { $0.int ?? 0 }
+        } catch {
+            return await processWithRetries(feed: feed, entries: entries, redelivered: true, retryUntil: retryUntil)
+        }
+        var fresh: [StreamEntry] = [], suspects: [StreamEntry] = []
+        for (entry, n) in zip(entries, started + Array(repeating: 0, count: max(0, entries.count - started.count))) {
+            if n > 0 { suspects.append(entry) } else { fresh.append(entry) }
+        }
+        var total = await processWithRetries(feed: feed, entries: fresh, redelivered: true, retryUntil: retryUntil)
+        for entry in suspects {
+            let one = await processWithRetries(feed: feed, entries: [entry], redelivered: true, retryUntil: retryUntil)
+            total.finished += one.finished
+            total.refusal = total.refusal ?? one.refusal
+        }
+        return total
+    }
+
+    private func processWithRetries(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, retryUntil: ContinuousClock.Instant) async -> Outcome {
+        guard !entries.isEmpty else { return Outcome() }
         var attempt = 0
         while true {
             do {
-                return try await attemptProcess(feed: feed, entries: entries, deliveries: deliveries)
+                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered)
             } catch let error as RedisError where error.isConnectionProblem && ContinuousClock.now < retryUntil {
                 attempt += 1
                 if attempt == 1 || attempt % 20 == 0 {
                     logger.warning("Redis unavailable while processing; retrying", metadata: ["stream": "\(feed.stream)", "entries": "\(entries.count)", "error": "\(error)"])
                 }
                 try? await Task.sleep(for: .milliseconds(min(50 * attempt, 1000)))
+            } catch let error as RedisError where error.refusal != nil {
+                stats.refused.add(entries.count, ordering: .relaxed)
+                return Outcome(finished: 0, refusal: error.refusal)
             } catch {
                 stats.failed.add(entries.count, ordering: .relaxed)
                 logger.error("batch left pending for a retry", metadata: ["stream": "\(feed.stream)", "entries": "\(entries.count)", "error": "\(error)"])
-                return 0
+                return Outcome()
             }
         }
     }
 
-    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], deliveries: [String: Int64]) async throws -> Int {
-        // Errors recorded by earlier attempts, for the dead-letter reason of redelivered entries.
+    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool) async throws -> Outcome {
+        let errors = errorsKey(feed.stream)
+        // Redelivered entries: count this attempt before doing anything (so an entry that kills
+        // every worker that takes it still runs out of attempts), and fetch the last errors.
         var lastErrors: [String: String] = [:]
-        let redelivered = entries.filter { (deliveries[$0.id] ?? 1) > 1 }.map(\.id)
-        if !redelivered.isEmpty {
-            let reply = try await redis.send(RedisCommand("HMGET", [errorsKey(feed.stream)] + redelivered))
-            for (id, value) in zip(redelivered, reply.array ?? []) { if let s = value.string { lastErrors[id] = s } }
+        var attempts: [String: Int64] = [:]
+        if redelivered {
+            var commands = entries.map { RedisCommand("HINCRBY", errors, "\($0.id)#n", 1) }
+            commands.append(RedisCommand("HMGET", [errors] + entries.map(\.id)))
+            commands.append(RedisCommand("EXPIRE", errors, 7 * 86_400))
+            let replies = try await redis.pipeline(commands)
+            for (entry, reply) in zip(entries, replies) {
+                if let message = reply.errorMessage {
+                    if let refusal = RedisRefusal(errorReply: message) { throw RedisError(.server, refusal.message) }
+                    throw RedisError(.server, "HINCRBY \(errors): \(message)")
+                }
+                attempts[entry.id] = reply.int ?? 1
+            }
+            for (entry, value) in zip(entries, replies[entries.count].array ?? []) {
+                if let s = value.string { lastErrors[entry.id] = s }
+            }
         }
 
         var work: [Work] = []
         work.reserveCapacity(entries.count)
         for entry in entries {
-            let delivered = deliveries[entry.id] ?? 1
             guard let fields = entry.fields else {
                 work.append(.ack)  // deleted from the stream while pending: nothing left to do
                 continue
             }
+            let delivered = (attempts[entry.id] ?? 0) + 1
             if delivered > Int64(settings.maxDeliveries) {
-                let last = lastErrors[entry.id] ?? "none recorded (the worker handling it may have died)"
-                work.append(.deadLetter("delivered \(delivered) times without a final outcome (max \(settings.maxDeliveries)); last error: \(last)"))
+                let last = lastErrors[entry.id].map { "last error: \($0)" }
+                    ?? "no error was recorded: the workers that took it stopped before finishing it (crash, kill or out of memory)"
+                work.append(.deadLetter("delivered \(delivered) times without a final outcome (max \(settings.maxDeliveries)); \(last)",
+                                        copyFields: entry.oversize == nil))
+                continue
+            }
+            if let big = entry.oversize {
+                let error = decoder.oversizeError(fields: big.fields, bytes: big.bytes, longValue: big.longValue)
+                work.append(.deadLetter(error.reason + " (too large to read: not copied)", copyFields: false))
                 continue
             }
             var raw: [RawField] = []
@@ -100,7 +170,7 @@ struct EntryProcessor: Sendable {
             while i + 1 < fields.count { raw.append(RawField(name: fields[i], value: fields[i + 1])); i += 2 }
             switch decoder.decode(kind: feed.kind, fields: raw) {
             case .failure(let error):
-                work.append(.deadLetter(error.reason))
+                work.append(.deadLetter(error.reason, copyFields: true))
             case .success(let decoded):
                 work.append(handle(decoded, entryID: entry.id, stream: feed.stream))
             }
@@ -113,29 +183,33 @@ struct EntryProcessor: Sendable {
             let start = commands.count
             switch w {
             case .ack: break
-            case .deadLetter(let reason): commands.append(deadLetterCommand(feed: feed, entry: entry, reason: reason, deliveries: deliveries[entry.id] ?? 1))
+            case .deadLetter(let reason, let copy):
+                commands.append(deadLetterCommand(feed: feed, entry: entry, reason: reason, deliveries: (attempts[entry.id] ?? 0) + 1, copyFields: copy))
             case .effects(let e, _): commands += e.first
             }
             ranges.append(start..<commands.count)
         }
-        var outcome = [String?](repeating: nil, count: entries.count)  // nil: done; else the error
+        /// nil: done; else why not.
+        var outcome = [Failure?](repeating: nil, count: entries.count)
         var second: [RedisCommand] = []
         var secondRanges: [Range<Int>] = []
+        var deadLettered: [(entry: StreamEntry, reason: String)] = []
+        var stale = 0
         if !commands.isEmpty {
             let replies = try await redis.pipeline(commands)
             for (index, w) in work.enumerated() {
                 let mine = Array(replies[ranges[index]])
                 let start = second.count
                 defer { secondRanges.append(start..<second.count) }
-                if let bad = mine.first(where: { $0.errorMessage != nil }) {
-                    outcome[index] = bad.errorMessage
+                if let bad = mine.lazy.compactMap(\.errorMessage).first {
+                    outcome[index] = Failure(bad)
                     continue
                 }
                 switch w {
-                case .deadLetter:
-                    stats.deadLettered.add(1, ordering: .relaxed)
+                case .deadLetter(let reason, _):
+                    deadLettered.append((entries[index], reason))
                 case .effects(let e, let after):
-                    if let stale = e.staleIfZero, mine.count > stale, mine[stale] == .integer(0) { stats.stale.add(1, ordering: .relaxed) }
+                    if let s = e.staleIfZero, mine.count > s, mine[s] == .integer(0) { stale += 1 }
                     after?(mine)
                     if let next = e.second { second += next(mine) }
                 case .ack: break
@@ -149,46 +223,87 @@ struct EntryProcessor: Sendable {
         if !second.isEmpty {
             let replies = try await redis.pipeline(second)
             for index in entries.indices where outcome[index] == nil {
-                if let bad = replies[secondRanges[index]].first(where: { $0.errorMessage != nil }) { outcome[index] = bad.errorMessage }
+                if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { outcome[index] = Failure(bad) }
             }
         }
 
-        // Acknowledge what is final; remember why the rest failed.
+        // Acknowledge what is final; remember why the entry's own failures happened. A refusal is
+        // Redis's state, not the entry's: nothing is recorded and its attempt is given back.
         var ackIDs: [String] = []
         var failures: [any RedisArgument] = []
+        var refunds: [RedisCommand] = []
+        var refusal: RedisRefusal?
+        var ownFailures = 0
         for (index, entry) in entries.enumerated() {
-            if let error = outcome[index] {
-                failures += [entry.id, String(error.prefix(300))]
-            } else {
+            switch outcome[index] {
+            case nil:
                 ackIDs.append(entry.id)
+            case .refused(let r)?:
+                refusal = refusal ?? r
+                if redelivered { refunds.append(RedisCommand("HINCRBY", errors, "\(entry.id)#n", -1)) }
+            case .own(let message)?:
+                ownFailures += 1
+                failures += [entry.id, String(message.prefix(300))]
             }
         }
         var finals: [RedisCommand] = []
         if !ackIDs.isEmpty { finals.append(.xack(stream: feed.stream, group: settings.group, ids: ackIDs)) }
         if !failures.isEmpty {
-            finals.append(RedisCommand("HSET", [errorsKey(feed.stream)] + failures))
-            finals.append(RedisCommand("EXPIRE", errorsKey(feed.stream), 7 * 86_400))
+            finals.append(RedisCommand("HSET", [errors] + failures))
+            finals.append(RedisCommand("EXPIRE", errors, 7 * 86_400))
         }
-        let acked = Set(ackIDs)
-        let cleared = redelivered.filter(acked.contains)
-        if !cleared.isEmpty { finals.append(RedisCommand("HDEL", [errorsKey(feed.stream)] + cleared)) }
+        if redelivered, !ackIDs.isEmpty {
+            finals.append(RedisCommand("HDEL", [errors] + ackIDs.flatMap { [$0, "\($0)#n"] }))
+        }
+        if stale > 0 { finals.append(RedisCommand("HINCRBY", countersKey, "registrations_stale", stale)) }
+        finals += refunds
         if !finals.isEmpty {
             let replies = try await redis.pipeline(finals)
             if !ackIDs.isEmpty {
-                let n = Int(replies[0].int ?? 0)
-                stats.acked.add(n, ordering: .relaxed)
-                if n < ackIDs.count {
-                    stats.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
-                    logger.warning("entries were already acknowledged by another worker", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count - n)"])
+                if let message = replies[0].errorMessage {
+                    // Not acknowledged: the entries stay pending and are done again (idempotently).
+                    if let r = RedisRefusal(errorReply: message) { refusal = refusal ?? r } else {
+                        logger.warning("acknowledging entries failed", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count)", "error": "\(message)"])
+                    }
+                    ackIDs = []
+                } else {
+                    let n = Int(replies[0].int ?? 0)
+                    stats.acked.add(n, ordering: .relaxed)
+                    if n < ackIDs.count {
+                        stats.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
+                        logger.warning("entries were already acknowledged by another worker", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count - n)"])
+                    }
                 }
             }
         }
-        if !failures.isEmpty {
-            let failed = failures.count / 2
-            stats.failed.add(failed, ordering: .relaxed)
-            logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(failed)", "error": "\(outcome.compactMap { $0 }.first ?? "")"])
+        // Counted and logged only now that the dead letter is written (and its entry acknowledged).
+        if !ackIDs.isEmpty {
+            stats.stale.add(stale, ordering: .relaxed)
+            for (entry, reason) in deadLettered {
+                stats.deadLettered.add(1, ordering: .relaxed)
+                logger.warning("dead letter", metadata: ["entry": "\(feed.stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
+            }
         }
-        return ackIDs.count
+        if ownFailures > 0 {
+            stats.failed.add(ownFailures, ordering: .relaxed)
+            let first = outcome.lazy.compactMap { if case .own(let m)? = $0 { return m } else { return nil } }.first ?? ""
+            logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(ownFailures)", "error": "\(first)"])
+        }
+        if refusal != nil {
+            stats.refused.add(entries.count - ackIDs.count - ownFailures, ordering: .relaxed)
+        }
+        return Outcome(finished: ackIDs.count, refusal: refusal)
+    }
+
+    /// Why an entry's commands failed: Redis refusing work (not the entry's fault), or an error
+    /// about the entry's own data.
+    private enum Failure {
+        case refused(RedisRefusal)
+        case own(String)
+
+        init(_ message: String) {
+            if let refusal = RedisRefusal(errorReply: message) { self = .refused(refusal) } else { self = .own(message) }
+        }
     }
 
     private func handle(_ decoded: DecodedEntry, entryID: String, stream: String) -> Work {
@@ -226,20 +341,33 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func deadLetterCommand(feed: Settings.Feed, entry: StreamEntry, reason: String, deliveries: Int64) -> RedisCommand {
-        var args: [any RedisArgument] = [settings.deadLetterStream, "*",
-                                          "reason", reason, "stream", feed.stream, "id", entry.id,
+    /// `XADD` of a dead letter: the reason and where the entry came from, and a copy of its
+    /// fields capped at the schema's limits (`f:<name>`; `truncated` says what was left out).
+    /// The stream is trimmed to about `streams.dead_letter_max_len` entries.
+    private func deadLetterCommand(feed: Settings.Feed, entry: StreamEntry, reason: String, deliveries: Int64, copyFields: Bool) -> RedisCommand {
+        var args: [any RedisArgument] = [settings.deadLetterStream, "MAXLEN", "~", settings.deadLetterMaxLength, "*",
+                                          "reason", String(reason.prefix(1000)), "stream", feed.stream, "id", entry.id,
                                           "deliveries", deliveries, "consumer", consumer,
                                           "at", Int64(Date().timeIntervalSince1970 * 1000)]
-        if let fields = entry.fields {
+        let limits = settings.limits
+        if let big = entry.oversize {
+            args += ["truncated", "no fields copied: the entry was too large to read (\(big.fields) fields, \(big.bytes) bytes)"]
+        } else if let fields = entry.fields, copyFields {
+            let pairs = fields.count / 2
+            var copied = 0, cut = 0
             var i = 0
-            while i + 1 < fields.count {
-                args.append(Array("f:".utf8) + fields[i])
-                args.append(fields[i + 1])
+            while i + 1 < fields.count, copied < limits.maxFields {
+                let name = fields[i], value = fields[i + 1]
+                if name.count > limits.maxValueBytes || value.count > limits.maxValueBytes { cut += 1 }
+                args.append(Array("f:".utf8) + name.prefix(limits.maxValueBytes))
+                args.append(Array(value.prefix(limits.maxValueBytes)))
+                copied += 1
                 i += 2
             }
+            if copied < pairs || cut > 0 {
+                args += ["truncated", "copied \(copied) of \(pairs) fields; \(cut) cut to \(limits.maxValueBytes) bytes"]
+            }
         }
-        logger.warning("dead letter", metadata: ["entry": "\(feed.stream)/\(entry.id)", "reason": "\(reason)"])
         return RedisCommand("XADD", args)
     }
 }

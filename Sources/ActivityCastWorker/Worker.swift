@@ -7,14 +7,19 @@ import Synchronization
 /// Consumes the configured streams through one consumer group until asked to stop.
 ///
 /// - Reads batches with `XREADGROUP … BLOCK` on a connection of its own, so a blocked read
-///   never delays acknowledgements.
+///   never delays acknowledgements. Entries too big to accept are read as their size only.
 /// - Processes each batch as its own task; stops reading while `max_in_flight` entries are in
 ///   flight (back-pressure), and acknowledges an entry only once it has a final outcome.
 /// - Every `claim_interval`, takes over entries idle longer than `visibility_timeout`
-///   (`XAUTOCLAIM`): a dead worker's entries are finished by the others; too many deliveries
-///   send an entry to the dead-letter stream.
+///   (`XAUTOCLAIM`): a dead worker's entries are finished by the others; an entry whose
+///   attempts run out goes to the dead-letter stream with its last error.
+/// - Redis refusing work (out of memory, a permission, a replica) leaves entries pending and is
+///   logged when it starts, while it lasts (every 10 s) and when it ends.
+/// - A stream key of the wrong type is named and skipped while the healthy streams go on; a
+///   consumer group destroyed under the worker is recreated where reading had reached.
 /// - On `requestStop()`: stops reading, finishes and acknowledges what is in flight, and
-///   returns within `shutdown_deadline` (anything unfinished stays pending for the others).
+///   returns within `shutdown_deadline` of the request, even with Redis frozen (anything
+///   unfinished stays pending for the others).
 public final class Worker: Sendable {
     public let settings: Settings
     public let consumer: String
@@ -22,14 +27,32 @@ public final class Worker: Sendable {
     private let reader: RedisConnection
     private let redis: RedisConnection
     private let logger: Logger
-    private let stopping = Atomic<Bool>(false)
+    private let conditions: ConditionLog
+    private let stop = StopSignal()
     /// Entries read and not yet finished; batch tasks decrement it.
     private let inFlight = Atomic<Int>(0)
     private let processor: EntryProcessor
+    private let streams = Mutex<[String: StreamState]>([:])
+
+    /// What the worker knows of one input stream.
+    struct StreamState {
+        /// The furthest id the group is known to have delivered (from the group at start, and
+        /// this worker's reads since): where to recreate the group if it disappears.
+        var position: String?
+        /// Why the stream can't be read (its key has the wrong type), and when to look again.
+        var broken: String?
+        var nextProbe = ContinuousClock.now
+    }
+
+    /// A failure the worker can't wait out: the CLI exits with it.
+    public struct StartError: Error, CustomStringConvertible, Sendable {
+        public var description: String
+    }
 
     public init(settings: Settings, logger: Logger, mode: Mode = .full) {
         self.settings = settings
         self.logger = logger
+        self.conditions = ConditionLog(logger: logger)
         self.consumer = settings.consumer.isEmpty ? Worker.defaultConsumerName() : settings.consumer
         var readerConfig = settings.redisConfiguration
         readerConfig.clientName = "activitycast-reader-\(consumer)"
@@ -48,14 +71,17 @@ public final class Worker: Sendable {
         redis.close()
     }
 
-    /// `<hostname>-<pid>`: unique per process, readable in `inspect`.
+    /// `<hostname>-<pid>`: unique per process, readable in `inspect`. Only the characters Redis
+    /// accepts in a client name.
     public static func defaultConsumerName() -> String {
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"
-        return "\(host)-\(getpid())"
+        let safe = String(host.unicodeScalars.filter { $0.value > 0x20 && $0.value < 0x7F }.prefix(60))
+        return "\(safe.isEmpty ? "worker" : safe)-\(getpid())"
     }
 
-    public func requestStop() { stopping.store(true, ordering: .relaxed) }
-    public var isStopping: Bool { stopping.load(ordering: .relaxed) }
+    /// Asks the worker to drain and stop; the shutdown deadline counts from here.
+    public func requestStop() { stop.stop() }
+    public var isStopping: Bool { stop.isStopped }
 
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
@@ -63,8 +89,11 @@ public final class Worker: Sendable {
         return .init(roundTrips: a.roundTrips + b.roundTrips, commands: a.commands + b.commands, connects: a.connects + b.connects)
     }
 
-    /// Runs until `requestStop()`; returns the counters.
-    public func run() async -> WorkerStats.Snapshot {
+    var positionsKey: String { "\(settings.prefix):positions:\(settings.group)" }
+
+    /// Runs until `requestStop()`; returns the counters. Throws `StartError` when Redis rejects
+    /// the worker's credentials or permissions at start: waiting would not help.
+    public func run() async throws -> WorkerStats.Snapshot {
         logger.info("worker starting", metadata: [
             "consumer": "\(consumer)", "group": "\(settings.group)", "redis": "\(settings.redisURL)",
             "streams": "\(settings.inputStreams.map { "\($0.kind.rawValue)=\($0.stream)" }.joined(separator: ","))",
@@ -72,71 +101,91 @@ public final class Worker: Sendable {
         if !settings.redisURL.verifyPeer {
             logger.warning("TLS CERTIFICATE VERIFICATION IS OFF for Redis (verify=false): anyone on the path can read and change this traffic")
         }
+        try await preflight()
         await ensureGroups()
 
         let (completions, completed) = AsyncStream<Int>.makeStream()
         var iterator = completions.makeAsyncIterator()
+        // A stop request wakes the loop wherever it waits.
+        stop.onStop { completed.yield(-1) }
         var nextClaim = ContinuousClock.now
-        var failures = 0
-        let streams = settings.inputStreams
-        let byName = Dictionary(uniqueKeysWithValues: streams.map { ($0.stream, $0) })
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
-        for feed in streams where !isStopping {
-            await drainOwnPending(feed)
+        for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
+            _ = await stop.race { await self.drainOwnPending(feed) }
         }
 
         while !isStopping {
             // Back-pressure: wait for batches to finish while the bound is reached.
-            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, await iterator.next() != nil {}
+            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil {}
+            if isStopping { break }
 
             if ContinuousClock.now >= nextClaim {
-                await claimIdle()
+                _ = await stop.race { await self.claimIdle() }
+                await probeBrokenStreams()
                 nextClaim = ContinuousClock.now + settings.claimInterval
             }
+            let healthy = settings.inputStreams.filter { !isBroken($0.stream) }
+            if healthy.isEmpty {
+                await stop.sleep(for: min(settings.claimInterval, .seconds(1)))
+                continue
+            }
             let room = settings.maxInFlight - inFlight.load(ordering: .relaxed)
-            let count = max(1, min(settings.batchSize, room / streams.count))
-            let reads: [StreamRead]
-            do {
-                reads = try await reader.readGroup(group: settings.group, consumer: consumer, count: count, block: settings.block,
-                                                   streams: streams.map { ($0.stream, ">") })
-                if failures > 0 { logger.info("Redis reachable again", metadata: ["after_failures": "\(failures)"]) }
-                failures = 0
-            } catch {
-                failures += 1
-                if failures == 1 || failures % 50 == 0 {
-                    logger.error("reading streams failed; retrying", metadata: ["error": "\(error)", "failures": "\(failures)"])
+            let count = max(1, min(settings.batchSize, room / healthy.count))
+            let reader = self.reader, group = settings.group, consumer = self.consumer, block = settings.block
+            let limits = processor.readLimits
+            let read = Task { () -> Result<[StreamRead], Error> in
+                do {
+                    let reply = try await reader.pipeline([.xreadgroup(group: group, consumer: consumer, count: count, block: block,
+                                                                       streams: healthy.map { ($0.stream, ">") })],
+                                                          blocking: block, limits: limits)[0]
+                    return .success(try StreamReplies.read(reply))
+                } catch {
+                    return .failure(error)
                 }
-                if let e = error as? RedisError, e.kind == .server, e.message.contains("NOGROUP") { await ensureGroups() }
-                // The connection itself paces reconnects with back-off; this only avoids a hot
-                // loop on server errors.
-                try? await Task.sleep(for: .milliseconds(min(100 * failures, 1000)))
+            }
+            var result = await stop.race { await read.value }
+            if result == nil {
+                // Stopping with a read in flight: what it delivers is this worker's to finish, so
+                // wait for it (it returns within `block`) — unless Redis is frozen past the deadline.
+                result = await StopSignal.within((stop.stoppedAt ?? .now) + settings.shutdownDeadline) { await read.value }
+            }
+            guard let result else { break }
+            let reads: [StreamRead]
+            switch result {
+            case .success(let r):
+                reads = r
+                conditions.clear("read", "reading streams again")
+            case .failure(let error):
+                await readFailed(error, streams: healthy)
                 continue
             }
             for read in reads where !read.entries.isEmpty {
-                guard let feed = byName[read.stream] else { continue }
+                guard let feed = healthy.first(where: { $0.stream == read.stream }) else { continue }
                 let n = read.entries.count
                 inFlight.add(n, ordering: .relaxed)
                 stats.read.add(n, ordering: .relaxed)
+                if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
                 let processor = self.processor
                 let retryUntil = ContinuousClock.now + settings.visibilityTimeout
                 Task {
-                    await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil)
+                    let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil)
+                    self.noteRefusal(outcome.refusal, stream: feed.stream)
                     self.inFlight.subtract(n, ordering: .relaxed)
                     completed.yield(n)
                 }
             }
         }
 
-        // Drain: finish what is in flight, within the deadline.
+        // Drain: finish what is in flight, within the deadline counted from the stop request.
+        let deadline = (stop.stoppedAt ?? .now) + settings.shutdownDeadline
         logger.info("stopping: finishing entries in flight", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         if inFlight.load(ordering: .relaxed) > 0 {
-            let deadline = settings.shutdownDeadline
             let timer = Task {
-                try? await Task.sleep(for: deadline)
+                try? await Task.sleep(until: deadline, clock: .continuous)
                 completed.yield(-1)
             }
-            while inFlight.load(ordering: .relaxed) > 0, let done = await iterator.next(), done >= 0 {}
+            while inFlight.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline, await iterator.next() != nil {}
             timer.cancel()
         }
         if inFlight.load(ordering: .relaxed) > 0 {
@@ -145,61 +194,254 @@ public final class Worker: Sendable {
         let snapshot = stats.snapshot
         logger.info("worker stopped", metadata: [
             "read": "\(snapshot.read)", "acked": "\(snapshot.acked)", "ack_missed": "\(snapshot.ackMissed)",
-            "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "claimed": "\(snapshot.claimed)",
-            "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
+            "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "refused": "\(snapshot.refused)",
+            "claimed": "\(snapshot.claimed)", "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
         ])
         return snapshot
     }
 
-    /// Creates each stream's group (and stream) if missing; retries until Redis answers or stop.
-    private func ensureGroups() async {
+    // MARK: Start
+
+    /// Connects and checks what a worker needs before it takes any entry: credentials, and the
+    /// right to run scripts. Unreachable Redis is waited for; rejected credentials or missing
+    /// permissions end the worker with the reason (they need an operator).
+    private func preflight() async throws {
+        let probe = RedisScript("return 1")
         var attempt = 0
         while !isStopping {
             do {
-                for feed in settings.inputStreams {
-                    try await redis.ensureGroup(stream: feed.stream, group: settings.group)
+                let replies = try await redis.pipeline([RedisCommand("PING"), .script(probe, keys: [], args: [])])
+                for (name, reply) in zip(["PING", "EVALSHA"], replies) {
+                    guard let message = reply.errorMessage else { continue }
+                    switch RedisRefusal(errorReply: message)?.kind {
+                    case .permission?, .authentication?:
+                        throw StartError(description: "Redis \(settings.redisURL) denies \(name) to this worker: \(message). The worker's ACL user needs the permissions listed in docs/operations.md (\"Redis permissions\").")
+                    case .some:
+                        // Out of memory, loading, a replica: a state that passes; entries wait for it.
+                        logger.warning("Redis refuses work at start; the worker starts and retries", metadata: ["command": "\(name)", "error": "\(message)"])
+                    case nil:
+                        throw RedisError(.server, "\(name): \(message)")
+                    }
+                }
+                conditions.clear("connect", "Redis reachable")
+                if let refused = redis.clientNameRefusal {
+                    logger.warning("Redis refused CLIENT SETNAME; connections work without a name (grant client|setname to see them in CLIENT LIST)", metadata: ["error": "\(refused)"])
                 }
                 return
+            } catch let error as RedisError where error.kind == .authentication {
+                throw StartError(description: "Redis \(settings.redisURL) rejected the worker's credentials: \(error.message)")
+            } catch let error as StartError {
+                throw error
             } catch {
                 attempt += 1
-                if attempt == 1 || attempt % 50 == 0 {
-                    logger.error("cannot create consumer groups yet; retrying", metadata: ["error": "\(error)"])
-                }
-                try? await Task.sleep(for: .milliseconds(min(100 * attempt, 1000)))
+                conditions.report("connect", "Redis not reachable yet; waiting for it", ["error": "\(error)"])
+                await stop.sleep(for: .milliseconds(min(100 * attempt, 2000)))
             }
         }
     }
+
+    /// Creates each stream's group (and stream) if missing and learns how far each group has
+    /// delivered. A stream key of the wrong type is named and skipped; the others go on.
+    private func ensureGroups() async {
+        for feed in settings.inputStreams {
+            var attempt = 0
+            while !isStopping {
+                do {
+                    try await ensureGroup(feed.stream, restoring: false)
+                    break
+                } catch let error as RedisError where error.message.contains("WRONGTYPE") {
+                    await markBroken(feed.stream)
+                    break
+                } catch {
+                    attempt += 1
+                    conditions.report("groups", "cannot create consumer groups yet; retrying", ["stream": "\(feed.stream)", "error": "\(error)"])
+                    await stop.sleep(for: .milliseconds(min(100 * attempt, 2000)))
+                }
+            }
+        }
+        conditions.clear("groups", "consumer groups ready")
+    }
+
+    /// Makes sure `stream` has the group. A group that is missing is created where the fleet's
+    /// reading had reached (the recorded position, or this worker's own), else from the start.
+    /// `restoring`: the group existed before (it was destroyed under the worker).
+    private func ensureGroup(_ stream: String, restoring: Bool) async throws {
+        let group = settings.group
+        // Read-only first: an existing group needs no write (which Redis may refuse, e.g. at
+        // maxmemory). After a NOGROUP, go straight to the script: another worker may have
+        // recreated the group behind where this one had read, and it moves it forward.
+        if !restoring, try await learnGroupPosition(stream) { return }
+        let recorded = try? await redis.send(RedisCommand("HGET", positionsKey, stream)).string
+        let known = streams.withLock { $0[stream]?.position }
+        let position = StreamID.furthest(recorded, known)
+        let reply = try await redis.pipeline([.script(GroupScripts.createOrAdvance, keys: [stream], args: [group, position ?? "0"])])[0]
+        if let e = reply.errorMessage { throw RedisError(.server, "XGROUP CREATE \(stream) \(group): \(e)") }
+        if reply.int == 1, let position {
+            logger.error(restoring
+                ? "CONSUMER GROUP WAS DESTROYED under the running worker; recreated it where reading had reached instead of replaying the stream. Entries that were pending in the old group (delivered, not acknowledged) are no longer tracked by it: those in flight on a worker are still finished; those of workers that died are not redelivered"
+                : "consumer group was missing; created it where the recorded position says reading had reached, instead of replaying the stream",
+                metadata: ["stream": "\(stream)", "group": "\(group)", "from_id": "\(position)"])
+        }
+        _ = try await learnGroupPosition(stream)
+    }
+
+    /// Reads the group's last-delivered id (how far reading has reached, as far as it knows) into
+    /// the stream's known position. False if the group does not exist.
+    private func learnGroupPosition(_ stream: String) async throws -> Bool {
+        let reply = try await redis.pipeline([RedisCommand("XINFO", "GROUPS", stream)])[0]
+        if let e = reply.errorMessage {
+            if e.contains("no such key") { return false }
+            throw RedisError(.server, "XINFO GROUPS \(stream): \(e)")
+        }
+        for g in reply.array ?? [] {
+            let items = g.array ?? []
+            var name: String?, last: String?
+            var i = 0
+            while i + 1 < items.count {
+                if items[i].string == "name" { name = items[i + 1].string }
+                if items[i].string == "last-delivered-id" { last = items[i + 1].string }
+                i += 2
+            }
+            if name == settings.group {
+                if let last { advanceKnown(stream, to: last) }
+                return true
+            }
+        }
+        return false
+    }
+
+    // MARK: Streams
+
+    private func isBroken(_ stream: String) -> Bool { streams.withLock { $0[stream]?.broken != nil } }
+
+    private func advanceKnown(_ stream: String, to id: String) {
+        streams.withLock { map in
+            var state = map[stream] ?? StreamState()
+            state.position = StreamID.furthest(state.position, id)
+            map[stream] = state
+        }
+    }
+
+    /// Remembers (here and in Redis) that reading `stream` reached `id`.
+    private func advancePosition(_ stream: String, to id: String) {
+        advanceKnown(stream, to: id)
+        let redis = self.redis, key = positionsKey
+        Task { _ = try? await redis.pipeline([.script(GroupScripts.advancePosition, keys: [key], args: [stream, id])]) }
+    }
+
+    /// Finds which streams have the wrong type (one such key fails a read of every stream), names
+    /// them, and leaves them out until they are fixed.
+    private func markBroken(_ stream: String) async {
+        let type = (try? await redis.send(RedisCommand("TYPE", stream)).string) ?? "?"
+        guard type != "stream" && type != "none" else { return }
+        let reason = "the key \(stream) is a \(type), not a stream"
+        streams.withLock { map in
+            var state = map[stream] ?? StreamState()
+            state.broken = reason
+            state.nextProbe = .now + .seconds(5)
+            map[stream] = state
+        }
+        conditions.report("broken:\(stream)", "STREAM CANNOT BE READ: \(reason); the other streams go on, and this one is read again once its key is a stream (delete or rename the key)",
+                          ["stream": "\(stream)"])
+    }
+
+    /// Looks again at streams marked broken; one that was fixed is read again.
+    private func probeBrokenStreams() async {
+        let due = streams.withLock { map in map.filter { $0.value.broken != nil && $0.value.nextProbe <= .now }.map(\.key) }
+        for stream in due {
+            let type = (try? await redis.send(RedisCommand("TYPE", stream)).string) ?? "?"
+            if type == "stream" || type == "none" {
+                do {
+                    try await ensureGroup(stream, restoring: false)
+                    streams.withLock { $0[stream]?.broken = nil }
+                    conditions.clear("broken:\(stream)", "stream readable again", ["stream": "\(stream)"])
+                } catch {
+                    streams.withLock { $0[stream]?.nextProbe = .now + .seconds(5) }
+                }
+            } else {
+                await markBroken(stream)
+            }
+        }
+    }
+
+    /// A failed read: find out which stream or condition caused it, and say so at a steady rate.
+    private func readFailed(_ error: Error, streams healthy: [Settings.Feed]) async {
+        let message = (error as? RedisError)?.message ?? "\(error)"
+        if message.contains("NOGROUP") {
+            await restoreGroups(healthy)
+        } else if message.contains("WRONGTYPE") {
+            for feed in healthy { await markBroken(feed.stream) }
+        } else if let refusal = (error as? RedisError)?.refusal {
+            conditions.report("read", "Redis refuses to serve this worker's reads; retrying", ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)"])
+        } else {
+            conditions.report("read", "reading streams failed; retrying", ["error": "\(message)"])
+        }
+        // The connection paces reconnects with back-off; this only avoids a hot loop on errors.
+        await stop.sleep(for: .milliseconds(200))
+    }
+
+    /// Recreates groups that disappeared, where reading had reached.
+    private func restoreGroups(_ feeds: [Settings.Feed]) async {
+        for feed in feeds {
+            do {
+                try await ensureGroup(feed.stream, restoring: true)
+            } catch let error as RedisError where error.message.contains("WRONGTYPE") {
+                await markBroken(feed.stream)
+            } catch {
+                conditions.report("groups", "cannot recreate the consumer group yet; retrying", ["stream": "\(feed.stream)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end.
+    private func noteRefusal(_ refusal: RedisRefusal?, stream: String) {
+        if let refusal {
+            conditions.report("refusal", "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)",
+                              ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)", "stream": "\(stream)"])
+        } else {
+            conditions.clear("refusal", "Redis accepts the worker's writes again")
+        }
+    }
+
+    // MARK: Pending entries
 
     /// Processes entries already delivered to this consumer name (id `0`): after a restart
     /// with a configured consumer name, they are finished at once instead of after the timeout.
     private func drainOwnPending(_ feed: Settings.Feed) async {
         var start = "0"
         while !isStopping {
-            guard let reads = try? await redis.readGroup(group: settings.group, consumer: consumer, count: settings.batchSize,
-                                                         block: nil, streams: [(feed.stream, start)]),
+            guard let reply = try? await redis.pipeline([.xreadgroup(group: settings.group, consumer: consumer, count: settings.batchSize,
+                                                                     block: nil, streams: [(feed.stream, start)])],
+                                                         limits: processor.readLimits)[0],
+                  let reads = try? StreamReplies.read(reply),
                   let entries = reads.first?.entries, !entries.isEmpty else { return }
-            let deliveries = await deliveryCounts(feed.stream, entries)
             stats.read.add(entries.count, ordering: .relaxed)
-            await processor.process(feed: feed, entries: entries, deliveries: deliveries,
-                                    retryUntil: ContinuousClock.now + settings.visibilityTimeout)
+            let outcome = await processor.process(feed: feed, entries: entries, redelivered: true,
+                                                  retryUntil: ContinuousClock.now + settings.visibilityTimeout)
+            noteRefusal(outcome.refusal, stream: feed.stream)
             start = entries.last!.id
         }
     }
 
     /// Takes over entries idle longer than the visibility timeout, from any consumer.
     private func claimIdle() async {
-        for feed in settings.inputStreams where !isStopping {
+        for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
             var cursor = "0-0"
             var rounds = 0
             repeat {
                 let claim: AutoClaim
                 do {
                     let reply = try await redis.pipeline([.xautoclaim(stream: feed.stream, group: settings.group, consumer: consumer,
-                                                                      minIdle: settings.visibilityTimeout, start: cursor, count: settings.batchSize)])[0]
+                                                                      minIdle: settings.visibilityTimeout, start: cursor, count: settings.batchSize)],
+                                                         limits: processor.readLimits)[0]
                     claim = try StreamReplies.autoclaim(reply)
+                    conditions.clear("claim:\(feed.stream)", "claiming idle entries works again", ["stream": "\(feed.stream)"])
                 } catch {
-                    logger.warning("claiming idle entries failed", metadata: ["stream": "\(feed.stream)", "error": "\(error)"])
-                    return
+                    let message = (error as? RedisError)?.message ?? "\(error)"
+                    if message.contains("NOGROUP") { await restoreGroups([feed]) }
+                    else if message.contains("WRONGTYPE") { await markBroken(feed.stream) }
+                    else { conditions.report("claim:\(feed.stream)", level: .warning, "claiming idle entries failed", ["stream": "\(feed.stream)", "error": "\(message)"]) }
+                    break
                 }
                 if !claim.deleted.isEmpty {
                     logger.warning("pending entries were deleted from the stream before being processed", metadata: [
@@ -209,25 +451,13 @@ public final class Worker: Sendable {
                     stats.claimed.add(claim.entries.count, ordering: .relaxed)
                     stats.read.add(claim.entries.count, ordering: .relaxed)
                     logger.info("claimed idle entries", metadata: ["stream": "\(feed.stream)", "count": "\(claim.entries.count)"])
-                    let deliveries = await deliveryCounts(feed.stream, claim.entries)
-                    await processor.process(feed: feed, entries: claim.entries, deliveries: deliveries,
-                                            retryUntil: ContinuousClock.now + settings.visibilityTimeout)
+                    let outcome = await processor.process(feed: feed, entries: claim.entries, redelivered: true,
+                                                          retryUntil: ContinuousClock.now + settings.visibilityTimeout)
+                    noteRefusal(outcome.refusal, stream: feed.stream)
                 }
                 cursor = claim.nextCursor
                 rounds += 1
             } while cursor != "0-0" && rounds < 20 && !isStopping
-        }
-    }
-
-    /// Delivery counts of entries pending on this consumer, from `XPENDING`.
-    private func deliveryCounts(_ stream: String, _ entries: [StreamEntry]) async -> [String: Int64] {
-        guard let first = entries.first?.id, let last = entries.last?.id else { return [:] }
-        do {
-            let reply = try await redis.pipeline([.xpending(stream: stream, group: settings.group, start: first, end: last,
-                                                            count: entries.count, consumer: consumer)])[0]
-            return Dictionary(try StreamReplies.pending(reply).map { ($0.id, $0.deliveries) }, uniquingKeysWith: max)
-        } catch {
-            return [:]
         }
     }
 }

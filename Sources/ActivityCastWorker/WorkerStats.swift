@@ -7,6 +7,7 @@ public final class WorkerStats: Sendable {
     let ackMissed = Atomic<Int>(0)
     let deadLettered = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
+    let refused = Atomic<Int>(0)
     let claimed = Atomic<Int>(0)
     let stale = Atomic<Int>(0)
     let plans = Atomic<Int>(0)
@@ -23,6 +24,9 @@ public final class WorkerStats: Sendable {
         public var deadLettered: Int
         /// Processing attempts that failed and left the entry pending for a retry.
         public var failed: Int
+        /// Entries left pending because Redis refused work (out of memory, a permission, not
+        /// writable): not their fault, so not counted against them.
+        public var refused: Int
         public var claimed: Int
         /// Registrations ignored because a newer one was already stored.
         public var stale: Int
@@ -32,7 +36,7 @@ public final class WorkerStats: Sendable {
     public var snapshot: Snapshot {
         Snapshot(read: read.load(ordering: .relaxed), acked: acked.load(ordering: .relaxed),
                  ackMissed: ackMissed.load(ordering: .relaxed), deadLettered: deadLettered.load(ordering: .relaxed),
-                 failed: failed.load(ordering: .relaxed), claimed: claimed.load(ordering: .relaxed),
+                 failed: failed.load(ordering: .relaxed), refused: refused.load(ordering: .relaxed), claimed: claimed.load(ordering: .relaxed),
                  stale: stale.load(ordering: .relaxed), plans: plans.load(ordering: .relaxed))
     }
 }

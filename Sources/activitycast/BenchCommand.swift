@@ -43,7 +43,7 @@ struct IntakeBench: AsyncParsableCommand {
 
             let worker = Worker(settings: settings, logger: Logger(label: "bench"), mode: mode == "full" ? .full : .decodeOnly)
             let started = ContinuousClock.now
-            let task = Task { await worker.run() }
+            let task = Task { try await worker.run() }
             while worker.stats.snapshot.acked < events {
                 try await Task.sleep(for: .milliseconds(2))
                 if ContinuousClock.now - started > .seconds(600) { throw CommandFailure("run \(run) did not finish in 10 minutes") }
@@ -51,7 +51,7 @@ struct IntakeBench: AsyncParsableCommand {
             let elapsed = ContinuousClock.now - started
             let roundTrips = Double(worker.redisStats.roundTrips) / Double(events)
             worker.requestStop()
-            let snapshot = await task.value
+            let snapshot = try await task.value
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             results.append((Double(events) / seconds, roundTrips, seconds))
             print(String(format: "run %d: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)",

@@ -32,8 +32,13 @@ struct WorkerCommand: AsyncParsableCommand {
                 Foundation.exit(1)
             }
         }
-        _ = await worker.run()
-        signals.cancel()
+        defer { signals.cancel() }
+        do {
+            _ = try await worker.run()
+        } catch let error as Worker.StartError {
+            logger.critical("cannot start: \(error.description)")
+            throw CommandFailure(error.description)
+        }
     }
 }
 

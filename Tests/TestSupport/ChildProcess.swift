@@ -14,7 +14,12 @@ public final class ChildProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var exitStatus: Int32?
 
-    public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil, logName: String = "child") throws {
+    /// Where the child's output goes: files (readable as `stdout`/`stderr`), or a pipe whose
+    /// reading end is already closed, so every write fails with EPIPE (a log reader that died).
+    public enum Output: Sendable { case files, closedPipe }
+
+    public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil,
+                logName: String = "child", output: Output = .files) throws {
         let dir = directory ?? FileManager.default.temporaryDirectory.path
         let stamp = UUID().uuidString.prefix(8)
         stdoutPath = "\(dir)/\(logName)-\(stamp).out"
@@ -24,8 +29,22 @@ public final class ChildProcess: @unchecked Sendable {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        var pipeFDs: [Int32] = [-1, -1]
+        switch output {
+        case .files:
+            posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+            posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        case .closedPipe:
+            guard pipe(&pipeFDs) == 0 else { throw RedisServerError(description: "pipe: \(String(cString: strerror(errno)))") }
+            posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+            posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
+            posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
+            posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
+        }
+        defer {
+            // Nobody reads: the child's writes fail with EPIPE (and SIGPIPE unless it ignores it).
+            if pipeFDs[0] >= 0 { close(pipeFDs[0]); close(pipeFDs[1]) }
+        }
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

@@ -14,10 +14,11 @@ public func activitycastExecutable() throws -> String {
 }
 
 /// Runs `activitycast` with `ACTIVITYCAST_*` settings as environment variables and JSON logs.
-public func startActivitycast(_ arguments: [String], redis: RedisServer, settings: [String: String] = [:], logName: String) throws -> ChildProcess {
+public func startActivitycast(_ arguments: [String], redis: RedisServer, settings: [String: String] = [:], logName: String,
+                              output: ChildProcess.Output = .files) throws -> ChildProcess {
     var env = ["ACTIVITYCAST_REDIS_URL": redis.urlString, "ACTIVITYCAST_LOG_FORMAT": "json"]
     for (k, v) in settings { env["ACTIVITYCAST_" + k.uppercased().replacingOccurrences(of: ".", with: "_")] = v }
-    return try ChildProcess(executable: try activitycastExecutable(), arguments: arguments, environment: env, logName: logName)
+    return try ChildProcess(executable: try activitycastExecutable(), arguments: arguments, environment: env, logName: logName, output: output)
 }
 
 /// Runs `activitycast` to completion and returns (exit status, stdout, stderr).

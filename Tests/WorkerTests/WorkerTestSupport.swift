@@ -52,14 +52,14 @@ func xadd(_ redis: RedisConnection, _ stream: String, _ fields: [(String, String
 /// Runs an in-process worker for the duration of `body`, then stops it and returns its counters.
 func withWorker(_ settings: Settings, _ body: (Worker) async throws -> Void) async throws -> WorkerStats.Snapshot {
     let worker = Worker(settings: settings, logger: quietLogger)
-    let task = Task { await worker.run() }
+    let task = Task { try await worker.run() }
     do {
         try await body(worker)
     } catch {
         worker.requestStop()
-        _ = await task.value
+        _ = try? await task.value
         throw error
     }
     worker.requestStop()
-    return await task.value
+    return try await task.value
 }

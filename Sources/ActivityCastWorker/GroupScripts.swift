@@ -1,0 +1,80 @@
+import RedisClient
+
+/// Consumer-group upkeep that must be atomic across workers.
+enum GroupScripts {
+    /// KEYS[1] = stream. ARGV = group, id.
+    /// Creates the group (and the stream) reading after `id`; if another worker created it first,
+    /// moves its last-delivered id forward to `id` when that is further, never back. Returns 1
+    /// (created), 2 (moved forward) or 0 (already there).
+    static let createOrAdvance = RedisScript("""
+    local ok = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
+    if type(ok) == 'table' and ok.err then
+      if string.sub(ok.err, 1, 9) ~= 'BUSYGROUP' then return ok end
+      local function parse(id)
+        local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+        return tonumber(ms or '0'), tonumber(seq or '0')
+      end
+      for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+        local name, last
+        for i = 1, #g, 2 do
+          if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+        end
+        if name == ARGV[1] then
+          local ams, aseq = parse(last)
+          local bms, bseq = parse(ARGV[2])
+          if bms > ams or (bms == ams and bseq > aseq) then
+            redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
+            return 2
+          end
+          return 0
+        end
+      end
+      return 0
+    end
+    return 1
+    """)
+
+    /// KEYS[1] = the positions hash. ARGV = stream, id.
+    /// Records that the group has delivered `stream` up to `id` unless a further id is recorded:
+    /// where to recreate the group if it is destroyed. Returns 1 if moved forward.
+    static let advancePosition = RedisScript("""
+    local function parse(id)
+      local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+      return tonumber(ms or '0'), tonumber(seq or '0')
+    end
+    local cur = redis.call('HGET', KEYS[1], ARGV[1])
+    if cur then
+      local ams, aseq = parse(cur)
+      local bms, bseq = parse(ARGV[2])
+      if not (bms > ams or (bms == ams and bseq > aseq)) then return 0 end
+    end
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    return 1
+    """)
+}
+
+/// Stream entry ids (`<ms>-<seq>`) in their order.
+struct StreamID: Comparable, CustomStringConvertible {
+    var ms: UInt64
+    var seq: UInt64
+
+    init?(_ text: String) {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, let ms = UInt64(parts[0]), let seq = UInt64(parts[1]) else { return nil }
+        self.ms = ms
+        self.seq = seq
+    }
+
+    static func < (a: StreamID, b: StreamID) -> Bool { (a.ms, a.seq) < (b.ms, b.seq) }
+    var description: String { "\(ms)-\(seq)" }
+
+    /// The further of two ids given as text (either may be missing or malformed).
+    static func furthest(_ a: String?, _ b: String?) -> String? {
+        switch (a.flatMap(StreamID.init), b.flatMap(StreamID.init)) {
+        case let (x?, y?): return max(x, y).description
+        case let (x?, nil): return x.description
+        case let (nil, y?): return y.description
+        case (nil, nil): return nil
+        }
+    }
+}
