@@ -25,6 +25,10 @@ struct EntryProcessor: Sendable {
     let planner = Planner()
     let registrar: Registrar
     let keys: RedisKeys
+    /// Test-only failpoint: `ACTIVITYCAST_FAILPOINT_CRASH_ON=<value>` makes the process abort
+    /// when it is about to decode an entry with a field of exactly that value — how the fault
+    /// suite makes an entry that kills every worker that takes it. Unset in production.
+    let crashOn: [UInt8]? = ProcessInfo.processInfo.environment["ACTIVITYCAST_FAILPOINT_CRASH_ON"].map { Array($0.utf8) }
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full) {
         self.settings = settings
@@ -163,6 +167,9 @@ struct EntryProcessor: Sendable {
                 let error = decoder.oversizeError(fields: big.fields, bytes: big.bytes, longValue: big.longValue)
                 work.append(.deadLetter(error.reason + " (too large to read: not copied)", copyFields: false))
                 continue
+            }
+            if let crashOn, fields.contains(crashOn) {
+                fatalError("failpoint ACTIVITYCAST_FAILPOINT_CRASH_ON: crashing on entry \(feed.stream)/\(entry.id)")
             }
             var raw: [RawField] = []
             raw.reserveCapacity(fields.count / 2)

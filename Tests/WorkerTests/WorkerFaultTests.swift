@@ -115,6 +115,47 @@ import TestSupport
         #expect(peak < 120 << 20, "peak RSS \(peak / (1 << 20)) MiB")
     }
 
+    /// An entry that kills every worker that takes it (a real crash, through a test-only
+    /// failpoint) ends in the dead-letter stream after `max_deliveries`, and the entries that
+    /// shared its batches are all processed.
+    @Test func anEntryThatKeepsKillingWorkersIsDeadLettered() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        var good = try await publishValid(redis, settings, count: 10)
+        let poison = try await xadd(redis, settings.feeds[0].stream, [("type", "match.score"), ("ts", "1000"), ("match", "crash-me"),
+                                                                       ("home_score", "1"), ("away_score", "0")])
+        good += try await publishValid(redis, settings, count: 10, from: 10)
+        var environment = env(settings, ["worker.max_deliveries": "3", "worker.visibility_timeout_ms": "300", "worker.claim_interval_ms": "100"])
+        environment["failpoint.crash_on"] = "crash-me"
+        var crashes = 0
+        var plans: [String] = []
+        for round in 0..<10 {
+            let worker = try startActivitycast(["worker", "--consumer", "w\(round)"], redis: server, settings: environment, logName: "crash\(round)")
+            defer { worker.removeLogs() }
+            let done = await eventually(timeout: .seconds(20)) {
+                if !worker.isRunning { return true }
+                return await allDrained(redis, settings)
+            }
+            #expect(done)
+            plans += planned(worker)
+            if worker.isRunning {
+                #expect(await worker.stop() == 0)
+                break
+            }
+            crashes += 1
+            #expect(worker.stderr.contains("failpoint"))
+        }
+        #expect(await allDrained(redis, settings))
+        #expect(crashes >= 3 && crashes <= 5, "\(crashes) crashes")
+        let dead = try await deadLetters(redis, settings)
+        #expect(dead.count == 1)
+        #expect(dead.first.flatMap { field($0, "id") } == poison)
+        #expect(dead.first.flatMap { field($0, "reason") }?.contains("no error was recorded") == true)
+        #expect(Set(plans).isSuperset(of: good))
+    }
+
     // MARK: Redis refusing work
 
     /// Redis at `maxmemory` (noeviction) refuses every write for a while: entries stay pending,
