@@ -2,8 +2,9 @@ import ActivityCastCore
 import Foundation
 import RedisClient
 
-/// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (summary), XLEN,
-/// XREVRANGE, ZCARD, SCARD, HLEN and SMEMBERS/ZRANGE on small index sets.
+/// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
+/// `Inspector.pendingSample` entries), XLEN, XREVRANGE, ZCARD, SCARD, HLEN and SMEMBERS/ZRANGE on
+/// small index sets.
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -15,8 +16,13 @@ public struct InspectReport: Codable, Sendable {
         public var name: String
         public var consumers: [Consumer]
         public var pending: Int64
+        /// The lowest pending id: the entry that has been pending the longest, by id.
         public var oldestPendingID: String?
-        /// Age of the oldest pending entry, from the time in its id.
+        /// How long the longest-waiting pending entry has gone since it was last delivered: the
+        /// largest idle time among the first `Inspector.pendingSample` pending entries (by id). Not
+        /// the age of the id: an entry added long ago but delivered a moment ago shows that moment.
+        /// Compare it with `worker.visibility_timeout_ms`: past it, another worker claims the entry
+        /// (which delivers it again and restarts this clock).
         public var oldestPendingAgeMillis: Int64?
         /// Entries not yet delivered to the group (`lag` from XINFO GROUPS); nil when Redis can't
         /// tell (after deletions).
@@ -64,6 +70,8 @@ public struct Inspector: Sendable {
     let redis: RedisConnection
     /// Index sets larger than this are not counted in full (inspect must stay cheap).
     let countLimit = 10_000
+    /// How many pending entries per group (the lowest ids) are read for the oldest pending age.
+    public static let pendingSample = 100
 
     public init(settings: Settings, redis: RedisConnection) {
         self.settings = settings
@@ -74,7 +82,7 @@ public struct Inspector: Sendable {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var streams: [InspectReport.Stream] = []
         for feed in settings.inputStreams {
-            streams.append(try await stream(feed.stream, kind: feed.kind.rawValue, now: now))
+            streams.append(try await stream(feed.stream, kind: feed.kind.rawValue))
         }
         let dlq = settings.deadLetterStream
         let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", latest)])
@@ -104,7 +112,7 @@ public struct Inspector: Sendable {
         return map
     }
 
-    private func stream(_ name: String, kind: String, now: Int64) async throws -> InspectReport.Stream {
+    private func stream(_ name: String, kind: String) async throws -> InspectReport.Stream {
         let info = try await redis.pipeline([RedisCommand("XINFO", "STREAM", name), RedisCommand("XINFO", "GROUPS", name)])
         if let error = info[0].errorMessage {
             if error.contains("no such key") {
@@ -119,16 +127,17 @@ public struct Inspector: Sendable {
         for g in (try info[1].orThrow("XINFO GROUPS")).array ?? [] {
             let gd = dictionary(g)
             guard let groupName = gd["name"]?.string else { continue }
-            let more = try await redis.pipeline([RedisCommand("XINFO", "CONSUMERS", name, groupName), RedisCommand("XPENDING", name, groupName)])
+            let more = try await redis.pipeline([RedisCommand("XINFO", "CONSUMERS", name, groupName),
+                                                 .xpending(stream: name, group: groupName, count: Self.pendingSample)])
             let consumers = (try more[0].orThrow("XINFO CONSUMERS")).array?.map { c -> InspectReport.Consumer in
                 let cd = dictionary(c)
                 return .init(name: cd["name"]?.string ?? "?", pending: cd["pending"]?.int ?? 0, idleMillis: cd["idle"]?.int ?? 0)
             } ?? []
-            let summary = (try more[1].orThrow("XPENDING")).array ?? []
-            let oldest = summary.count > 1 ? summary[1].string : nil
-            let age = oldest.flatMap { id in Int64(id.split(separator: "-").first ?? "") }.map { now - $0 }
+            // The idle time (since the last delivery), not the id's time: an entry added long ago
+            // (or with an explicit old id) but delivered just now has not been waiting long.
+            let pending = try StreamReplies.pending(more[1])
             groups.append(.init(name: groupName, consumers: consumers, pending: gd["pending"]?.int ?? 0,
-                                oldestPendingID: oldest, oldestPendingAgeMillis: age,
+                                oldestPendingID: pending.first?.id, oldestPendingAgeMillis: pending.map(\.idleMillis).max(),
                                 lag: gd["lag"].flatMap { $0.isNull ? nil : $0.int },
                                 lastDeliveredID: gd["last-delivered-id"]?.string ?? ""))
         }
