@@ -38,6 +38,9 @@ public struct InspectReport: Codable, Sendable {
         public var firstID: String?
         public var lastID: String?
         public var groups: [Group]
+        /// Why the stream could not be read (a key of another type, a refused command); the other
+        /// fields are then empty. Nil when it was read.
+        public var error: String?
     }
 
     public struct DeadLetter: Codable, Sendable {
@@ -54,6 +57,9 @@ public struct InspectReport: Codable, Sendable {
         public var follows: Int64
         /// True when the key or target index was larger than what was counted.
         public var truncated: Bool
+        /// Why some counts could not be read (an index or a per-key set of another type); those
+        /// counts are 0 or too low. Nil when everything was counted.
+        public var error: String?
     }
 
     public var redis: String
@@ -62,7 +68,15 @@ public struct InspectReport: Codable, Sendable {
     public var deadLetterStream: String
     public var deadLetterCount: Int64
     public var latestDeadLetters: [DeadLetter]
+    /// Why the dead-letter stream could not be read; the count is then 0 and the list empty.
+    public var deadLetterError: String?
     public var registrations: Registrations
+
+    /// Every section's error, in the order of the report. A report with errors is still a report:
+    /// each section says what went wrong with it, and the others are complete.
+    public var errors: [String] {
+        streams.compactMap(\.error) + [deadLetterError, registrations.error].compactMap { $0 }
+    }
 }
 
 public struct Inspector: Sendable {
@@ -78,23 +92,56 @@ public struct Inspector: Sendable {
         self.redis = redis
     }
 
+    /// Reads everything. A section that Redis refuses (a key of another type: `SET ac:feed:transit
+    /// x`) carries its error and the others are read as usual; only a failure to talk to Redis at
+    /// all (no connection, timeout) throws.
     public func report(latest: Int = 5) async throws -> InspectReport {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var streams: [InspectReport.Stream] = []
         for feed in settings.inputStreams {
-            streams.append(try await stream(feed.stream, kind: feed.kind.rawValue))
+            do {
+                streams.append(try await stream(feed.stream, kind: feed.kind.rawValue))
+            } catch {
+                let why = try await sectionError(error, key: feed.stream, expected: "stream")
+                streams.append(.init(name: feed.stream, kind: feed.kind.rawValue, exists: true, length: 0, firstID: nil, lastID: nil,
+                                     groups: [], error: why))
+            }
         }
         let dlq = settings.deadLetterStream
         let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", latest)])
         var latestDead: [InspectReport.DeadLetter] = []
-        for item in dlqReplies[1].array ?? [] {
-            guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
-            let map = pairs(fields)
-            latestDead.append(.init(id: entry.id, reason: map["reason"] ?? "", stream: map["stream"] ?? "", entryID: map["id"] ?? ""))
+        var deadLetterError: String?
+        if let message = dlqReplies[0].errorMessage ?? dlqReplies[1].errorMessage {
+            deadLetterError = try await explain(message, key: dlq, expected: "stream")
+        } else {
+            for item in dlqReplies[1].array ?? [] {
+                guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
+                let map = pairs(fields)
+                latestDead.append(.init(id: entry.id, reason: map["reason"] ?? "", stream: map["stream"] ?? "", entryID: map["id"] ?? ""))
+            }
         }
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
-                             deadLetterStream: dlq, deadLetterCount: try dlqReplies[0].orThrow("XLEN").int ?? 0,
-                             latestDeadLetters: latestDead, registrations: try await registrations())
+                             deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
+                             latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations())
+    }
+
+    /// The message for a section that failed with `error`, or `error` rethrown when it is not about
+    /// the section (the connection failed, a timeout): then there is no report to show.
+    private func sectionError(_ error: any Error, key: String, expected: String) async throws -> String {
+        guard let redisError = error as? RedisError, redisError.kind == .server || redisError.kind == .unexpectedReply else {
+            throw error
+        }
+        return try await explain(redisError.message, key: key, expected: expected)
+    }
+
+    /// A reply error about `key` in words: `WRONGTYPE: ac:feed:transit is a string, not a stream`,
+    /// else Redis's message after the key.
+    private func explain(_ message: String, key: String, expected: String) async throws -> String {
+        guard message.contains("WRONGTYPE") else { return "\(key): \(message)" }
+        let type = try await redis.pipeline([RedisCommand("TYPE", key)])[0].string ?? "?"
+        let names = ["string": "a string", "list": "a list", "set": "a set", "zset": "a sorted set", "hash": "a hash",
+                     "stream": "a stream", "none": "gone (deleted meanwhile)"]
+        return "WRONGTYPE: \(key) is \(names[type] ?? "of type \(type)"), not \(names[expected] ?? expected)"
     }
 
     private func pairs(_ fields: [[UInt8]]) -> [String: String] {
@@ -146,41 +193,64 @@ public struct Inspector: Sendable {
 
     private func registrations() async throws -> InspectReport.Registrations {
         let keys = settings.keys
-        let index = try await redis.pipeline([
+        let indexKeys: [(key: String, type: String)] = [(keys.keysIndex, "zset"), (keys.keysIndex, "zset"), (keys.activityTypes, "set"),
+                                                        (keys.targets, "set"), (keys.targets, "set")]
+        var index = try await redis.pipeline([
             RedisCommand("ZCARD", keys.keysIndex),
             RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1),
             RedisCommand("SMEMBERS", keys.activityTypes),
             RedisCommand("SCARD", keys.targets),
             RedisCommand("SRANDMEMBER", keys.targets, countLimit),
         ])
-        let keyCount = try index[0].orThrow("ZCARD").int ?? 0
+        // An index of another type leaves its counts at 0 and says so; the others still count.
+        var errors: [String] = []
+        for i in index.indices {
+            guard let message = index[i].errorMessage else { continue }
+            index[i] = .null
+            let why = try await explain(message, key: indexKeys[i].key, expected: indexKeys[i].type)
+            if !errors.contains(why) { errors.append(why) }
+        }
+        let keyCount = index[0].int ?? 0
         let keyNames = (index[1].array ?? []).compactMap(\.string).compactMap(ActivityKey.init(parsing:))
         let types = (index[2].array ?? []).compactMap(\.string)
         let targetCount = index[3].int ?? 0
         let targets = (index[4].array ?? []).compactMap(\.string).compactMap(FollowTarget.init(parsing:))
-        var counts: [RedisCommand] = keyNames.map { RedisCommand("HLEN", keys.tokens($0)) }
-        counts += types.map { RedisCommand("SCARD", keys.startTokens(activityType: $0)) }
-        counts += targets.map { RedisCommand("SCARD", keys.followers($0)) }
-        let replies = try await redis.pipeline(counts)
+        var counted: [(key: String, type: String)] = keyNames.map { (keys.tokens($0), "hash") }
+        counted += types.map { (keys.startTokens(activityType: $0), "set") }
+        counted += targets.map { (keys.followers($0), "set") }
+        let replies = try await redis.pipeline(counted.map { RedisCommand($0.type == "hash" ? "HLEN" : "SCARD", $0.key) })
+        // A per-key hash or set of another type is left out of the sums; the first is named.
+        let wrong = replies.indices.filter { replies[$0].errorMessage != nil }
+        if let first = wrong.first, let message = replies[first].errorMessage {
+            let why = try await explain(message, key: counted[first].key, expected: counted[first].type)
+            errors.append(wrong.count == 1 ? "not counted: \(why)" : "\(wrong.count) keys not counted, the first: \(why)")
+        }
         func sum(_ r: ArraySlice<RESPValue>) -> Int64 { r.reduce(0) { $0 + ($1.int ?? 0) } }
         let k = keyNames.count, t = types.count
         return .init(activityKeys: keyCount,
                      activityTokens: sum(replies[0..<k]),
                      pushToStartTokens: sum(replies[k..<(k + t)]),
                      follows: sum(replies[(k + t)...]),
-                     truncated: keyCount > Int64(keyNames.count) || targetCount > Int64(targets.count))
+                     truncated: keyCount > Int64(keyNames.count) || targetCount > Int64(targets.count),
+                     error: errors.isEmpty ? nil : errors.joined(separator: "; "))
     }
 }
 
 extension InspectReport {
     /// A human-readable table.
     public func rendered() -> String {
-        var out = "ActivityCast at \(redis)\n\nSTREAMS\n"
+        var out = "ActivityCast at \(redis)\n"
+        let errors = errors
+        if !errors.isEmpty {
+            out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
+        }
+        out += "\nSTREAMS\n"
         var rows = [["stream", "kind", "length", "first id", "last id"]]
         for s in streams {
-            rows.append([s.name, s.kind, s.exists ? "\(s.length)" : "missing", s.firstID ?? "-", s.lastID ?? "-"])
+            rows.append([s.name, s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing", s.firstID ?? "-", s.lastID ?? "-"])
         }
         out += table(rows)
+        for s in streams { if let error = s.error { out += errorLine(error) } }
         out += "\nGROUPS\n"
         rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
         for s in streams {
@@ -198,7 +268,8 @@ extension InspectReport {
             }
         }
         out += table(rows)
-        out += "\nDEAD LETTERS  \(deadLetterStream): \(deadLetterCount)\n"
+        out += "\nDEAD LETTERS  \(deadLetterStream): \(deadLetterError == nil ? "\(deadLetterCount)" : "ERROR")\n"
+        if let deadLetterError { out += errorLine(deadLetterError) }
         if !latestDeadLetters.isEmpty {
             rows = [["id", "source", "reason"]]
             for d in latestDeadLetters { rows.append([d.id, "\(d.stream)/\(d.entryID)", String(d.reason.prefix(100))]) }
@@ -208,8 +279,11 @@ extension InspectReport {
         out += "\nREGISTRATIONS\(r.truncated ? " (partial counts: large index)" : "")\n"
         out += table([["activity keys", "activity tokens", "push-to-start tokens", "follows"],
                       ["\(r.activityKeys)", "\(r.activityTokens)", "\(r.pushToStartTokens)", "\(r.follows)"]])
+        if let error = r.error { out += errorLine(error) }
         return out
     }
+
+    private func errorLine(_ message: String) -> String { "  error: \(message)\n" }
 
     private func formatAge(_ ms: Int64) -> String {
         if ms < 1000 { return "\(ms)ms" }

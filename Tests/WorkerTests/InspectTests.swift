@@ -1,3 +1,4 @@
+import ActivityCastCore
 import ActivityCastWorker
 import Foundation
 import RedisClient
@@ -29,5 +30,50 @@ import TestSupport
         // The longest wait since delivery: the first entry's, delivered ~400 ms before the others.
         let age = try #require(group.oldestPendingAgeMillis)
         #expect(age >= 400 && age < 60_000, "oldest pending age \(age) ms")
+    }
+
+    @Test func aKeyOfTheWrongTypeSpoilsOnlyItsOwnSection() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let keys = settings.keys
+        let sports = try #require(settings.feeds.first { $0.kind == .sports }).stream
+        let transit = try #require(settings.feeds.first { $0.kind == .transit }).stream
+        _ = try await xadd(redis, sports, [("type", "match.started"), ("ts", "1"), ("match", "1")])
+        try await redis.command("SET", transit, "x")
+        try await redis.command("SET", settings.deadLetterStream, "x")
+        try await redis.command("SET", keys.activityTypes, "x")
+        let one = try #require(ActivityKey(parsing: "match:1")), two = try #require(ActivityKey(parsing: "match:2"))
+        try await redis.command("ZADD", keys.keysIndex, 1, "match:1", 2, "match:2")
+        try await redis.command("SET", keys.tokens(one), "x")
+        try await redis.command("HSET", keys.tokens(two), "A1", "9f3c")
+
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        let transitReport = try #require(report.streams.first { $0.name == transit })
+        #expect(transitReport.error == "WRONGTYPE: \(transit) is a string, not a stream")
+        let sportsReport = try #require(report.streams.first { $0.name == sports })
+        #expect(sportsReport.error == nil && sportsReport.exists && sportsReport.length == 1)
+        #expect(report.streams.first { $0.name == settings.registrationsStream }?.error == nil)
+        #expect(report.deadLetterError == "WRONGTYPE: \(settings.deadLetterStream) is a string, not a stream")
+        #expect(report.registrations.error == "WRONGTYPE: \(keys.activityTypes) is a string, not a set; "
+            + "not counted: WRONGTYPE: \(keys.tokens(one)) is a string, not a hash")
+        #expect(report.registrations.activityKeys == 2 && report.registrations.activityTokens == 1)
+        #expect(report.errors.count == 3)
+        let table = report.rendered()
+        #expect(table.contains("3 sections could not be read"))
+        #expect(table.contains("\n  error: WRONGTYPE: \(transit) is a string, not a stream\n"), "\(table)")
+        #expect(table.contains("\(settings.deadLetterStream): ERROR\n  error: WRONGTYPE: "), "\(table)")
+
+        // The command still prints its report and succeeds; the JSON has an error per section.
+        let env = ["prefix": settings.prefix]
+        let (status, out, err) = try await runActivitycast(["inspect"], redis: server, settings: env)
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("  error: WRONGTYPE: \(transit) is a string, not a stream") && out.contains("REGISTRATIONS"), "\(out)")
+        let (jsonStatus, json, jsonErr) = try await runActivitycast(["inspect", "--json"], redis: server, settings: env)
+        #expect(jsonStatus == 0, "\(jsonErr)")
+        let decoded = try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
+        #expect(decoded.streams.first { $0.name == transit }?.error == transitReport.error)
+        #expect(decoded.deadLetterError == report.deadLetterError && decoded.registrations.error == report.registrations.error)
     }
 }
