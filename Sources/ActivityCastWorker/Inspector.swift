@@ -43,9 +43,13 @@ public struct InspectReport: Codable, Sendable {
         public var error: String?
     }
 
+    /// One dead letter's `reason`, `stream` and `id` fields, each cut to its first
+    /// `Inspector.deadLetterTextBytes` bytes (its original fields are not read).
     public struct DeadLetter: Codable, Sendable {
         public var id: String
         public var reason: String
+        /// The size of the whole `reason` field: more than `reason` holds when it was cut.
+        public var reasonBytes: Int
         public var stream: String
         public var entryID: String
     }
@@ -86,6 +90,10 @@ public struct Inspector: Sendable {
     let countLimit = 10_000
     /// How many pending entries per group (the lowest ids) are read for the oldest pending age.
     public static let pendingSample = 100
+    /// How much of a dead letter's `reason`, `stream` and `id` the report keeps (bytes).
+    public static let deadLetterTextBytes = 4096
+    /// At most this many of the latest dead letters are read (`XREVRANGE … COUNT`).
+    public static let maxDeadLetters = 100
 
     public init(settings: Settings, redis: RedisConnection) {
         self.settings = settings
@@ -108,16 +116,23 @@ public struct Inspector: Sendable {
             }
         }
         let dlq = settings.deadLetterStream
-        let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", latest)])
+        // Only the latest few entries: a dead-letter stream can hold 100,000 of them.
+        let latest = min(max(latest, 0), Self.maxDeadLetters)
+        let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", max(latest, 1))])
         var latestDead: [InspectReport.DeadLetter] = []
         var deadLetterError: String?
         if let message = dlqReplies[0].errorMessage ?? dlqReplies[1].errorMessage {
             deadLetterError = try await explain(message, key: dlq, expected: "stream")
         } else {
-            for item in dlqReplies[1].array ?? [] {
+            for item in (dlqReplies[1].array ?? []).prefix(latest) {
                 guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
-                let map = pairs(fields)
-                latestDead.append(.init(id: entry.id, reason: map["reason"] ?? "", stream: map["stream"] ?? "", entryID: map["id"] ?? ""))
+                let map = pairs(fields, only: ["reason", "stream", "id"])
+                func text(_ name: String) -> (text: String, bytes: Int) {
+                    VisibleText.prefix(map[name] ?? [], maxBytes: Self.deadLetterTextBytes)
+                }
+                let reason = text("reason")
+                latestDead.append(.init(id: entry.id, reason: reason.text, reasonBytes: reason.bytes, stream: text("stream").text,
+                                        entryID: text("id").text))
             }
         }
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
@@ -144,10 +159,17 @@ public struct Inspector: Sendable {
         return "WRONGTYPE: \(key) is \(names[type] ?? "of type \(type)"), not \(names[expected] ?? expected)"
     }
 
-    private func pairs(_ fields: [[UInt8]]) -> [String: String] {
-        var map: [String: String] = [:]
+    /// The values of the fields named in `only`, as bytes (a dead letter's `f:*` copies of the
+    /// original entry can be large and are not needed here).
+    private func pairs(_ fields: [[UInt8]], only names: Set<String>) -> [String: [UInt8]] {
+        var map: [String: [UInt8]] = [:]
         var i = 0
-        while i + 1 < fields.count { map[String(decoding: fields[i], as: UTF8.self)] = String(decoding: fields[i + 1], as: UTF8.self); i += 2 }
+        while i + 1 < fields.count {
+            if fields[i].count <= 16, case let name = String(decoding: fields[i], as: UTF8.self), names.contains(name) {
+                map[name] = fields[i + 1]
+            }
+            i += 2
+        }
         return map
     }
 
@@ -237,9 +259,17 @@ public struct Inspector: Sendable {
 }
 
 extension InspectReport {
-    /// A human-readable table.
+    /// Characters a table cell shows of a name, id or reason before it is cut (`… (N bytes)`).
+    public static let cellLimit = 200
+    /// Rows a table shows before `… and N more`; `--json` lists everything.
+    public static let rowLimit = 100
+
+    /// A human-readable table. Everything that came from Redis is shown through
+    /// `VisibleText.escaped` and cut at `cellLimit` characters, and each table at `rowLimit` rows,
+    /// so the output stays small and holds no control character but its own newlines, whatever
+    /// the keys contain.
     public func rendered() -> String {
-        var out = "ActivityCast at \(redis)\n"
+        var out = "ActivityCast at \(cell(redis))\n"
         let errors = errors
         if !errors.isEmpty {
             out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
@@ -247,7 +277,8 @@ extension InspectReport {
         out += "\nSTREAMS\n"
         var rows = [["stream", "kind", "length", "first id", "last id"]]
         for s in streams {
-            rows.append([s.name, s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing", s.firstID ?? "-", s.lastID ?? "-"])
+            rows.append([cell(s.name), s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing",
+                         cell(s.firstID ?? "-"), cell(s.lastID ?? "-")])
         }
         out += table(rows)
         for s in streams { if let error = s.error { out += errorLine(error) } }
@@ -255,8 +286,8 @@ extension InspectReport {
         rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
         for s in streams {
             for g in s.groups {
-                rows.append([s.name, g.name, "\(g.consumers.count)", "\(g.pending)",
-                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", g.lastDeliveredID])
+                rows.append([cell(s.name), cell(g.name), "\(g.consumers.count)", "\(g.pending)",
+                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", cell(g.lastDeliveredID)])
             }
         }
         out += table(rows)
@@ -264,15 +295,18 @@ extension InspectReport {
         rows = [["stream", "group", "consumer", "pending", "idle"]]
         for s in streams {
             for g in s.groups {
-                for c in g.consumers { rows.append([s.name, g.name, c.name, "\(c.pending)", formatAge(c.idleMillis)]) }
+                for c in g.consumers { rows.append([cell(s.name), cell(g.name), cell(c.name), "\(c.pending)", formatAge(c.idleMillis)]) }
             }
         }
         out += table(rows)
-        out += "\nDEAD LETTERS  \(deadLetterStream): \(deadLetterError == nil ? "\(deadLetterCount)" : "ERROR")\n"
+        out += "\nDEAD LETTERS  \(cell(deadLetterStream)): \(deadLetterError == nil ? "\(deadLetterCount)" : "ERROR")\n"
         if let deadLetterError { out += errorLine(deadLetterError) }
         if !latestDeadLetters.isEmpty {
             rows = [["id", "source", "reason"]]
-            for d in latestDeadLetters { rows.append([d.id, "\(d.stream)/\(d.entryID)", String(d.reason.prefix(100))]) }
+            for d in latestDeadLetters {
+                rows.append([cell(d.id), cell("\(d.stream)/\(d.entryID)"),
+                             VisibleText.escaped(d.reason, limit: Self.cellLimit, totalBytes: d.reasonBytes)])
+            }
             out += table(rows)
         }
         let r = registrations
@@ -283,7 +317,9 @@ extension InspectReport {
         return out
     }
 
-    private func errorLine(_ message: String) -> String { "  error: \(message)\n" }
+    private func cell(_ text: String) -> String { VisibleText.escaped(text, limit: Self.cellLimit) }
+
+    private func errorLine(_ message: String) -> String { "  error: \(VisibleText.escaped(message, limit: 4 * Self.cellLimit))\n" }
 
     private func formatAge(_ ms: Int64) -> String {
         if ms < 1000 { return "\(ms)ms" }
@@ -292,14 +328,48 @@ extension InspectReport {
         return "\(ms / 3_600_000)h"
     }
 
+    /// Columns padded to their widest cell. Cells must already be escaped and cut: every cell is
+    /// padded to the widest one in its column, so one long cell would be multiplied by the rows
+    /// (a 100 KB consumer name made every consumer row 100 KB wide). The last column is not padded.
     private func table(_ rows: [[String]]) -> String {
         guard let header = rows.first else { return "" }
         if rows.count == 1 { return "  (none)\n" }
-        var widths = header.map(\.count)
-        for row in rows { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        return rows.map { row in
-            "  " + row.enumerated().map { i, cell in cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }.joined(separator: "  ")
-                .trimmingCharacters(in: .whitespaces)
-        }.joined(separator: "\n") + "\n"
+        let shown = rows.prefix(Self.rowLimit + 1)
+        // Widths in Unicode scalars, the unit the cells were cut in.
+        var widths = header.map { _ in 0 }
+        for row in shown { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.unicodeScalars.count) } }
+        var out = ""
+        for row in shown {
+            var line = " "
+            for (i, cell) in row.enumerated() {
+                line += " " + cell
+                if i < row.count - 1 { line += String(repeating: " ", count: widths[i] - cell.unicodeScalars.count + 1) }
+            }
+            while line.hasSuffix(" ") { line.removeLast() }
+            out += line + "\n"
+        }
+        if rows.count > shown.count { out += "  … and \(rows.count - shown.count) more (inspect --json lists them all)\n" }
+        return out
+    }
+
+    /// The report as JSON (sorted keys, indented). JSON already escapes C0 controls in strings;
+    /// DEL, C1 controls and the invisible formatting characters are escaped here as well
+    /// (`\u009b`), which JSON allows for any character, so no byte of the output can steer a terminal.
+    public func json() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let text = String(decoding: try encoder.encode(self), as: UTF8.self)
+        var out = ""
+        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
+        for scalar in text.unicodeScalars {
+            // Newlines outside strings are the indentation's; inside strings JSON wrote `\n`.
+            if scalar != "\n" && VisibleText.needsEscape(scalar) {
+                let digits = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }

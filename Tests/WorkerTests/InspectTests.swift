@@ -76,4 +76,62 @@ import TestSupport
         #expect(decoded.streams.first { $0.name == transit }?.error == transitReport.error)
         #expect(decoded.deadLetterError == report.deadLetterError && decoded.registrations.error == report.registrations.error)
     }
+
+    @Test func textFromRedisIsEscapedAndTheOutputStaysSmall() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let sports = settings.feeds[0].stream
+        // A 100 KB reason of terminal escape sequences (clear screen, set title, bell), CR LF, an
+        // 8-bit CSI and a bidi override; hostile stream, id and consumer names.
+        var reason = ""
+        while reason.utf8.count < 99_980 { reason += "\u{1b}[2J\u{1b}]0;owned\u{07}\r\n\u{9b}31m\u{202E}gnol " }
+        reason += String(repeating: "x", count: 100_000 - reason.utf8.count)
+        #expect(reason.utf8.count == 100_000)
+        try await redis.command("XADD", settings.deadLetterStream, "*", "reason", reason, "stream", "ac:\u{1b}[31mred", "id", "1-0\n",
+                                "f:type", String(repeating: "\u{1b}", count: 50_000))
+        try await redis.ensureGroup(stream: sports, group: settings.group)
+        try await redis.command("XGROUP", "CREATECONSUMER", sports, settings.group, "a-evil\u{1b}[2Jname")
+        // Many consumers with 10 KB names: each row used to be padded to the widest name.
+        for i in 0..<150 {
+            try await redis.command("XGROUP", "CREATECONSUMER", sports, settings.group, String(repeating: "c", count: 10_000) + "\(i)")
+        }
+
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        let dead = try #require(report.latestDeadLetters.first)
+        #expect(dead.reasonBytes == 100_000 && dead.reason.utf8.count <= Inspector.deadLetterTextBytes)
+        let table = report.rendered()
+        let raw = table.unicodeScalars.filter { $0 != "\n" && VisibleText.needsEscape($0) }
+        #expect(raw.isEmpty, "raw control characters: \(raw.map { String($0.value, radix: 16) })")
+        let deadSection = try #require(section(table, from: "DEAD LETTERS", to: "REGISTRATIONS"))
+        #expect(deadSection.utf8.count < 10_000, "dead-letter section is \(deadSection.utf8.count) bytes")
+        #expect(deadSection.contains("\\x1b[2J\\x1b]0;owned\\x07\\r\\n\\u{9B}31m\\u{202E}gnol"), "\(deadSection)")
+        #expect(deadSection.contains("… (100000 bytes)") && deadSection.contains("ac:\\x1b[31mred/1-0\\n"), "\(deadSection)")
+        let consumers = try #require(section(table, from: "CONSUMERS", to: "DEAD LETTERS"))
+        #expect(consumers.contains("a-evil\\x1b[2Jname"))
+        #expect(consumers.contains("… and 51 more"), "\(consumers.suffix(300))")
+        #expect(consumers.utf8.count < 50_000, "consumers section is \(consumers.utf8.count) bytes")
+        #expect(table.utf8.count < 100_000, "table is \(table.utf8.count) bytes")
+
+        // JSON escapes them too (C0 by JSON itself, DEL, C1 and bidi by the report), and decodes back.
+        let json = try report.json()
+        #expect(json.unicodeScalars.allSatisfy { $0 == "\n" || !VisibleText.needsEscape($0) })
+        #expect(json.contains("\\u009b31m\\u202egnol"))
+        let decoded = try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
+        #expect(decoded.latestDeadLetters.first?.reason == dead.reason)
+
+        // What the command prints is the same.
+        let (status, out, err) = try await runActivitycast(["inspect"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(status == 0, "\(err)")
+        #expect(out.unicodeScalars.allSatisfy { $0 == "\n" || !VisibleText.needsEscape($0) } && out.utf8.count < 100_000)
+    }
+
+    /// The text from the line starting with `from` up to the line starting with `to`.
+    func section(_ text: String, from: String, to: String) -> Substring? {
+        guard let start = text.range(of: "\n" + from), let end = text.range(of: "\n" + to, range: start.upperBound..<text.endIndex) else {
+            return nil
+        }
+        return text[start.upperBound..<end.lowerBound]
+    }
 }
