@@ -3,8 +3,9 @@ import Foundation
 import RedisClient
 
 /// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
-/// `Inspector.pendingSample` entries), XLEN, XREVRANGE, ZCARD, SCARD, HLEN and SMEMBERS/ZRANGE on
-/// small index sets.
+/// `Inspector.pendingSample` entries), XLEN, XREVRANGE (the latest few), ZCARD, SCARD, HLEN,
+/// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, and TYPE to explain a key
+/// of the wrong type.
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -66,6 +67,17 @@ public struct InspectReport: Codable, Sendable {
         public var error: String?
     }
 
+    /// The fleet-wide counters hash (`RedisKeys.counters`) that workers `HINCRBY`.
+    public struct Counters: Codable, Sendable {
+        public var key: String
+        /// Every field with an integer value (`registrations_stale` → 12).
+        public var values: [String: Int64]
+        /// True when the hash had more fields than `Inspector.counterLimit`, which were read.
+        public var truncated: Bool
+        /// Why the hash, or some of its fields, could not be read. Nil when all were.
+        public var error: String?
+    }
+
     public var redis: String
     public var generatedAtMillis: Int64
     public var streams: [Stream]
@@ -75,11 +87,12 @@ public struct InspectReport: Codable, Sendable {
     /// Why the dead-letter stream could not be read; the count is then 0 and the list empty.
     public var deadLetterError: String?
     public var registrations: Registrations
+    public var counters: Counters
 
     /// Every section's error, in the order of the report. A report with errors is still a report:
     /// each section says what went wrong with it, and the others are complete.
     public var errors: [String] {
-        streams.compactMap(\.error) + [deadLetterError, registrations.error].compactMap { $0 }
+        streams.compactMap(\.error) + [deadLetterError, registrations.error, counters.error].compactMap { $0 }
     }
 }
 
@@ -94,6 +107,8 @@ public struct Inspector: Sendable {
     public static let deadLetterTextBytes = 4096
     /// At most this many of the latest dead letters are read (`XREVRANGE … COUNT`).
     public static let maxDeadLetters = 100
+    /// About this many counter fields are read (`HSCAN … COUNT`); a hash this large is a bug.
+    public static let counterLimit = 1000
 
     public init(settings: Settings, redis: RedisConnection) {
         self.settings = settings
@@ -137,7 +152,29 @@ public struct Inspector: Sendable {
         }
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
                              deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
-                             latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations())
+                             latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
+                             counters: try await counters())
+    }
+
+    private func counters() async throws -> InspectReport.Counters {
+        let key = settings.keys.counters
+        let replies = try await redis.pipeline([RedisCommand("HLEN", key), RedisCommand("HSCAN", key, 0, "COUNT", Self.counterLimit)])
+        if let message = replies[0].errorMessage ?? replies[1].errorMessage {
+            return .init(key: key, values: [:], truncated: false, error: try await explain(message, key: key, expected: "hash"))
+        }
+        let items = (replies[1].array ?? []).dropFirst().first?.array ?? []
+        var values: [String: Int64] = [:]
+        var notIntegers: [String] = []
+        var i = 0
+        while i + 1 < items.count {
+            let name = String(decoding: items[i].bytes ?? [], as: UTF8.self)
+            if let value = items[i + 1].int { values[name] = value } else { notIntegers.append(name) }
+            i += 2
+        }
+        let read = Int64(values.count + notIntegers.count)
+        let error = notIntegers.isEmpty ? nil
+            : "\(key): not an integer, left out: " + notIntegers.sorted().map { "'\($0)'" }.joined(separator: ", ")
+        return .init(key: key, values: values, truncated: (replies[0].int ?? 0) > read, error: error)
     }
 
     /// The message for a section that failed with `error`, or `error` rethrown when it is not about
@@ -314,6 +351,9 @@ extension InspectReport {
         out += table([["activity keys", "activity tokens", "push-to-start tokens", "follows"],
                       ["\(r.activityKeys)", "\(r.activityTokens)", "\(r.pushToStartTokens)", "\(r.follows)"]])
         if let error = r.error { out += errorLine(error) }
+        out += "\nCOUNTERS  \(cell(counters.key))\(counters.truncated ? " (partial: a large hash)" : "")\n"
+        out += table([["counter", "value"]] + counters.values.sorted { $0.key < $1.key }.map { [cell($0.key), "\($0.value)"] })
+        if let error = counters.error { out += errorLine(error) }
         return out
     }
 

@@ -127,6 +127,50 @@ import TestSupport
         #expect(out.unicodeScalars.allSatisfy { $0 == "\n" || !VisibleText.needsEscape($0) } && out.utf8.count < 100_000)
     }
 
+    @Test func countersShowEveryFieldWorkersIncrement() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let key = settings.keys.counters
+        let inspector = Inspector(settings: settings, redis: redis)
+
+        let empty = try await inspector.report()
+        #expect(empty.counters.key == key && empty.counters.values.isEmpty && empty.counters.error == nil)
+        #expect(empty.rendered().hasSuffix("COUNTERS  \(key)\n  (none)\n"))
+
+        try await redis.command("HINCRBY", key, "registrations_stale", 3)
+        try await redis.command("HINCRBY", key, "registrations_stale", 2)
+        try await redis.command("HINCRBY", key, "entries_dead_lettered", 7)
+        let report = try await inspector.report()
+        #expect(report.counters.values == ["registrations_stale": 5, "entries_dead_lettered": 7])
+        #expect(report.counters.error == nil && !report.counters.truncated)
+        let table = report.rendered()
+        #expect(table.hasSuffix("""
+            COUNTERS  \(key)
+              counter                value
+              entries_dead_lettered  7
+              registrations_stale    5
+
+            """), "\(table)")
+
+        // The command's JSON carries them too.
+        let (status, json, err) = try await runActivitycast(["inspect", "--json"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(status == 0, "\(err)")
+        let decoded = try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
+        #expect(decoded.counters.values == report.counters.values)
+
+        // A value that is not an integer is named and left out; the others are shown.
+        try await redis.command("HSET", key, "note", "hello")
+        let odd = try await inspector.report()
+        #expect(odd.counters.values.count == 2 && odd.counters.error == "\(key): not an integer, left out: 'note'")
+        // A counters key of another type is this section's error only.
+        try await redis.command("DEL", key)
+        try await redis.command("SET", key, "x")
+        let wrong = try await inspector.report()
+        #expect(wrong.counters.error == "WRONGTYPE: \(key) is a string, not a hash" && wrong.errors.count == 1)
+    }
+
     /// The text from the line starting with `from` up to the line starting with `to`.
     func section(_ text: String, from: String, to: String) -> Substring? {
         guard let start = text.range(of: "\n" + from), let end = text.range(of: "\n" + to, range: start.upperBound..<text.endIndex) else {
