@@ -37,6 +37,10 @@ public struct Settings: Sendable {
     public var logLevel: String
     public var logFormat: String
     public var apns: APNsSettings
+    /// Problems that did not stop loading but that the operator should see, e.g. an
+    /// `ACTIVITYCAST_*` variable that is no setting (a misspelt `ACTIVITYCAST_WORKER_BATCH_SIZE`):
+    /// commands log each at start.
+    public var warnings: [String] = []
 
     /// The streams the worker reads, registrations first, each with its kind.
     public var inputStreams: [Feed] {
@@ -101,6 +105,29 @@ public enum SettingsLoader {
         "ACTIVITYCAST_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }
 
+    /// `ACTIVITYCAST_*` variables that are read elsewhere and are no settings: the configuration
+    /// file's path, and the knobs of the opt-in benchmarks among the tests
+    /// (Tests/APNsSandboxTests/SandboxBench.swift, Tests/HTTP2KitTests/BenchmarkTests.swift).
+    public static let otherVariables: Set<String> = [
+        "ACTIVITYCAST_CONFIG",
+        "ACTIVITYCAST_SANDBOX_BENCH", "ACTIVITYCAST_SANDBOX_BENCH_ROUNDS", "ACTIVITYCAST_SANDBOX_BENCH_THREADS",
+        "ACTIVITYCAST_SANDBOX_BENCH_TOKENS",
+        "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
+    ]
+
+    /// One warning per `ACTIVITYCAST_*` variable that is neither a setting nor one of
+    /// `otherVariables`, with the closest known name when it is near: a misspelt variable would
+    /// otherwise be ignored without a word. Only names are shown, never values (they may be keys).
+    public static func unknownVariables(in environment: [String: String]) -> [String] {
+        let settingNames = known.map { environmentName($0.key) }
+        let all = Set(settingNames).union(otherVariables)
+        return environment.keys.filter { $0.hasPrefix("ACTIVITYCAST_") && !all.contains($0) }.sorted().map { name in
+            let close = (settingNames + otherVariables.sorted()).min { distance($0, name) < distance($1, name) }
+            let hint = close.map { distance($0, name) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
+            return "environment variable \(VisibleText.escaped(name, limit: 100)) is not a setting and is ignored\(hint)"
+        }
+    }
+
     /// Loads and validates. `overrides` are command-line values by key (e.g. `redis.url`).
     public static func load(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment,
                             overrides: [String: String] = [:]) throws -> Settings {
@@ -118,7 +145,9 @@ public enum SettingsLoader {
             if let value = environment[name] { raw[key] = (value, name) }
         }
         for (key, value) in overrides { raw[key] = (value, "the command line") }
-        return try build(raw)
+        var settings = try build(raw)
+        settings.warnings += unknownVariables(in: environment)
+        return settings
     }
 
     /// Reads YAML into dotted keys. Nested mappings become `a.b`; the feed list may be a sequence

@@ -90,6 +90,19 @@ import TestSupport
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
     }
 
+    @Test func aMisspeltVariableIsLoggedAsAWarningAtStart() async throws {
+        let server = try await RedisServer()
+        let (status, _, err) = try await runActivitycast(["inspect"], redis: server,
+                                                         settings: ["prefix": "warn\(UInt32.random(in: 0...UInt32.max))", "worker.batchsize": "10"])
+        #expect(status == 0, "\(err)")
+        let warnings = jsonLogLines(err).filter { $0["level"] == "warning" }
+        // Names built, not written out: a misspelt name in the sources would fail the test that
+        // every name the repository uses is known.
+        let wrong = SettingsLoader.environmentName("worker.batchsize"), right = SettingsLoader.environmentName("worker.batch_size")
+        #expect(warnings.map { $0["msg"] } == ["environment variable \(wrong) is not a setting and is ignored (did you mean \(right)?)"],
+                "\(err)")
+    }
+
     @Test func inspectWithoutRedisFailsClearly() async throws {
         let port = freeLoopbackPort()  // nothing listens here
         let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["inspect", "--redis", "redis://127.0.0.1:\(port)"],

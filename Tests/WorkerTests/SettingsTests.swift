@@ -67,4 +67,44 @@ import TestSupport
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: file, environment: [:]) }
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: dir.path + "/missing.yaml", environment: [:]) }
     }
+
+    @Test func unknownEnvironmentVariablesAreWarnedAbout() throws {
+        let s = try SettingsLoader.load(file: nil, environment: [
+            "ACTIVITYCAST_WORKER_BATCHSIZE": "10", "ACTIVITYCAST_WORKER_BATCH_SIZE": "100", "ACTIVITYCAST_NOT_EVEN_CLOSE": "x",
+            "ACTIVITYCAST_CONFIG": "", "ACTIVITYCAST_SANDBOX_BENCH": "1", "ACTIVITYCAST_H2_BENCH_REQUESTS": "5",
+            "ACTIVITYCAST_APNS_KEYS": "secret", "HOME": "/root",
+        ])
+        #expect(s.batchSize == 100)
+        #expect(s.warnings == [
+            "environment variable ACTIVITYCAST_APNS_KEYS is not a setting and is ignored (did you mean ACTIVITYCAST_APNS_KEY?)",
+            "environment variable ACTIVITYCAST_NOT_EVEN_CLOSE is not a setting and is ignored",
+            "environment variable ACTIVITYCAST_WORKER_BATCHSIZE is not a setting and is ignored (did you mean ACTIVITYCAST_WORKER_BATCH_SIZE?)",
+        ])
+        #expect(!s.warnings.joined().contains("secret"))  // names only, never values
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_PREFIX": "x"]).warnings.isEmpty)
+    }
+
+    /// Every `ACTIVITYCAST_*` name the repository uses is a setting or one of the known others, so
+    /// no legitimate variable draws the misspelling warning. (This file is skipped: it misspells
+    /// names on purpose.)
+    @Test func everyVariableTheRepositoryUsesIsKnown() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let pattern = try NSRegularExpression(pattern: "ACTIVITYCAST_[A-Z0-9_]*[A-Z0-9]")
+        var unknown: Set<String> = []
+        var files = 0
+        for folder in ["Sources", "Tests", "scripts", "Deploy"] {
+            let base = root.appendingPathComponent(folder)
+            guard let walker = FileManager.default.enumerator(atPath: base.path) else { continue }
+            for case let path as String in walker where !path.hasSuffix("SettingsTests.swift") {
+                guard let text = try? String(contentsOfFile: base.appendingPathComponent(path).path, encoding: .utf8) else { continue }
+                files += 1
+                for match in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+                    let name = String(text[Range(match.range, in: text)!])
+                    if !SettingsLoader.unknownVariables(in: [name: ""]).isEmpty { unknown.insert(name) }
+                }
+            }
+        }
+        #expect(files > 50)
+        #expect(unknown.isEmpty, "used in the repository but would draw a warning: \(unknown.sorted())")
+    }
 }
