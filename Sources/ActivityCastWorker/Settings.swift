@@ -226,12 +226,19 @@ public enum SettingsLoader {
 
         var feeds: [Settings.Feed] = []
         let feedText = string("streams.feeds", "sports=\(prefix):feed:sports,transit=\(prefix):feed:transit")
-        for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
-            let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
-            guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
-                throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(part)'")
+        // No feeds must be asked for by name: an empty value is more often a variable that lost
+        // its value than a wish to stop reading every feed.
+        if feedText.trimmingCharacters(in: .whitespaces) != "none" {
+            for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
+                let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
+                guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
+                    throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(part)'")
+                }
+                feeds.append(.init(kind: kind, stream: kv[1]))
             }
-            feeds.append(.init(kind: kind, stream: kv[1]))
+            if feeds.isEmpty {
+                throw wrong("streams.feeds", "is empty; write 'none' to read no feed stream (the worker then applies only registrations)")
+            }
         }
         let registrations = try name("streams.registrations", "\(prefix):registrations")
         let deadLetter = try name("streams.dead_letter", "\(prefix):deadletter")

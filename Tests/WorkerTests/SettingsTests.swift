@@ -68,6 +68,25 @@ import TestSupport
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: dir.path + "/missing.yaml", environment: [:]) }
     }
 
+    @Test func noFeedsMustBeAskedForWithNone() throws {
+        let empty = "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): is empty; write 'none' to read no feed stream "
+            + "(the worker then applies only registrations)"
+        for value in ["", " ", " , "] {
+            #expect { try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": value]) } throws: { "\($0)" == empty }
+        }
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": "none"]).feeds.isEmpty)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": "none"]).inputStreams.map(\.kind)
+            == [.registrations])
+
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/feeds.yaml"
+        try "streams:\n  feeds: []\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("is empty; write 'none'") }
+        try "streams:\n  feeds: none\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try SettingsLoader.load(file: file, environment: [:]).feeds.isEmpty)
+    }
+
     @Test func unknownEnvironmentVariablesAreWarnedAbout() throws {
         let s = try SettingsLoader.load(file: nil, environment: [
             "ACTIVITYCAST_WORKER_BATCHSIZE": "10", "ACTIVITYCAST_WORKER_BATCH_SIZE": "100", "ACTIVITYCAST_NOT_EVEN_CLOSE": "x",
