@@ -191,7 +191,7 @@ public enum SettingsLoader {
     static func unknownKey(_ key: String, file: String) -> SettingsError {
         let close = known.map(\.key).min { distance($0, key) < distance($1, key) }
         let hint = close.map { distance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
-        return SettingsError(description: "\(file): unknown setting '\(key)'\(hint)")
+        return SettingsError(description: "\(file): unknown setting '\(shown(key))'\(hint)")
     }
 
     static func build(_ raw: [String: (value: String, source: String)]) throws -> Settings {
@@ -202,7 +202,7 @@ public enum SettingsLoader {
         func string(_ key: String, _ fallback: String) -> String { raw[key]?.value ?? fallback }
         func int(_ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
             guard let text = raw[key]?.value else { return fallback }
-            guard let v = Int(text.trimmingCharacters(in: .whitespaces)) else { throw wrong(key, "must be a whole number, got '\(text)'") }
+            guard let v = Int(text.trimmingCharacters(in: .whitespaces)) else { throw wrong(key, "must be a whole number, got '\(shown(text))'") }
             guard range.contains(v) else { throw wrong(key, "must be between \(range.lowerBound) and \(range.upperBound), got \(v)") }
             return v
         }
@@ -211,9 +211,7 @@ public enum SettingsLoader {
         }
         func name(_ key: String, _ fallback: String) throws -> String {
             let v = string(key, fallback)
-            guard !v.isEmpty, v.utf8.count <= 200, !v.contains(where: { $0.isWhitespace }) else {
-                throw wrong(key, "must be a non-empty name without spaces, got '\(v)'")
-            }
+            if let problem = nameProblem(v) { throw wrong(key, problem) }
             return v
         }
 
@@ -232,8 +230,9 @@ public enum SettingsLoader {
             for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
                 let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
                 guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
-                    throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(part)'")
+                    throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(shown(part))'")
                 }
+                if let problem = nameProblem(kv[1]) { throw wrong("streams.feeds", "the \(kind.rawValue) stream name \(problem)") }
                 feeds.append(.init(kind: kind, stream: kv[1]))
             }
             if feeds.isEmpty {
@@ -244,7 +243,7 @@ public enum SettingsLoader {
         let deadLetter = try name("streams.dead_letter", "\(prefix):deadletter")
         let all = feeds.map(\.stream) + [registrations, deadLetter]
         if Set(all).count != all.count {
-            throw wrong("streams.feeds", "every stream (feeds, registrations, dead letters) must be distinct: \(all.joined(separator: ", "))")
+            throw wrong("streams.feeds", "every stream (feeds, registrations, dead letters) must be distinct: \(shown(all.joined(separator: ", ")))")
         }
 
         var limits = DecodeLimits()
@@ -254,10 +253,10 @@ public enum SettingsLoader {
 
         let level = string("log.level", "info")
         guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
-            throw wrong("log.level", "must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'")
+            throw wrong("log.level", "must be one of trace, debug, info, notice, warning, error, critical; got '\(shown(level))'")
         }
         let format = string("log.format", "text")
-        guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(format)'") }
+        guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(shown(format))'") }
 
         let settings = Settings(
             redisURL: url,
@@ -285,11 +284,42 @@ public enum SettingsLoader {
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }
-        if settings.consumer.contains(where: { $0.isWhitespace }) {
-            throw wrong("worker.consumer", "must not contain spaces")
+        if !settings.consumer.isEmpty, let problem = consumerProblem(settings.consumer) {
+            throw wrong("worker.consumer", problem)
         }
         return settings
     }
+
+    /// Longest name (prefix, group, stream, consumer) in bytes.
+    public static let maxNameBytes = 200
+
+    /// Why `name` can't be a prefix, group or stream name (nil when it can): names are 1 to 200
+    /// bytes without spaces or control characters, which would reach keys, `XINFO` output and log
+    /// lines as they are.
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "must not be empty" }
+        if name.utf8.count > maxNameBytes { return "must be at most \(maxNameBytes) bytes, got \(name.utf8.count): '\(shown(name))'" }
+        if name.unicodeScalars.contains(where: VisibleText.needsEscape) {
+            return "must not contain control characters, got '\(shown(name))'"
+        }
+        if name.contains(where: \.isWhitespace) { return "must not contain spaces, got '\(shown(name))'" }
+        return nil
+    }
+
+    /// Why `name` can't be a consumer name (nil when it can). Stricter than other names: it goes
+    /// into the connections' Redis client names (`CLIENT SETNAME activitycast-reader-<consumer>`),
+    /// which Redis refuses unless every byte is printable ASCII other than space.
+    public static func consumerProblem(_ name: String) -> String? {
+        if let problem = nameProblem(name) { return problem }
+        guard name.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            return "must be printable ASCII without spaces ('!' to '~': letters, digits and punctuation), because it is part of "
+                + "the connections' Redis client names; got '\(shown(name))'"
+        }
+        return nil
+    }
+
+    /// A value quoted in an error or warning: escaped and cut, so it can't garble the log line.
+    static func shown(_ value: String) -> String { VisibleText.escaped(value, limit: 100) }
 
     static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
@@ -339,7 +369,7 @@ public struct APNsSettings: Sendable {
         let local = endpoint == "sandbox"
         let known = ["development", "production", "sandbox"]
         if !known.contains(endpoint) && endpoint.split(separator: ":").count < 2 {
-            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(endpoint)'")
+            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(SettingsLoader.shown(endpoint))'")
         }
         let channels = string("apns.channels_endpoint") ?? {
             switch endpoint {
@@ -349,7 +379,7 @@ public struct APNsSettings: Sendable {
             }
         }()
         let verify = string("apns.verify") ?? "true"
-        guard ["true", "false"].contains(verify) else { throw wrong("apns.verify", "must be true or false, got '\(verify)'") }
+        guard ["true", "false"].contains(verify) else { throw wrong("apns.verify", "must be true or false, got '\(SettingsLoader.shown(verify))'") }
         let settings = APNsSettings(
             endpoint: local ? listen : endpoint,
             channelsEndpoint: channels,
@@ -367,7 +397,7 @@ public struct APNsSettings: Sendable {
             sandboxDirectory: dir,
             sandboxListen: listen)
         if settings.bundleID.isEmpty || settings.bundleID.contains(" ") {
-            throw wrong("apns.bundle_id", "must be the app's bundle id, got '\(settings.bundleID)'")
+            throw wrong("apns.bundle_id", "must be the app's bundle id, got '\(SettingsLoader.shown(settings.bundleID))'")
         }
         return settings
     }

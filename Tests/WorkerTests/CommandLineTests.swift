@@ -90,6 +90,13 @@ import TestSupport
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
     }
 
+    @Test func aConsumerNameRedisWouldRefuseStopsTheWorkerAtStart() async throws {
+        let server = try await RedisServer()
+        let (status, _, err) = try await runActivitycast(["worker", "--consumer", "wörker"], redis: server)
+        #expect(status != 0)
+        #expect(err.contains("setting worker.consumer (from the command line): must be printable ASCII without spaces ('!' to '~'"), "\(err)")
+    }
+
     @Test func aMisspeltVariableIsLoggedAsAWarningAtStart() async throws {
         let server = try await RedisServer()
         let (status, _, err) = try await runActivitycast(["inspect"], redis: server,

@@ -68,6 +68,38 @@ import TestSupport
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: dir.path + "/missing.yaml", environment: [:]) }
     }
 
+    @Test func namesRejectControlCharactersAndConsumersNonASCII() throws {
+        func failure(_ env: [String: String] = [:], _ overrides: [String: String] = [:]) -> String {
+            do { _ = try SettingsLoader.load(file: nil, environment: env, overrides: overrides); return "no error" } catch { return "\(error)" }
+        }
+        #expect(failure(["ACTIVITYCAST_PREFIX": "ac\u{1b}[31m"])
+            == "setting prefix (from ACTIVITYCAST_PREFIX): must not contain control characters, got 'ac\\x1b[31m'")
+        #expect(failure(["ACTIVITYCAST_GROUP": "g\nfake log line"])
+            == "setting group (from ACTIVITYCAST_GROUP): must not contain control characters, got 'g\\nfake log line'")
+        #expect(failure(["ACTIVITYCAST_STREAMS_REGISTRATIONS": "r\u{7f}"]).contains("must not contain control characters, got 'r\\x7f'"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_DEAD_LETTER": "d\u{9b}"]).contains("must not contain control characters, got 'd\\u{9B}'"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_FEEDS": "sports=s\u{202E}x"])
+            == "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): the sports stream name must not contain control characters, "
+            + "got 's\\u{202E}x'")
+        #expect(failure(["ACTIVITYCAST_STREAMS_FEEDS": "sports=a b"]).contains("the sports stream name must not contain spaces"))
+        #expect(failure(["ACTIVITYCAST_GROUP": ""]) == "setting group (from ACTIVITYCAST_GROUP): must not be empty")
+        #expect(failure(["ACTIVITYCAST_PREFIX": String(repeating: "p", count: 201)]).contains("must be at most 200 bytes, got 201"))
+        #expect(failure(["ACTIVITYCAST_PREFIX": String(repeating: "p", count: 180)]) == "no error")  // derived names stay under 200
+
+        // The consumer name goes into CLIENT SETNAME: printable ASCII only.
+        #expect(failure([:], ["worker.consumer": "wörker"])
+            == "setting worker.consumer (from the command line): must be printable ASCII without spaces ('!' to '~': letters, digits "
+            + "and punctuation), because it is part of the connections' Redis client names; got 'wörker'")
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": "a b"]).contains("must not contain spaces"))
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": "a\tb"]).contains("must not contain control characters, got 'a\\tb'"))
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": String(repeating: "c", count: 201)]).contains("at most 200 bytes"))
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_WORKER_CONSUMER": "pod-7.ns_1:x~!"]).consumer == "pod-7.ns_1:x~!")
+        // Empty still means the default, <hostname>-<pid>.
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_WORKER_CONSUMER": ""]).consumer == "")
+        // Values quoted in other errors are escaped too.
+        #expect(failure(["ACTIVITYCAST_WORKER_BATCH_SIZE": "1\u{1b}[2J"]).hasSuffix("must be a whole number, got '1\\x1b[2J'"))
+    }
+
     @Test func noFeedsMustBeAskedForWithNone() throws {
         let empty = "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): is empty; write 'none' to read no feed stream "
             + "(the worker then applies only registrations)"
