@@ -151,7 +151,8 @@ public enum SettingsLoader {
     }
 
     /// Reads YAML into dotted keys. Nested mappings become `a.b`; the feed list may be a sequence
-    /// of `{kind, stream}` mappings.
+    /// of `{kind, stream}` mappings. A null value (`worker:` with nothing under it, `prefix: ~`)
+    /// is an empty section or a setting not set.
     static func flatten(yaml: String, file: String) throws -> [(String, String)] {
         let node: Node?
         do { node = try Yams.compose(yaml: yaml) } catch {
@@ -165,6 +166,10 @@ public enum SettingsLoader {
             for (k, v) in mapping {
                 guard let name = k.string else { throw SettingsError(description: "\(file): keys must be strings") }
                 let key = prefix.isEmpty ? name : "\(prefix).\(name)"
+                if v.null != nil {
+                    guard knownKeys.contains(key) || sections.contains(key) else { throw unknownKey(key, file: file) }
+                    continue
+                }
                 if key == "streams.feeds", let list = v.sequence {
                     var parts: [String] = []
                     for item in list {
@@ -175,6 +180,8 @@ public enum SettingsLoader {
                     }
                     out.append((key, parts.joined(separator: ",")))
                 } else if let m = v.mapping {
+                    // Checked here too, or an empty mapping under a misspelt section would pass.
+                    guard sections.contains(key) else { throw unknownKey(key, file: file) }
                     try walk(m, prefix: key)
                 } else if let s = v.scalar?.string {
                     guard knownKeys.contains(key) else { throw unknownKey(key, file: file) }
@@ -188,8 +195,13 @@ public enum SettingsLoader {
         return out
     }
 
+    /// The sections of the file: `redis`, `streams`, `worker`, …
+    static let sections: Set<String> = Set(known.compactMap { entry in
+        entry.key.lastIndex(of: ".").map { String(entry.key[..<$0]) }
+    })
+
     static func unknownKey(_ key: String, file: String) -> SettingsError {
-        let close = known.map(\.key).min { distance($0, key) < distance($1, key) }
+        let close = (known.map(\.key) + sections.sorted()).min { distance($0, key) < distance($1, key) }
         let hint = close.map { distance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
         return SettingsError(description: "\(file): unknown setting '\(shown(key))'\(hint)")
     }

@@ -100,6 +100,42 @@ import TestSupport
         #expect(failure(["ACTIVITYCAST_WORKER_BATCH_SIZE": "1\u{1b}[2J"]).hasSuffix("must be a whole number, got '1\\x1b[2J'"))
     }
 
+    @Test func emptySectionsAndNullValuesAreNotSettings() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/nulls.yaml"
+        try """
+        worker:
+        redis:
+          url:
+        prefix: ~
+        group: null
+        streams:
+          feeds:
+        limits: {}
+        log:
+          level: debug
+
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let s = try SettingsLoader.load(file: file, environment: [:])
+        #expect(s.prefix == "ac" && s.group == "activitycast" && s.batchSize == 256 && s.redisURL.port == 6379)
+        #expect(s.feeds.count == 2 && s.logLevel == "debug")
+        // A quoted empty string is a value, not null.
+        try "group: ''\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("setting group (from \(file)): must not be empty") }
+        // Unknown names are still unknown, empty or not.
+        try "wroker:\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: {
+            "\($0)" == "\(file): unknown setting 'wroker' (did you mean worker?)"
+        }
+        try "wroker: {}\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("unknown setting 'wroker'") }
+        try "worker:\n  batchsize:\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: {
+            "\($0)" == "\(file): unknown setting 'worker.batchsize' (did you mean worker.batch_size?)"
+        }
+    }
+
     @Test func noFeedsMustBeAskedForWithNone() throws {
         let empty = "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): is empty; write 'none' to read no feed stream "
             + "(the worker then applies only registrations)"
