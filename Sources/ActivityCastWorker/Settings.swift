@@ -134,11 +134,7 @@ public enum SettingsLoader {
         var raw: [String: (value: String, source: String)] = [:]
         let path = file ?? environment["ACTIVITYCAST_CONFIG"]
         if let path, !path.isEmpty {
-            let text: String
-            do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-                throw SettingsError(description: "cannot read the configuration file \(path): \(error.localizedDescription)")
-            }
-            for (key, value) in try flatten(yaml: text, file: path) { raw[key] = (value, path) }
+            for (key, value) in try flatten(yaml: try readFile(path), file: path) { raw[key] = (value, path) }
         }
         for (key, _) in known {
             let name = environmentName(key)
@@ -148,6 +144,41 @@ public enum SettingsLoader {
         var settings = try build(raw)
         settings.warnings += unknownVariables(in: environment)
         return settings
+    }
+
+    /// A configuration file is never larger than this; more means the path names something else.
+    static let maxFileBytes = 1 << 20
+
+    /// The text of the configuration file at `path`, or an error in the operator's terms: the
+    /// system's reason when it can't be opened or read (`No such file or directory`, `Permission
+    /// denied`), and plain words for a directory, something too large, or bytes that are not
+    /// UTF-8. An empty file (or `/dev/null`) is an empty text: no settings.
+    static func readFile(_ path: String) throws -> String {
+        func failure(_ why: String) -> SettingsError { SettingsError(description: "cannot read the configuration file \(path): \(why)") }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure(String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var info = stat()
+        if fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR {
+            throw SettingsError(description: "\(path) is a directory, not a configuration file")
+        }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw failure(String(cString: strerror(errno)))
+            }
+            if n == 0 { break }
+            bytes += buffer[..<n]
+            // Bounded, so /dev/zero or a log file given by mistake can't fill the memory.
+            if bytes.count > maxFileBytes { throw SettingsError(description: "\(path) is larger than 1 MB, not a configuration file") }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw SettingsError(description: "\(path) is not UTF-8 text, not a configuration file")
+        }
+        return text
     }
 
     /// Reads YAML into dotted keys. Nested mappings become `a.b`; the feed list may be a sequence

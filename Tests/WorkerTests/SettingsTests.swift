@@ -100,6 +100,34 @@ import TestSupport
         #expect(failure(["ACTIVITYCAST_WORKER_BATCH_SIZE": "1\u{1b}[2J"]).hasSuffix("must be a whole number, got '1\\x1b[2J'"))
     }
 
+    @Test func aConfigurationPathThatIsNoFileSaysWhatItIs() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        func failure(_ path: String) -> String {
+            do { _ = try SettingsLoader.load(file: path, environment: [:]); return "no error" } catch { return "\(error)" }
+        }
+        #expect(failure(dir.path) == "\(dir.path) is a directory, not a configuration file")
+        #expect(failure(dir.path + "/missing.yaml") == "cannot read the configuration file \(dir.path)/missing.yaml: No such file or directory")
+        #expect(failure("/dev/zero") == "/dev/zero is larger than 1 MB, not a configuration file")
+        let binary = dir.path + "/binary.yaml"
+        try Data([0x70, 0x72, 0x65, 0x66, 0x69, 0x78, 0x3A, 0x20, 0xFF, 0xFE, 0x0A]).write(to: URL(fileURLWithPath: binary))
+        #expect(failure(binary) == "\(binary) is not UTF-8 text, not a configuration file")
+        if getuid() != 0 {  // root reads any file
+            let locked = dir.path + "/locked.yaml"
+            try "prefix: x\n".write(toFile: locked, atomically: true, encoding: .utf8)
+            chmod(locked, 0)
+            #expect(failure(locked) == "cannot read the configuration file \(locked): Permission denied")
+        }
+        // An empty file, /dev/null, or only comments: no settings, the defaults.
+        let empty = dir.path + "/empty.yaml"
+        try "".write(toFile: empty, atomically: true, encoding: .utf8)
+        let comments = dir.path + "/comments.yaml"
+        try "# nothing set yet\n\n".write(toFile: comments, atomically: true, encoding: .utf8)
+        for path in [empty, "/dev/null", comments] {
+            #expect(try SettingsLoader.load(file: path, environment: [:]).prefix == "ac", "\(path)")
+        }
+    }
+
     @Test func emptySectionsAndNullValuesAreNotSettings() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
