@@ -90,6 +90,22 @@ import TestSupport
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
     }
 
+    @Test func publishRefusesAnEmptyOrControlCharacterStreamName() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let (status, _, err) = try await runActivitycast(["publish", "match.score", "--stream", ""], redis: server)
+        #expect(status != 0)
+        #expect(err.contains("--stream: the stream name must not be empty"), "\(err)")
+        let (status2, _, err2) = try await runActivitycast(["publish", "match.score", "--stream", "ac:\u{1b}[2J"], redis: server)
+        #expect(status2 != 0)
+        #expect(err2.contains("--stream: the stream name must not contain control characters, got 'ac:\\x1b[2J'"), "\(err2)")
+        #expect(try await redis.command("DBSIZE").int == 0)
+        // A proper name still works.
+        let (status3, out, err3) = try await runActivitycast(["publish", "match.score", "--stream", "scratch"], redis: server)
+        #expect(status3 == 0 && out.hasPrefix("scratch "), "\(err3)")
+    }
+
     @Test func aConsumerNameRedisWouldRefuseStopsTheWorkerAtStart() async throws {
         let server = try await RedisServer()
         let (status, _, err) = try await runActivitycast(["worker", "--consumer", "wörker"], redis: server)
