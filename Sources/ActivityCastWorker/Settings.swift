@@ -21,6 +21,9 @@ public struct Settings: Sendable {
     public var group: String
     public var registrationsStream: String
     public var deadLetterStream: String
+    /// Approximate cap on the dead-letter stream's length (`XADD … MAXLEN ~`): the oldest dead
+    /// letters are trimmed (`streams.dead_letter_max_len`, 100…100,000,000, default 100,000).
+    public var deadLetterMaxLength: Int
     public var feeds: [Feed]
     /// Empty: `<hostname>-<pid>`, unique per process.
     public var consumer: String
@@ -69,6 +72,7 @@ public enum SettingsLoader {
         ("group", "activitycast"),
         ("streams.registrations", "<prefix>:registrations"),
         ("streams.dead_letter", "<prefix>:deadletter"),
+        ("streams.dead_letter_max_len", "100000"),
         ("streams.feeds", "sports=<prefix>:feed:sports,transit=<prefix>:feed:transit"),
         ("worker.consumer", "<hostname>-<pid>"),
         ("worker.batch_size", "256"),
@@ -309,6 +313,7 @@ public enum SettingsLoader {
             group: try name("group", "activitycast"),
             registrationsStream: registrations,
             deadLetterStream: deadLetter,
+            deadLetterMaxLength: try int("streams.dead_letter_max_len", 100_000, 100...100_000_000),
             feeds: feeds,
             consumer: string("worker.consumer", ""),
             batchSize: try int("worker.batch_size", 256, 1...10_000),

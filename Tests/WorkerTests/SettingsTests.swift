@@ -183,6 +183,27 @@ import TestSupport
         #expect(try SettingsLoader.load(file: file, environment: [:]).feeds.isEmpty)
     }
 
+    @Test func deadLetterMaxLength() throws {
+        #expect(try SettingsLoader.load(file: nil, environment: [:]).deadLetterMaxLength == 100_000)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": "500"]).deadLetterMaxLength == 500)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": "100000000"])
+            .deadLetterMaxLength == 100_000_000)
+        for wrong in ["99", "100000001"] {
+            #expect {
+                try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": wrong])
+            } throws: {
+                "\($0)" == "setting streams.dead_letter_max_len (from ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN): must be between 100 and "
+                    + "100000000, got \(wrong)"
+            }
+        }
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/dlq.yaml"
+        try "streams:\n  dead_letter: dead\n  dead_letter_max_len: 2500\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let s = try SettingsLoader.load(file: file, environment: [:])
+        #expect(s.deadLetterMaxLength == 2500 && s.deadLetterStream == "dead")
+    }
+
     @Test func unknownEnvironmentVariablesAreWarnedAbout() throws {
         let s = try SettingsLoader.load(file: nil, environment: [
             "ACTIVITYCAST_WORKER_BATCHSIZE": "10", "ACTIVITYCAST_WORKER_BATCH_SIZE": "100", "ACTIVITYCAST_NOT_EVEN_CLOSE": "x",
