@@ -66,6 +66,12 @@ extension DecodeError {
         DecodeError(reason: "field '\(field.name)' must be \(expectation), got \(count)")
     }
 
+    /// `field 'ts' must be Unix milliseconds, got '1732435200', which looks like Unix seconds (1732435200000 in ms)`
+    static func looksLikeSeconds(_ field: Field, got value: [UInt8], asMillis: Int64) -> DecodeError {
+        DecodeError(reason: "field '\(field.name)' must be Unix milliseconds, got '\(quoted(value))', "
+            + "which looks like Unix seconds (\(asMillis) in ms)")
+    }
+
     static func tooLong(_ field: Field, _ bytes: Int, max: Int) -> DecodeError {
         DecodeError(reason: "field '\(field.name)' too long: \(bytes) bytes > \(max)")
     }

@@ -96,13 +96,28 @@ struct FieldReader {
         return Int64(value)
     }
 
-    /// A Unix time in milliseconds, 1…2^53 (`ts`, `kickoff`, `eta`).
+    /// Values that are plainly Unix *seconds* (2001-09-09 … 5138): as milliseconds they would fall
+    /// between 1970-01-12 and 1973-03-03, which no real event has. Accepting them would not fail
+    /// loudly: every such entry would be ordered before everything else and ignored as stale.
+    /// Smaller values stay valid (they sort before every real time, and tests use them).
+    static let secondsLookalike: ClosedRange<Int64> = 1_000_000_000...99_999_999_999
+
+    /// A Unix time in milliseconds, 1…2^53 (`ts`, `kickoff`, `eta`), not one that looks like seconds.
     func millis(_ field: Field) throws(DecodeError) -> Int64 {
-        try required(field, Self.millisExpectation, Self.millis)
+        try notSeconds(field, try required(field, Self.millisExpectation, Self.millis))
     }
 
     func optionalMillis(_ field: Field) throws(DecodeError) -> Int64? {
-        try optional(field, Self.millisExpectation, Self.millis)
+        guard let value = try optional(field, Self.millisExpectation, Self.millis) else { return nil }
+        return try notSeconds(field, value)
+    }
+
+    @inline(__always)
+    private func notSeconds(_ field: Field, _ value: Int64) throws(DecodeError) -> Int64 {
+        guard !Self.secondsLookalike.contains(value) else {
+            throw .looksLikeSeconds(field, got: self.value(field), asMillis: value * 1000)
+        }
+        return value
     }
 
     private static func scoreValue(_ b: UnsafeBufferPointer<UInt8>) -> Int? {

@@ -38,4 +38,10 @@ public struct RedisKeys: Sendable, Equatable {
 
     /// Set of the targets with at least one follower: `ac:targets`.
     public var targets: String { "\(prefix):targets" }
+
+    /// Hash of fleet-wide counters, field → integer, that every worker increments with `HINCRBY`
+    /// (for example `registrations_stale`: registrations ignored because a newer one was stored):
+    /// `ac:counters`. They only grow; `activitycast inspect` shows every field. Not under a hash
+    /// tag: one small key, written by every worker.
+    public var counters: String { "\(prefix):counters" }
 }

@@ -2,8 +2,10 @@ import ActivityCastCore
 import Foundation
 import RedisClient
 
-/// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (summary), XLEN,
-/// XREVRANGE, ZCARD, SCARD, HLEN and SMEMBERS/ZRANGE on small index sets.
+/// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
+/// `Inspector.pendingSample` entries), XLEN, XREVRANGE (the latest few), ZCARD, SCARD, HLEN,
+/// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, and TYPE to explain a key
+/// of the wrong type.
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -15,8 +17,13 @@ public struct InspectReport: Codable, Sendable {
         public var name: String
         public var consumers: [Consumer]
         public var pending: Int64
+        /// The lowest pending id: the entry that has been pending the longest, by id.
         public var oldestPendingID: String?
-        /// Age of the oldest pending entry, from the time in its id.
+        /// How long the longest-waiting pending entry has gone since it was last delivered: the
+        /// largest idle time among the first `Inspector.pendingSample` pending entries (by id). Not
+        /// the age of the id: an entry added long ago but delivered a moment ago shows that moment.
+        /// Compare it with `worker.visibility_timeout_ms`: past it, another worker claims the entry
+        /// (which delivers it again and restarts this clock).
         public var oldestPendingAgeMillis: Int64?
         /// Entries not yet delivered to the group (`lag` from XINFO GROUPS); nil when Redis can't
         /// tell (after deletions).
@@ -32,11 +39,18 @@ public struct InspectReport: Codable, Sendable {
         public var firstID: String?
         public var lastID: String?
         public var groups: [Group]
+        /// Why the stream could not be read (a key of another type, a refused command); the other
+        /// fields are then empty. Nil when it was read.
+        public var error: String?
     }
 
+    /// One dead letter's `reason`, `stream` and `id` fields, each cut to its first
+    /// `Inspector.deadLetterTextBytes` bytes (its original fields are not read).
     public struct DeadLetter: Codable, Sendable {
         public var id: String
         public var reason: String
+        /// The size of the whole `reason` field: more than `reason` holds when it was cut.
+        public var reasonBytes: Int
         public var stream: String
         public var entryID: String
     }
@@ -48,6 +62,20 @@ public struct InspectReport: Codable, Sendable {
         public var follows: Int64
         /// True when the key or target index was larger than what was counted.
         public var truncated: Bool
+        /// Why some counts could not be read (an index or a per-key set of another type); those
+        /// counts are 0 or too low. Nil when everything was counted.
+        public var error: String?
+    }
+
+    /// The fleet-wide counters hash (`RedisKeys.counters`) that workers `HINCRBY`.
+    public struct Counters: Codable, Sendable {
+        public var key: String
+        /// Every field with an integer value (`registrations_stale` → 12).
+        public var values: [String: Int64]
+        /// True when the hash had more fields than `Inspector.counterLimit`, which were read.
+        public var truncated: Bool
+        /// Why the hash, or some of its fields, could not be read. Nil when all were.
+        public var error: String?
     }
 
     public var redis: String
@@ -56,7 +84,16 @@ public struct InspectReport: Codable, Sendable {
     public var deadLetterStream: String
     public var deadLetterCount: Int64
     public var latestDeadLetters: [DeadLetter]
+    /// Why the dead-letter stream could not be read; the count is then 0 and the list empty.
+    public var deadLetterError: String?
     public var registrations: Registrations
+    public var counters: Counters
+
+    /// Every section's error, in the order of the report. A report with errors is still a report:
+    /// each section says what went wrong with it, and the others are complete.
+    public var errors: [String] {
+        streams.compactMap(\.error) + [deadLetterError, registrations.error, counters.error].compactMap { $0 }
+    }
 }
 
 public struct Inspector: Sendable {
@@ -64,35 +101,112 @@ public struct Inspector: Sendable {
     let redis: RedisConnection
     /// Index sets larger than this are not counted in full (inspect must stay cheap).
     let countLimit = 10_000
+    /// How many pending entries per group (the lowest ids) are read for the oldest pending age.
+    public static let pendingSample = 100
+    /// How much of a dead letter's `reason`, `stream` and `id` the report keeps (bytes).
+    public static let deadLetterTextBytes = 4096
+    /// At most this many of the latest dead letters are read (`XREVRANGE … COUNT`).
+    public static let maxDeadLetters = 100
+    /// About this many counter fields are read (`HSCAN … COUNT`); a hash this large is a bug.
+    public static let counterLimit = 1000
 
     public init(settings: Settings, redis: RedisConnection) {
         self.settings = settings
         self.redis = redis
     }
 
+    /// Reads everything. A section that Redis refuses (a key of another type: `SET ac:feed:transit
+    /// x`) carries its error and the others are read as usual; only a failure to talk to Redis at
+    /// all (no connection, timeout) throws.
     public func report(latest: Int = 5) async throws -> InspectReport {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var streams: [InspectReport.Stream] = []
         for feed in settings.inputStreams {
-            streams.append(try await stream(feed.stream, kind: feed.kind.rawValue, now: now))
+            do {
+                streams.append(try await stream(feed.stream, kind: feed.kind.rawValue))
+            } catch {
+                let why = try await sectionError(error, key: feed.stream, expected: "stream")
+                streams.append(.init(name: feed.stream, kind: feed.kind.rawValue, exists: true, length: 0, firstID: nil, lastID: nil,
+                                     groups: [], error: why))
+            }
         }
         let dlq = settings.deadLetterStream
-        let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", latest)])
+        // Only the latest few entries: a dead-letter stream can hold 100,000 of them.
+        let latest = min(max(latest, 0), Self.maxDeadLetters)
+        let dlqReplies = try await redis.pipeline([RedisCommand("XLEN", dlq), RedisCommand("XREVRANGE", dlq, "+", "-", "COUNT", max(latest, 1))])
         var latestDead: [InspectReport.DeadLetter] = []
-        for item in dlqReplies[1].array ?? [] {
-            guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
-            let map = pairs(fields)
-            latestDead.append(.init(id: entry.id, reason: map["reason"] ?? "", stream: map["stream"] ?? "", entryID: map["id"] ?? ""))
+        var deadLetterError: String?
+        if let message = dlqReplies[0].errorMessage ?? dlqReplies[1].errorMessage {
+            deadLetterError = try await explain(message, key: dlq, expected: "stream")
+        } else {
+            for item in (dlqReplies[1].array ?? []).prefix(latest) {
+                guard let entry = try? StreamReplies.entry(item), let fields = entry.fields else { continue }
+                let map = pairs(fields, only: ["reason", "stream", "id"])
+                func text(_ name: String) -> (text: String, bytes: Int) {
+                    VisibleText.prefix(map[name] ?? [], maxBytes: Self.deadLetterTextBytes)
+                }
+                let reason = text("reason")
+                latestDead.append(.init(id: entry.id, reason: reason.text, reasonBytes: reason.bytes, stream: text("stream").text,
+                                        entryID: text("id").text))
+            }
         }
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
-                             deadLetterStream: dlq, deadLetterCount: try dlqReplies[0].orThrow("XLEN").int ?? 0,
-                             latestDeadLetters: latestDead, registrations: try await registrations())
+                             deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
+                             latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
+                             counters: try await counters())
     }
 
-    private func pairs(_ fields: [[UInt8]]) -> [String: String] {
-        var map: [String: String] = [:]
+    private func counters() async throws -> InspectReport.Counters {
+        let key = settings.keys.counters
+        let replies = try await redis.pipeline([RedisCommand("HLEN", key), RedisCommand("HSCAN", key, 0, "COUNT", Self.counterLimit)])
+        if let message = replies[0].errorMessage ?? replies[1].errorMessage {
+            return .init(key: key, values: [:], truncated: false, error: try await explain(message, key: key, expected: "hash"))
+        }
+        let items = (replies[1].array ?? []).dropFirst().first?.array ?? []
+        var values: [String: Int64] = [:]
+        var notIntegers: [String] = []
         var i = 0
-        while i + 1 < fields.count { map[String(decoding: fields[i], as: UTF8.self)] = String(decoding: fields[i + 1], as: UTF8.self); i += 2 }
+        while i + 1 < items.count {
+            let name = String(decoding: items[i].bytes ?? [], as: UTF8.self)
+            if let value = items[i + 1].int { values[name] = value } else { notIntegers.append(name) }
+            i += 2
+        }
+        let read = Int64(values.count + notIntegers.count)
+        let error = notIntegers.isEmpty ? nil
+            : "\(key): not an integer, left out: " + notIntegers.sorted().map { "'\($0)'" }.joined(separator: ", ")
+        return .init(key: key, values: values, truncated: (replies[0].int ?? 0) > read, error: error)
+    }
+
+    /// The message for a section that failed with `error`, or `error` rethrown when it is not about
+    /// the section (the connection failed, a timeout): then there is no report to show.
+    private func sectionError(_ error: any Error, key: String, expected: String) async throws -> String {
+        guard let redisError = error as? RedisError, redisError.kind == .server || redisError.kind == .unexpectedReply else {
+            throw error
+        }
+        return try await explain(redisError.message, key: key, expected: expected)
+    }
+
+    /// A reply error about `key` in words: `WRONGTYPE: ac:feed:transit is a string, not a stream`,
+    /// else Redis's message after the key.
+    private func explain(_ message: String, key: String, expected: String) async throws -> String {
+        guard message.contains("WRONGTYPE") else { return "\(key): \(message)" }
+        let type = try await redis.pipeline([RedisCommand("TYPE", key)])[0].string ?? "?"
+        let names = ["string": "a string", "list": "a list", "set": "a set", "zset": "a sorted set", "hash": "a hash",
+                     "stream": "a stream", "none": "gone (deleted meanwhile)"]
+        return "WRONGTYPE: \(key) is \(names[type] ?? "of type \(type)"), not \(names[expected] ?? expected)"
+    }
+
+    /// The values of the fields named in `only`, as bytes (a dead letter's `f:*` copies of the
+    /// original entry can be large and are not needed here).
+    private func pairs(_ fields: [[UInt8]], only names: Set<String>) -> [String: [UInt8]] {
+        var map: [String: [UInt8]] = [:]
+        var i = 0
+        while i + 1 < fields.count {
+            if fields[i].count <= 16, case let name = String(decoding: fields[i], as: UTF8.self), names.contains(name) {
+                map[name] = fields[i + 1]
+            }
+            i += 2
+        }
         return map
     }
 
@@ -104,7 +218,7 @@ public struct Inspector: Sendable {
         return map
     }
 
-    private func stream(_ name: String, kind: String, now: Int64) async throws -> InspectReport.Stream {
+    private func stream(_ name: String, kind: String) async throws -> InspectReport.Stream {
         let info = try await redis.pipeline([RedisCommand("XINFO", "STREAM", name), RedisCommand("XINFO", "GROUPS", name)])
         if let error = info[0].errorMessage {
             if error.contains("no such key") {
@@ -119,16 +233,17 @@ public struct Inspector: Sendable {
         for g in (try info[1].orThrow("XINFO GROUPS")).array ?? [] {
             let gd = dictionary(g)
             guard let groupName = gd["name"]?.string else { continue }
-            let more = try await redis.pipeline([RedisCommand("XINFO", "CONSUMERS", name, groupName), RedisCommand("XPENDING", name, groupName)])
+            let more = try await redis.pipeline([RedisCommand("XINFO", "CONSUMERS", name, groupName),
+                                                 .xpending(stream: name, group: groupName, count: Self.pendingSample)])
             let consumers = (try more[0].orThrow("XINFO CONSUMERS")).array?.map { c -> InspectReport.Consumer in
                 let cd = dictionary(c)
                 return .init(name: cd["name"]?.string ?? "?", pending: cd["pending"]?.int ?? 0, idleMillis: cd["idle"]?.int ?? 0)
             } ?? []
-            let summary = (try more[1].orThrow("XPENDING")).array ?? []
-            let oldest = summary.count > 1 ? summary[1].string : nil
-            let age = oldest.flatMap { id in Int64(id.split(separator: "-").first ?? "") }.map { now - $0 }
+            // The idle time (since the last delivery), not the id's time: an entry added long ago
+            // (or with an explicit old id) but delivered just now has not been waiting long.
+            let pending = try StreamReplies.pending(more[1])
             groups.append(.init(name: groupName, consumers: consumers, pending: gd["pending"]?.int ?? 0,
-                                oldestPendingID: oldest, oldestPendingAgeMillis: age,
+                                oldestPendingID: pending.first?.id, oldestPendingAgeMillis: pending.map(\.idleMillis).max(),
                                 lag: gd["lag"].flatMap { $0.isNull ? nil : $0.int },
                                 lastDeliveredID: gd["last-delivered-id"]?.string ?? ""))
         }
@@ -137,47 +252,79 @@ public struct Inspector: Sendable {
 
     private func registrations() async throws -> InspectReport.Registrations {
         let keys = settings.keys
-        let index = try await redis.pipeline([
+        let indexKeys: [(key: String, type: String)] = [(keys.keysIndex, "zset"), (keys.keysIndex, "zset"), (keys.activityTypes, "set"),
+                                                        (keys.targets, "set"), (keys.targets, "set")]
+        var index = try await redis.pipeline([
             RedisCommand("ZCARD", keys.keysIndex),
             RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1),
             RedisCommand("SMEMBERS", keys.activityTypes),
             RedisCommand("SCARD", keys.targets),
             RedisCommand("SRANDMEMBER", keys.targets, countLimit),
         ])
-        let keyCount = try index[0].orThrow("ZCARD").int ?? 0
+        // An index of another type leaves its counts at 0 and says so; the others still count.
+        var errors: [String] = []
+        for i in index.indices {
+            guard let message = index[i].errorMessage else { continue }
+            index[i] = .null
+            let why = try await explain(message, key: indexKeys[i].key, expected: indexKeys[i].type)
+            if !errors.contains(why) { errors.append(why) }
+        }
+        let keyCount = index[0].int ?? 0
         let keyNames = (index[1].array ?? []).compactMap(\.string).compactMap(ActivityKey.init(parsing:))
         let types = (index[2].array ?? []).compactMap(\.string)
         let targetCount = index[3].int ?? 0
         let targets = (index[4].array ?? []).compactMap(\.string).compactMap(FollowTarget.init(parsing:))
-        var counts: [RedisCommand] = keyNames.map { RedisCommand("HLEN", keys.tokens($0)) }
-        counts += types.map { RedisCommand("SCARD", keys.startTokens(activityType: $0)) }
-        counts += targets.map { RedisCommand("SCARD", keys.followers($0)) }
-        let replies = try await redis.pipeline(counts)
+        var counted: [(key: String, type: String)] = keyNames.map { (keys.tokens($0), "hash") }
+        counted += types.map { (keys.startTokens(activityType: $0), "set") }
+        counted += targets.map { (keys.followers($0), "set") }
+        let replies = try await redis.pipeline(counted.map { RedisCommand($0.type == "hash" ? "HLEN" : "SCARD", $0.key) })
+        // A per-key hash or set of another type is left out of the sums; the first is named.
+        let wrong = replies.indices.filter { replies[$0].errorMessage != nil }
+        if let first = wrong.first, let message = replies[first].errorMessage {
+            let why = try await explain(message, key: counted[first].key, expected: counted[first].type)
+            errors.append(wrong.count == 1 ? "not counted: \(why)" : "\(wrong.count) keys not counted, the first: \(why)")
+        }
         func sum(_ r: ArraySlice<RESPValue>) -> Int64 { r.reduce(0) { $0 + ($1.int ?? 0) } }
         let k = keyNames.count, t = types.count
         return .init(activityKeys: keyCount,
                      activityTokens: sum(replies[0..<k]),
                      pushToStartTokens: sum(replies[k..<(k + t)]),
                      follows: sum(replies[(k + t)...]),
-                     truncated: keyCount > Int64(keyNames.count) || targetCount > Int64(targets.count))
+                     truncated: keyCount > Int64(keyNames.count) || targetCount > Int64(targets.count),
+                     error: errors.isEmpty ? nil : errors.joined(separator: "; "))
     }
 }
 
 extension InspectReport {
-    /// A human-readable table.
+    /// Characters a table cell shows of a name, id or reason before it is cut (`… (N bytes)`).
+    public static let cellLimit = 200
+    /// Rows a table shows before `… and N more`; `--json` lists everything.
+    public static let rowLimit = 100
+
+    /// A human-readable table. Everything that came from Redis is shown through
+    /// `VisibleText.escaped` and cut at `cellLimit` characters, and each table at `rowLimit` rows,
+    /// so the output stays small and holds no control character but its own newlines, whatever
+    /// the keys contain.
     public func rendered() -> String {
-        var out = "ActivityCast at \(redis)\n\nSTREAMS\n"
+        var out = "ActivityCast at \(cell(redis))\n"
+        let errors = errors
+        if !errors.isEmpty {
+            out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
+        }
+        out += "\nSTREAMS\n"
         var rows = [["stream", "kind", "length", "first id", "last id"]]
         for s in streams {
-            rows.append([s.name, s.kind, s.exists ? "\(s.length)" : "missing", s.firstID ?? "-", s.lastID ?? "-"])
+            rows.append([cell(s.name), s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing",
+                         cell(s.firstID ?? "-"), cell(s.lastID ?? "-")])
         }
         out += table(rows)
+        for s in streams { if let error = s.error { out += errorLine(error) } }
         out += "\nGROUPS\n"
         rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
         for s in streams {
             for g in s.groups {
-                rows.append([s.name, g.name, "\(g.consumers.count)", "\(g.pending)",
-                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", g.lastDeliveredID])
+                rows.append([cell(s.name), cell(g.name), "\(g.consumers.count)", "\(g.pending)",
+                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", cell(g.lastDeliveredID)])
             }
         }
         out += table(rows)
@@ -185,22 +332,34 @@ extension InspectReport {
         rows = [["stream", "group", "consumer", "pending", "idle"]]
         for s in streams {
             for g in s.groups {
-                for c in g.consumers { rows.append([s.name, g.name, c.name, "\(c.pending)", formatAge(c.idleMillis)]) }
+                for c in g.consumers { rows.append([cell(s.name), cell(g.name), cell(c.name), "\(c.pending)", formatAge(c.idleMillis)]) }
             }
         }
         out += table(rows)
-        out += "\nDEAD LETTERS  \(deadLetterStream): \(deadLetterCount)\n"
+        out += "\nDEAD LETTERS  \(cell(deadLetterStream)): \(deadLetterError == nil ? "\(deadLetterCount)" : "ERROR")\n"
+        if let deadLetterError { out += errorLine(deadLetterError) }
         if !latestDeadLetters.isEmpty {
             rows = [["id", "source", "reason"]]
-            for d in latestDeadLetters { rows.append([d.id, "\(d.stream)/\(d.entryID)", String(d.reason.prefix(100))]) }
+            for d in latestDeadLetters {
+                rows.append([cell(d.id), cell("\(d.stream)/\(d.entryID)"),
+                             VisibleText.escaped(d.reason, limit: Self.cellLimit, totalBytes: d.reasonBytes)])
+            }
             out += table(rows)
         }
         let r = registrations
         out += "\nREGISTRATIONS\(r.truncated ? " (partial counts: large index)" : "")\n"
         out += table([["activity keys", "activity tokens", "push-to-start tokens", "follows"],
                       ["\(r.activityKeys)", "\(r.activityTokens)", "\(r.pushToStartTokens)", "\(r.follows)"]])
+        if let error = r.error { out += errorLine(error) }
+        out += "\nCOUNTERS  \(cell(counters.key))\(counters.truncated ? " (partial: a large hash)" : "")\n"
+        out += table([["counter", "value"]] + counters.values.sorted { $0.key < $1.key }.map { [cell($0.key), "\($0.value)"] })
+        if let error = counters.error { out += errorLine(error) }
         return out
     }
+
+    private func cell(_ text: String) -> String { VisibleText.escaped(text, limit: Self.cellLimit) }
+
+    private func errorLine(_ message: String) -> String { "  error: \(VisibleText.escaped(message, limit: 4 * Self.cellLimit))\n" }
 
     private func formatAge(_ ms: Int64) -> String {
         if ms < 1000 { return "\(ms)ms" }
@@ -209,14 +368,48 @@ extension InspectReport {
         return "\(ms / 3_600_000)h"
     }
 
+    /// Columns padded to their widest cell. Cells must already be escaped and cut: every cell is
+    /// padded to the widest one in its column, so one long cell would be multiplied by the rows
+    /// (a 100 KB consumer name made every consumer row 100 KB wide). The last column is not padded.
     private func table(_ rows: [[String]]) -> String {
         guard let header = rows.first else { return "" }
         if rows.count == 1 { return "  (none)\n" }
-        var widths = header.map(\.count)
-        for row in rows { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        return rows.map { row in
-            "  " + row.enumerated().map { i, cell in cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }.joined(separator: "  ")
-                .trimmingCharacters(in: .whitespaces)
-        }.joined(separator: "\n") + "\n"
+        let shown = rows.prefix(Self.rowLimit + 1)
+        // Widths in Unicode scalars, the unit the cells were cut in.
+        var widths = header.map { _ in 0 }
+        for row in shown { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.unicodeScalars.count) } }
+        var out = ""
+        for row in shown {
+            var line = " "
+            for (i, cell) in row.enumerated() {
+                line += " " + cell
+                if i < row.count - 1 { line += String(repeating: " ", count: widths[i] - cell.unicodeScalars.count + 1) }
+            }
+            while line.hasSuffix(" ") { line.removeLast() }
+            out += line + "\n"
+        }
+        if rows.count > shown.count { out += "  … and \(rows.count - shown.count) more (inspect --json lists them all)\n" }
+        return out
+    }
+
+    /// The report as JSON (sorted keys, indented). JSON already escapes C0 controls in strings;
+    /// DEL, C1 controls and the invisible formatting characters are escaped here as well
+    /// (`\u009b`), which JSON allows for any character, so no byte of the output can steer a terminal.
+    public func json() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let text = String(decoding: try encoder.encode(self), as: UTF8.self)
+        var out = ""
+        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
+        for scalar in text.unicodeScalars {
+            // Newlines outside strings are the indentation's; inside strings JSON wrote `\n`.
+            if scalar != "\n" && VisibleText.needsEscape(scalar) {
+                let digits = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }

@@ -21,6 +21,9 @@ public struct Settings: Sendable {
     public var group: String
     public var registrationsStream: String
     public var deadLetterStream: String
+    /// Approximate cap on the dead-letter stream's length (`XADD … MAXLEN ~`): the oldest dead
+    /// letters are trimmed (`streams.dead_letter_max_len`, 100…100,000,000, default 100,000).
+    public var deadLetterMaxLength: Int
     public var feeds: [Feed]
     /// Empty: `<hostname>-<pid>`, unique per process.
     public var consumer: String
@@ -37,6 +40,10 @@ public struct Settings: Sendable {
     public var logLevel: String
     public var logFormat: String
     public var apns: APNsSettings
+    /// Problems that did not stop loading but that the operator should see, e.g. an
+    /// `ACTIVITYCAST_*` variable that is no setting (a misspelt `ACTIVITYCAST_WORKER_BATCH_SIZE`):
+    /// commands log each at start.
+    public var warnings: [String] = []
 
     /// The streams the worker reads, registrations first, each with its kind.
     public var inputStreams: [Feed] {
@@ -65,6 +72,7 @@ public enum SettingsLoader {
         ("group", "activitycast"),
         ("streams.registrations", "<prefix>:registrations"),
         ("streams.dead_letter", "<prefix>:deadletter"),
+        ("streams.dead_letter_max_len", "100000"),
         ("streams.feeds", "sports=<prefix>:feed:sports,transit=<prefix>:feed:transit"),
         ("worker.consumer", "<hostname>-<pid>"),
         ("worker.batch_size", "256"),
@@ -101,28 +109,85 @@ public enum SettingsLoader {
         "ACTIVITYCAST_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }
 
+    /// `ACTIVITYCAST_*` variables that are read elsewhere and are no settings: the configuration
+    /// file's path, and the knobs of the opt-in benchmarks among the tests
+    /// (Tests/APNsSandboxTests/SandboxBench.swift, Tests/HTTP2KitTests/BenchmarkTests.swift).
+    public static let otherVariables: Set<String> = [
+        "ACTIVITYCAST_CONFIG",
+        "ACTIVITYCAST_SANDBOX_BENCH", "ACTIVITYCAST_SANDBOX_BENCH_ROUNDS", "ACTIVITYCAST_SANDBOX_BENCH_THREADS",
+        "ACTIVITYCAST_SANDBOX_BENCH_TOKENS",
+        "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
+    ]
+
+    /// One warning per `ACTIVITYCAST_*` variable that is neither a setting nor one of
+    /// `otherVariables`, with the closest known name when it is near: a misspelt variable would
+    /// otherwise be ignored without a word. Only names are shown, never values (they may be keys).
+    public static func unknownVariables(in environment: [String: String]) -> [String] {
+        let settingNames = known.map { environmentName($0.key) }
+        let all = Set(settingNames).union(otherVariables)
+        return environment.keys.filter { $0.hasPrefix("ACTIVITYCAST_") && !all.contains($0) }.sorted().map { name in
+            let close = (settingNames + otherVariables.sorted()).min { distance($0, name) < distance($1, name) }
+            let hint = close.map { distance($0, name) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
+            return "environment variable \(VisibleText.escaped(name, limit: 100)) is not a setting and is ignored\(hint)"
+        }
+    }
+
     /// Loads and validates. `overrides` are command-line values by key (e.g. `redis.url`).
     public static func load(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment,
                             overrides: [String: String] = [:]) throws -> Settings {
         var raw: [String: (value: String, source: String)] = [:]
         let path = file ?? environment["ACTIVITYCAST_CONFIG"]
         if let path, !path.isEmpty {
-            let text: String
-            do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-                throw SettingsError(description: "cannot read the configuration file \(path): \(error.localizedDescription)")
-            }
-            for (key, value) in try flatten(yaml: text, file: path) { raw[key] = (value, path) }
+            for (key, value) in try flatten(yaml: try readFile(path), file: path) { raw[key] = (value, path) }
         }
         for (key, _) in known {
             let name = environmentName(key)
             if let value = environment[name] { raw[key] = (value, name) }
         }
         for (key, value) in overrides { raw[key] = (value, "the command line") }
-        return try build(raw)
+        var settings = try build(raw)
+        settings.warnings += unknownVariables(in: environment)
+        return settings
+    }
+
+    /// A configuration file is never larger than this; more means the path names something else.
+    static let maxFileBytes = 1 << 20
+
+    /// The text of the configuration file at `path`, or an error in the operator's terms: the
+    /// system's reason when it can't be opened or read (`No such file or directory`, `Permission
+    /// denied`), and plain words for a directory, something too large, or bytes that are not
+    /// UTF-8. An empty file (or `/dev/null`) is an empty text: no settings.
+    static func readFile(_ path: String) throws -> String {
+        func failure(_ why: String) -> SettingsError { SettingsError(description: "cannot read the configuration file \(path): \(why)") }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure(String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var info = stat()
+        if fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR {
+            throw SettingsError(description: "\(path) is a directory, not a configuration file")
+        }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw failure(String(cString: strerror(errno)))
+            }
+            if n == 0 { break }
+            bytes += buffer[..<n]
+            // Bounded, so /dev/zero or a log file given by mistake can't fill the memory.
+            if bytes.count > maxFileBytes { throw SettingsError(description: "\(path) is larger than 1 MB, not a configuration file") }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw SettingsError(description: "\(path) is not UTF-8 text, not a configuration file")
+        }
+        return text
     }
 
     /// Reads YAML into dotted keys. Nested mappings become `a.b`; the feed list may be a sequence
-    /// of `{kind, stream}` mappings.
+    /// of `{kind, stream}` mappings. A null value (`worker:` with nothing under it, `prefix: ~`)
+    /// is an empty section or a setting not set.
     static func flatten(yaml: String, file: String) throws -> [(String, String)] {
         let node: Node?
         do { node = try Yams.compose(yaml: yaml) } catch {
@@ -136,6 +201,10 @@ public enum SettingsLoader {
             for (k, v) in mapping {
                 guard let name = k.string else { throw SettingsError(description: "\(file): keys must be strings") }
                 let key = prefix.isEmpty ? name : "\(prefix).\(name)"
+                if v.null != nil {
+                    guard knownKeys.contains(key) || sections.contains(key) else { throw unknownKey(key, file: file) }
+                    continue
+                }
                 if key == "streams.feeds", let list = v.sequence {
                     var parts: [String] = []
                     for item in list {
@@ -146,6 +215,8 @@ public enum SettingsLoader {
                     }
                     out.append((key, parts.joined(separator: ",")))
                 } else if let m = v.mapping {
+                    // Checked here too, or an empty mapping under a misspelt section would pass.
+                    guard sections.contains(key) else { throw unknownKey(key, file: file) }
                     try walk(m, prefix: key)
                 } else if let s = v.scalar?.string {
                     guard knownKeys.contains(key) else { throw unknownKey(key, file: file) }
@@ -159,10 +230,15 @@ public enum SettingsLoader {
         return out
     }
 
+    /// The sections of the file: `redis`, `streams`, `worker`, …
+    static let sections: Set<String> = Set(known.compactMap { entry in
+        entry.key.lastIndex(of: ".").map { String(entry.key[..<$0]) }
+    })
+
     static func unknownKey(_ key: String, file: String) -> SettingsError {
-        let close = known.map(\.key).min { distance($0, key) < distance($1, key) }
+        let close = (known.map(\.key) + sections.sorted()).min { distance($0, key) < distance($1, key) }
         let hint = close.map { distance($0, key) <= 3 ? " (did you mean \($0)?)" : "" } ?? ""
-        return SettingsError(description: "\(file): unknown setting '\(key)'\(hint)")
+        return SettingsError(description: "\(file): unknown setting '\(shown(key))'\(hint)")
     }
 
     static func build(_ raw: [String: (value: String, source: String)]) throws -> Settings {
@@ -173,7 +249,7 @@ public enum SettingsLoader {
         func string(_ key: String, _ fallback: String) -> String { raw[key]?.value ?? fallback }
         func int(_ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
             guard let text = raw[key]?.value else { return fallback }
-            guard let v = Int(text.trimmingCharacters(in: .whitespaces)) else { throw wrong(key, "must be a whole number, got '\(text)'") }
+            guard let v = Int(text.trimmingCharacters(in: .whitespaces)) else { throw wrong(key, "must be a whole number, got '\(shown(text))'") }
             guard range.contains(v) else { throw wrong(key, "must be between \(range.lowerBound) and \(range.upperBound), got \(v)") }
             return v
         }
@@ -182,9 +258,7 @@ public enum SettingsLoader {
         }
         func name(_ key: String, _ fallback: String) throws -> String {
             let v = string(key, fallback)
-            guard !v.isEmpty, v.utf8.count <= 200, !v.contains(where: { $0.isWhitespace }) else {
-                throw wrong(key, "must be a non-empty name without spaces, got '\(v)'")
-            }
+            if let problem = nameProblem(v) { throw wrong(key, problem) }
             return v
         }
 
@@ -197,18 +271,26 @@ public enum SettingsLoader {
 
         var feeds: [Settings.Feed] = []
         let feedText = string("streams.feeds", "sports=\(prefix):feed:sports,transit=\(prefix):feed:transit")
-        for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
-            let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
-            guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
-                throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(part)'")
+        // No feeds must be asked for by name: an empty value is more often a variable that lost
+        // its value than a wish to stop reading every feed.
+        if feedText.trimmingCharacters(in: .whitespaces) != "none" {
+            for part in feedText.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !part.isEmpty {
+                let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
+                guard kv.count == 2, let kind = StreamKind(rawValue: kv[0]), kind != .registrations, !kv[1].isEmpty else {
+                    throw wrong("streams.feeds", "each feed is kind=stream with kind sports or transit, got '\(shown(part))'")
+                }
+                if let problem = nameProblem(kv[1]) { throw wrong("streams.feeds", "the \(kind.rawValue) stream name \(problem)") }
+                feeds.append(.init(kind: kind, stream: kv[1]))
             }
-            feeds.append(.init(kind: kind, stream: kv[1]))
+            if feeds.isEmpty {
+                throw wrong("streams.feeds", "is empty; write 'none' to read no feed stream (the worker then applies only registrations)")
+            }
         }
         let registrations = try name("streams.registrations", "\(prefix):registrations")
         let deadLetter = try name("streams.dead_letter", "\(prefix):deadletter")
         let all = feeds.map(\.stream) + [registrations, deadLetter]
         if Set(all).count != all.count {
-            throw wrong("streams.feeds", "every stream (feeds, registrations, dead letters) must be distinct: \(all.joined(separator: ", "))")
+            throw wrong("streams.feeds", "every stream (feeds, registrations, dead letters) must be distinct: \(shown(all.joined(separator: ", ")))")
         }
 
         var limits = DecodeLimits()
@@ -218,10 +300,10 @@ public enum SettingsLoader {
 
         let level = string("log.level", "info")
         guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
-            throw wrong("log.level", "must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'")
+            throw wrong("log.level", "must be one of trace, debug, info, notice, warning, error, critical; got '\(shown(level))'")
         }
         let format = string("log.format", "text")
-        guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(format)'") }
+        guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(shown(format))'") }
 
         let settings = Settings(
             redisURL: url,
@@ -231,6 +313,7 @@ public enum SettingsLoader {
             group: try name("group", "activitycast"),
             registrationsStream: registrations,
             deadLetterStream: deadLetter,
+            deadLetterMaxLength: try int("streams.dead_letter_max_len", 100_000, 100...100_000_000),
             feeds: feeds,
             consumer: string("worker.consumer", ""),
             batchSize: try int("worker.batch_size", 256, 1...10_000),
@@ -249,11 +332,42 @@ public enum SettingsLoader {
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }
-        if settings.consumer.contains(where: { $0.isWhitespace }) {
-            throw wrong("worker.consumer", "must not contain spaces")
+        if !settings.consumer.isEmpty, let problem = consumerProblem(settings.consumer) {
+            throw wrong("worker.consumer", problem)
         }
         return settings
     }
+
+    /// Longest name (prefix, group, stream, consumer) in bytes.
+    public static let maxNameBytes = 200
+
+    /// Why `name` can't be a prefix, group or stream name (nil when it can): names are 1 to 200
+    /// bytes without spaces or control characters, which would reach keys, `XINFO` output and log
+    /// lines as they are.
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "must not be empty" }
+        if name.utf8.count > maxNameBytes { return "must be at most \(maxNameBytes) bytes, got \(name.utf8.count): '\(shown(name))'" }
+        if name.unicodeScalars.contains(where: VisibleText.needsEscape) {
+            return "must not contain control characters, got '\(shown(name))'"
+        }
+        if name.contains(where: \.isWhitespace) { return "must not contain spaces, got '\(shown(name))'" }
+        return nil
+    }
+
+    /// Why `name` can't be a consumer name (nil when it can). Stricter than other names: it goes
+    /// into the connections' Redis client names (`CLIENT SETNAME activitycast-reader-<consumer>`),
+    /// which Redis refuses unless every byte is printable ASCII other than space.
+    public static func consumerProblem(_ name: String) -> String? {
+        if let problem = nameProblem(name) { return problem }
+        guard name.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            return "must be printable ASCII without spaces ('!' to '~': letters, digits and punctuation), because it is part of "
+                + "the connections' Redis client names; got '\(shown(name))'"
+        }
+        return nil
+    }
+
+    /// A value quoted in an error or warning: escaped and cut, so it can't garble the log line.
+    static func shown(_ value: String) -> String { VisibleText.escaped(value, limit: 100) }
 
     static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
@@ -303,7 +417,7 @@ public struct APNsSettings: Sendable {
         let local = endpoint == "sandbox"
         let known = ["development", "production", "sandbox"]
         if !known.contains(endpoint) && endpoint.split(separator: ":").count < 2 {
-            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(endpoint)'")
+            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(SettingsLoader.shown(endpoint))'")
         }
         let channels = string("apns.channels_endpoint") ?? {
             switch endpoint {
@@ -313,7 +427,7 @@ public struct APNsSettings: Sendable {
             }
         }()
         let verify = string("apns.verify") ?? "true"
-        guard ["true", "false"].contains(verify) else { throw wrong("apns.verify", "must be true or false, got '\(verify)'") }
+        guard ["true", "false"].contains(verify) else { throw wrong("apns.verify", "must be true or false, got '\(SettingsLoader.shown(verify))'") }
         let settings = APNsSettings(
             endpoint: local ? listen : endpoint,
             channelsEndpoint: channels,
@@ -331,7 +445,7 @@ public struct APNsSettings: Sendable {
             sandboxDirectory: dir,
             sandboxListen: listen)
         if settings.bundleID.isEmpty || settings.bundleID.contains(" ") {
-            throw wrong("apns.bundle_id", "must be the app's bundle id, got '\(settings.bundleID)'")
+            throw wrong("apns.bundle_id", "must be the app's bundle id, got '\(SettingsLoader.shown(settings.bundleID))'")
         }
         return settings
     }

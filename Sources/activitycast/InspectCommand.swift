@@ -13,8 +13,14 @@ struct InspectCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of tables.")
     var json = false
 
-    @Option(help: "How many of the latest dead letters to show.")
+    @Option(help: "How many of the latest dead letters to show (0-100).")
     var deadLetters = 5
+
+    func validate() throws {
+        guard (0...Inspector.maxDeadLetters).contains(deadLetters) else {
+            throw ValidationError("--dead-letters must be 0-\(Inspector.maxDeadLetters), got \(deadLetters)")
+        }
+    }
 
     func run() async throws {
         let settings = try common.settings()
@@ -27,9 +33,7 @@ struct InspectCommand: AsyncParsableCommand {
             throw CommandFailure("inspect failed: \(error)")
         }
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            print(try report.json())
         } else {
             print(report.rendered(), terminator: "")
         }

@@ -34,6 +34,14 @@ struct PublishCommand: AsyncParsableCommand {
     @Flag(help: "List the types with their example fields.")
     var list = false
 
+    func validate() throws {
+        // An empty --stream would XADD to the key "" (and control characters to a name no one
+        // can read back in a terminal): the same rule as the configured stream names.
+        if let stream, let problem = SettingsLoader.nameProblem(stream) {
+            throw ValidationError("--stream: the stream name \(problem)")
+        }
+    }
+
     func run() async throws {
         if list {
             for e in Examples.byType {

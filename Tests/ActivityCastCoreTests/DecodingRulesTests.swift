@@ -151,6 +151,20 @@ let ruleCases: [RuleCase] = [
              "field 'ts' must be \(millisRule), got '1e3'"),
     RuleCase("ts in seconds with fraction", .sports, ["type": "match.started", "ts": "1732233600.5", "match": "1"],
              "field 'ts' must be \(millisRule), got '1732233600.5'"),
+    RuleCase("ts in seconds", .sports, ["type": "match.started", "ts": "1732435200", "match": "1"],
+             "field 'ts' must be Unix milliseconds, got '1732435200', which looks like Unix seconds (1732435200000 in ms)"),
+    RuleCase("ts in seconds, lowest", .sports, ["type": "match.started", "ts": "1000000000", "match": "1"],
+             "field 'ts' must be Unix milliseconds, got '1000000000', which looks like Unix seconds (1000000000000 in ms)"),
+    RuleCase("ts in seconds, highest", .sports, ["type": "match.started", "ts": "99999999999", "match": "1"],
+             "field 'ts' must be Unix milliseconds, got '99999999999', which looks like Unix seconds (99999999999000 in ms)"),
+    RuleCase("ts in seconds, leading zeros", .sports, ["type": "match.started", "ts": "01732435200", "match": "1"],
+             "field 'ts' must be Unix milliseconds, got '01732435200', which looks like Unix seconds (1732435200000 in ms)"),
+    RuleCase("kickoff in seconds", .sports, ["type": "match.scheduled", "ts": "1", "match": "1", "home": "a", "away": "b",
+                                             "kickoff": "1732435200"],
+             "field 'kickoff' must be Unix milliseconds, got '1732435200', which looks like Unix seconds (1732435200000 in ms)"),
+    RuleCase("optional eta in seconds", .transit, ["type": "trip.position", "ts": "1", "trip": "t", "lat": "1", "lon": "2",
+                                                   "eta": "1732435200"],
+             "field 'eta' must be Unix milliseconds, got '1732435200', which looks like Unix seconds (1732435200000 in ms)"),
     RuleCase("ts before values", .sports, ["type": "match.score", "ts": "x", "match": "1", "home_score": "x",
                                            "away_score": "0"],
              "field 'ts' must be \(millisRule), got 'x'"),
@@ -391,6 +405,14 @@ struct DecodingRulesTests {
         #expect(decoded(.sports, ["type": "match.started", "ts": "9007199254740992", "match": "1"])?.timestampMillis
             == 9_007_199_254_740_992)
         #expect(decoded(.sports, ["type": "match.started", "ts": "0000001", "match": "1"])?.timestampMillis == 1)
+        // Just outside the range that looks like Unix seconds: small test values and real milliseconds.
+        #expect(decoded(.sports, ["type": "match.started", "ts": "1000", "match": "1"])?.timestampMillis == 1000)
+        #expect(decoded(.sports, ["type": "match.started", "ts": "999999999", "match": "1"])?.timestampMillis
+            == 999_999_999)
+        #expect(decoded(.sports, ["type": "match.started", "ts": "100000000000", "match": "1"])?.timestampMillis
+            == 100_000_000_000)
+        #expect(decoded(.sports, ["type": "match.started", "ts": "1732435200000", "match": "1"])?.timestampMillis
+            == 1_732_435_200_000)
         #expect(decoded(.sports, ["type": "match.full_time", "ts": "1", "match": "1", "home_score": "999",
                                   "away_score": "007"])?.body
             == .sports(.fullTime(match: "1", score: Score(home: 999, away: 7))))

@@ -15,6 +15,7 @@ struct RedisKeysTests {
         #expect(keys.followers(FollowTarget(kind: .route, id: "42")) == "ac:{route:42}:followers")
         #expect(keys.startTokens(activityType: "MatchActivityAttributes") == "ac:{starttokens:MatchActivityAttributes}:devices")
         #expect(keys.targets == "ac:targets")
+        #expect(keys.counters == "ac:counters")
         #expect(keys.tokens(ActivityKey(kind: .trip, id: "t-981")) == "ac:{trip:t-981}:tokens")
     }
 
@@ -24,6 +25,7 @@ struct RedisKeysTests {
         #expect(staging.device("d-1") == "stg:ac:device:{d-1}")
         #expect(staging.keysIndex == "stg:ac:keys")
         #expect(staging.targets == "stg:ac:targets")
+        #expect(staging.counters == "stg:ac:counters")
         #expect(staging.startTokens(activityType: "T") == "stg:ac:{starttokens:T}:devices")
     }
 

@@ -90,6 +90,42 @@ import TestSupport
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
     }
 
+    @Test func publishRefusesAnEmptyOrControlCharacterStreamName() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let (status, _, err) = try await runActivitycast(["publish", "match.score", "--stream", ""], redis: server)
+        #expect(status != 0)
+        #expect(err.contains("--stream: the stream name must not be empty"), "\(err)")
+        let (status2, _, err2) = try await runActivitycast(["publish", "match.score", "--stream", "ac:\u{1b}[2J"], redis: server)
+        #expect(status2 != 0)
+        #expect(err2.contains("--stream: the stream name must not contain control characters, got 'ac:\\x1b[2J'"), "\(err2)")
+        #expect(try await redis.command("DBSIZE").int == 0)
+        // A proper name still works.
+        let (status3, out, err3) = try await runActivitycast(["publish", "match.score", "--stream", "scratch"], redis: server)
+        #expect(status3 == 0 && out.hasPrefix("scratch "), "\(err3)")
+    }
+
+    @Test func aConsumerNameRedisWouldRefuseStopsTheWorkerAtStart() async throws {
+        let server = try await RedisServer()
+        let (status, _, err) = try await runActivitycast(["worker", "--consumer", "wörker"], redis: server)
+        #expect(status != 0)
+        #expect(err.contains("setting worker.consumer (from the command line): must be printable ASCII without spaces ('!' to '~'"), "\(err)")
+    }
+
+    @Test func aMisspeltVariableIsLoggedAsAWarningAtStart() async throws {
+        let server = try await RedisServer()
+        let (status, _, err) = try await runActivitycast(["inspect"], redis: server,
+                                                         settings: ["prefix": "warn\(UInt32.random(in: 0...UInt32.max))", "worker.batchsize": "10"])
+        #expect(status == 0, "\(err)")
+        let warnings = jsonLogLines(err).filter { $0["level"] == "warning" }
+        // Names built, not written out: a misspelt name in the sources would fail the test that
+        // every name the repository uses is known.
+        let wrong = SettingsLoader.environmentName("worker.batchsize"), right = SettingsLoader.environmentName("worker.batch_size")
+        #expect(warnings.map { $0["msg"] } == ["environment variable \(wrong) is not a setting and is ignored (did you mean \(right)?)"],
+                "\(err)")
+    }
+
     @Test func inspectWithoutRedisFailsClearly() async throws {
         let port = freeLoopbackPort()  // nothing listens here
         let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["inspect", "--redis", "redis://127.0.0.1:\(port)"],

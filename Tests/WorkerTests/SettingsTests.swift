@@ -67,4 +67,180 @@ import TestSupport
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: file, environment: [:]) }
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: dir.path + "/missing.yaml", environment: [:]) }
     }
+
+    @Test func namesRejectControlCharactersAndConsumersNonASCII() throws {
+        func failure(_ env: [String: String] = [:], _ overrides: [String: String] = [:]) -> String {
+            do { _ = try SettingsLoader.load(file: nil, environment: env, overrides: overrides); return "no error" } catch { return "\(error)" }
+        }
+        #expect(failure(["ACTIVITYCAST_PREFIX": "ac\u{1b}[31m"])
+            == "setting prefix (from ACTIVITYCAST_PREFIX): must not contain control characters, got 'ac\\x1b[31m'")
+        #expect(failure(["ACTIVITYCAST_GROUP": "g\nfake log line"])
+            == "setting group (from ACTIVITYCAST_GROUP): must not contain control characters, got 'g\\nfake log line'")
+        #expect(failure(["ACTIVITYCAST_STREAMS_REGISTRATIONS": "r\u{7f}"]).contains("must not contain control characters, got 'r\\x7f'"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_DEAD_LETTER": "d\u{9b}"]).contains("must not contain control characters, got 'd\\u{9B}'"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_FEEDS": "sports=s\u{202E}x"])
+            == "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): the sports stream name must not contain control characters, "
+            + "got 's\\u{202E}x'")
+        #expect(failure(["ACTIVITYCAST_STREAMS_FEEDS": "sports=a b"]).contains("the sports stream name must not contain spaces"))
+        #expect(failure(["ACTIVITYCAST_GROUP": ""]) == "setting group (from ACTIVITYCAST_GROUP): must not be empty")
+        #expect(failure(["ACTIVITYCAST_PREFIX": String(repeating: "p", count: 201)]).contains("must be at most 200 bytes, got 201"))
+        #expect(failure(["ACTIVITYCAST_PREFIX": String(repeating: "p", count: 180)]) == "no error")  // derived names stay under 200
+
+        // The consumer name goes into CLIENT SETNAME: printable ASCII only.
+        #expect(failure([:], ["worker.consumer": "wörker"])
+            == "setting worker.consumer (from the command line): must be printable ASCII without spaces ('!' to '~': letters, digits "
+            + "and punctuation), because it is part of the connections' Redis client names; got 'wörker'")
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": "a b"]).contains("must not contain spaces"))
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": "a\tb"]).contains("must not contain control characters, got 'a\\tb'"))
+        #expect(failure(["ACTIVITYCAST_WORKER_CONSUMER": String(repeating: "c", count: 201)]).contains("at most 200 bytes"))
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_WORKER_CONSUMER": "pod-7.ns_1:x~!"]).consumer == "pod-7.ns_1:x~!")
+        // Empty still means the default, <hostname>-<pid>.
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_WORKER_CONSUMER": ""]).consumer == "")
+        // Values quoted in other errors are escaped too.
+        #expect(failure(["ACTIVITYCAST_WORKER_BATCH_SIZE": "1\u{1b}[2J"]).hasSuffix("must be a whole number, got '1\\x1b[2J'"))
+    }
+
+    @Test func aConfigurationPathThatIsNoFileSaysWhatItIs() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        func failure(_ path: String) -> String {
+            do { _ = try SettingsLoader.load(file: path, environment: [:]); return "no error" } catch { return "\(error)" }
+        }
+        #expect(failure(dir.path) == "\(dir.path) is a directory, not a configuration file")
+        #expect(failure(dir.path + "/missing.yaml") == "cannot read the configuration file \(dir.path)/missing.yaml: No such file or directory")
+        #expect(failure("/dev/zero") == "/dev/zero is larger than 1 MB, not a configuration file")
+        let binary = dir.path + "/binary.yaml"
+        try Data([0x70, 0x72, 0x65, 0x66, 0x69, 0x78, 0x3A, 0x20, 0xFF, 0xFE, 0x0A]).write(to: URL(fileURLWithPath: binary))
+        #expect(failure(binary) == "\(binary) is not UTF-8 text, not a configuration file")
+        if getuid() != 0 {  // root reads any file
+            let locked = dir.path + "/locked.yaml"
+            try "prefix: x\n".write(toFile: locked, atomically: true, encoding: .utf8)
+            chmod(locked, 0)
+            #expect(failure(locked) == "cannot read the configuration file \(locked): Permission denied")
+        }
+        // An empty file, /dev/null, or only comments: no settings, the defaults.
+        let empty = dir.path + "/empty.yaml"
+        try "".write(toFile: empty, atomically: true, encoding: .utf8)
+        let comments = dir.path + "/comments.yaml"
+        try "# nothing set yet\n\n".write(toFile: comments, atomically: true, encoding: .utf8)
+        for path in [empty, "/dev/null", comments] {
+            #expect(try SettingsLoader.load(file: path, environment: [:]).prefix == "ac", "\(path)")
+        }
+    }
+
+    @Test func emptySectionsAndNullValuesAreNotSettings() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/nulls.yaml"
+        try """
+        worker:
+        redis:
+          url:
+        prefix: ~
+        group: null
+        streams:
+          feeds:
+        limits: {}
+        log:
+          level: debug
+
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let s = try SettingsLoader.load(file: file, environment: [:])
+        #expect(s.prefix == "ac" && s.group == "activitycast" && s.batchSize == 256 && s.redisURL.port == 6379)
+        #expect(s.feeds.count == 2 && s.logLevel == "debug")
+        // A quoted empty string is a value, not null.
+        try "group: ''\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("setting group (from \(file)): must not be empty") }
+        // Unknown names are still unknown, empty or not.
+        try "wroker:\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: {
+            "\($0)" == "\(file): unknown setting 'wroker' (did you mean worker?)"
+        }
+        try "wroker: {}\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("unknown setting 'wroker'") }
+        try "worker:\n  batchsize:\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: {
+            "\($0)" == "\(file): unknown setting 'worker.batchsize' (did you mean worker.batch_size?)"
+        }
+    }
+
+    @Test func noFeedsMustBeAskedForWithNone() throws {
+        let empty = "setting streams.feeds (from ACTIVITYCAST_STREAMS_FEEDS): is empty; write 'none' to read no feed stream "
+            + "(the worker then applies only registrations)"
+        for value in ["", " ", " , "] {
+            #expect { try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": value]) } throws: { "\($0)" == empty }
+        }
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": "none"]).feeds.isEmpty)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_FEEDS": "none"]).inputStreams.map(\.kind)
+            == [.registrations])
+
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/feeds.yaml"
+        try "streams:\n  feeds: []\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect { try SettingsLoader.load(file: file, environment: [:]) } throws: { "\($0)".contains("is empty; write 'none'") }
+        try "streams:\n  feeds: none\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try SettingsLoader.load(file: file, environment: [:]).feeds.isEmpty)
+    }
+
+    @Test func deadLetterMaxLength() throws {
+        #expect(try SettingsLoader.load(file: nil, environment: [:]).deadLetterMaxLength == 100_000)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": "500"]).deadLetterMaxLength == 500)
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": "100000000"])
+            .deadLetterMaxLength == 100_000_000)
+        for wrong in ["99", "100000001"] {
+            #expect {
+                try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN": wrong])
+            } throws: {
+                "\($0)" == "setting streams.dead_letter_max_len (from ACTIVITYCAST_STREAMS_DEAD_LETTER_MAX_LEN): must be between 100 and "
+                    + "100000000, got \(wrong)"
+            }
+        }
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/dlq.yaml"
+        try "streams:\n  dead_letter: dead\n  dead_letter_max_len: 2500\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let s = try SettingsLoader.load(file: file, environment: [:])
+        #expect(s.deadLetterMaxLength == 2500 && s.deadLetterStream == "dead")
+    }
+
+    @Test func unknownEnvironmentVariablesAreWarnedAbout() throws {
+        let s = try SettingsLoader.load(file: nil, environment: [
+            "ACTIVITYCAST_WORKER_BATCHSIZE": "10", "ACTIVITYCAST_WORKER_BATCH_SIZE": "100", "ACTIVITYCAST_NOT_EVEN_CLOSE": "x",
+            "ACTIVITYCAST_CONFIG": "", "ACTIVITYCAST_SANDBOX_BENCH": "1", "ACTIVITYCAST_H2_BENCH_REQUESTS": "5",
+            "ACTIVITYCAST_APNS_KEYS": "secret", "HOME": "/root",
+        ])
+        #expect(s.batchSize == 100)
+        #expect(s.warnings == [
+            "environment variable ACTIVITYCAST_APNS_KEYS is not a setting and is ignored (did you mean ACTIVITYCAST_APNS_KEY?)",
+            "environment variable ACTIVITYCAST_NOT_EVEN_CLOSE is not a setting and is ignored",
+            "environment variable ACTIVITYCAST_WORKER_BATCHSIZE is not a setting and is ignored (did you mean ACTIVITYCAST_WORKER_BATCH_SIZE?)",
+        ])
+        #expect(!s.warnings.joined().contains("secret"))  // names only, never values
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_PREFIX": "x"]).warnings.isEmpty)
+    }
+
+    /// Every `ACTIVITYCAST_*` name the repository uses is a setting or one of the known others, so
+    /// no legitimate variable draws the misspelling warning. (This file is skipped: it misspells
+    /// names on purpose.)
+    @Test func everyVariableTheRepositoryUsesIsKnown() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let pattern = try NSRegularExpression(pattern: "ACTIVITYCAST_[A-Z0-9_]*[A-Z0-9]")
+        var unknown: Set<String> = []
+        var files = 0
+        for folder in ["Sources", "Tests", "scripts", "Deploy"] {
+            let base = root.appendingPathComponent(folder)
+            guard let walker = FileManager.default.enumerator(atPath: base.path) else { continue }
+            for case let path as String in walker where !path.hasSuffix("SettingsTests.swift") {
+                guard let text = try? String(contentsOfFile: base.appendingPathComponent(path).path, encoding: .utf8) else { continue }
+                files += 1
+                for match in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+                    let name = String(text[Range(match.range, in: text)!])
+                    if !SettingsLoader.unknownVariables(in: [name: ""]).isEmpty { unknown.insert(name) }
+                }
+            }
+        }
+        #expect(files > 50)
+        #expect(unknown.isEmpty, "used in the repository but would draw a warning: \(unknown.sorted())")
+    }
 }
