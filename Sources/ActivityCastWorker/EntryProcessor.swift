@@ -48,7 +48,7 @@ struct EntryProcessor: Sendable {
     func errorsKey(_ stream: String) -> String { "\(keys.prefix):errors:\(stream)" }
 
     /// Fleet-wide counters shown by `inspect`.
-    var countersKey: String { "\(keys.prefix):counters" }
+    var countersKey: String { keys.counters }
 
     /// Reply limits for reading entries: an entry that could never be accepted is read as its
     /// size only (see `StreamEntry.oversize`), so it costs bounded memory.

@@ -117,6 +117,8 @@ public enum SettingsLoader {
         "ACTIVITYCAST_SANDBOX_BENCH", "ACTIVITYCAST_SANDBOX_BENCH_ROUNDS", "ACTIVITYCAST_SANDBOX_BENCH_THREADS",
         "ACTIVITYCAST_SANDBOX_BENCH_TOKENS",
         "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
+        // Test-only failpoint (EntryProcessor): crash on an entry with this field value.
+        "ACTIVITYCAST_FAILPOINT_CRASH_ON",
     ]
 
     /// One warning per `ACTIVITYCAST_*` variable that is neither a setting nor one of

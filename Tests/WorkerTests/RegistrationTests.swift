@@ -73,6 +73,8 @@ import TestSupport
         // and the unregister removes it): the end state above is the same either way.
         #expect(stats.stale >= 3)
         #expect(stats.plans == 1)
+        // …and the fleet-wide counter that `inspect` shows says the same.
+        #expect(try await redis.command("HGET", keys.counters, "registrations_stale").int == Int64(stats.stale))
     }
 
     /// Two workers may apply a follow and a newer unfollow at the same time, and their set writes

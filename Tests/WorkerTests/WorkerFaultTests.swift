@@ -156,6 +156,36 @@ import TestSupport
         #expect(Set(plans).isSuperset(of: good))
     }
 
+    /// The dead-letter stream is capped in length (`streams.dead_letter_max_len`, trimmed
+    /// approximately) and each dead letter copies at most the schema's limits of its entry.
+    @Test func deadLettersAreCappedInNumberAndSize() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        var commands = (0..<600).map { RedisCommand("XADD", settings.feeds[0].stream, "*", "type", "match.nonsense", "n", $0) }
+        var wide: [any RedisArgument] = [settings.feeds[0].stream, "*", "type", "match.score"]
+        for i in 0..<99 { wide += ["x-\(i)", String(repeating: "v", count: 10)] }
+        commands.append(RedisCommand("XADD", wide))
+        commands.append(RedisCommand("XADD", settings.feeds[0].stream, "*", "type", "match.score", "note", String(repeating: "n", count: 5000)))
+        _ = try await redis.pipeline(commands)
+        let worker = try startActivitycast(["worker"], redis: server, settings: env(settings, ["streams.dead_letter_max_len": "100", "worker.batch_size": "256"]), logName: "dlcap")
+        defer { worker.removeLogs() }
+        #expect(await eventually { await allDrained(redis, settings) })
+        #expect(await worker.stop() == 0)
+        #expect(logLines(worker, "dead letter").count == 602)
+        let dead = try await deadLetters(redis, settings)
+        // XADD MAXLEN ~ trims whole radix-tree nodes (100 entries each by default).
+        #expect(dead.count >= 100 && dead.count <= 200, "\(dead.count) dead letters kept")
+        let wideDead = try #require(dead.first { field($0, "reason")?.hasPrefix("too many fields") == true })
+        #expect(field(wideDead, "reason") == "too many fields: 100 > 64")
+        #expect(field(wideDead, "truncated") == "copied 64 of 100 fields; 0 cut to 1024 bytes")
+        #expect((wideDead.fields?.count ?? 0) / 2 == 6 + 64 + 1)  // reason, stream, id, deliveries, consumer, at; 64 f:<name>; truncated
+        let longDead = try #require(dead.last)
+        #expect(field(longDead, "reason") == "field 'note' too long: 5000 bytes > 1024 (too large to read: not copied)")
+        #expect((longDead.fields ?? []).allSatisfy { $0.count <= 1024 })
+    }
+
     // MARK: Redis refusing work
 
     /// Redis at `maxmemory` (noeviction) refuses every write for a while: entries stay pending,
