@@ -223,19 +223,35 @@ import TestSupport
         #expect(logLines(worker, "dead letter").isEmpty)
     }
 
-    /// SIGTERM while Redis is frozen (SIGSTOP): the worker exits 0 within its shutdown deadline.
-    @Test func sigtermWithRedisFrozenHoldsTheShutdownDeadline() async throws {
+    /// Redis frozen (SIGSTOP) past the command timeout, then resumed: the worker rides it out,
+    /// says so, and loses nothing. Frozen again, SIGTERM: it exits 0 within its shutdown deadline.
+    @Test func frozenRedisLosesNothingAndSigtermHoldsTheDeadline() async throws {
         let server = try await RedisServer()
         let redis = server.connection()
         defer { redis.close() }
         let settings = try testSettings(server)
-        _ = try await publishValid(redis, settings, count: 300)
-        let worker = try startActivitycast(["worker"], redis: server, settings: env(settings, ["worker.shutdown_deadline_ms": "2000"]), logName: "frozen")
+        var feedIDs = try await publishValid(redis, settings, count: 300)
+        let worker = try startActivitycast(["worker"], redis: server, settings: env(settings, [
+            "worker.shutdown_deadline_ms": "2000", "redis.command_timeout_ms": "500",
+        ]), logName: "frozen")
         defer { worker.removeLogs() }
         #expect(await eventually { await allDrained(redis, settings) })
         let redisPID = try #require(server.pid)
-        kill(redisPID, SIGSTOP)
         defer { kill(redisPID, SIGCONT) }
+
+        // Entries added just before the freeze are processed after it.
+        feedIDs += try await publishValid(redis, settings, count: 300, from: 300)
+        kill(redisPID, SIGSTOP)
+        try await Task.sleep(for: .seconds(2))
+        kill(redisPID, SIGCONT)
+        #expect(await eventually { await allDrained(redis, settings) })
+        #expect(worker.isRunning)
+        #expect(Set(planned(worker)).isSuperset(of: feedIDs))
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+        #expect(logLines(worker, "reading streams failed").first?["error"]?.contains("timed out") == true)
+        #expect(!logLines(worker, "reading streams again").isEmpty)
+
+        kill(redisPID, SIGSTOP)
         try await Task.sleep(for: .milliseconds(300))  // a read is now stuck on the frozen server
         let started = ContinuousClock.now
         worker.kill(signal: SIGTERM)
