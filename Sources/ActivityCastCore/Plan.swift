@@ -16,15 +16,36 @@ public enum Audience: Equatable, Sendable {
     case none
 }
 
-/// The alert shown with a push (`aps.alert`).
+/// The alert shown with a push (`aps.alert`): plain text, and optionally localization keys the
+/// app resolves on the device (`title-loc-key`/`title-loc-args`, `loc-key`/`loc-args`), which
+/// iOS shows instead of the plain text when it finds them.
 public struct PlanAlert: Equatable, Sendable {
     public var title: String
     public var body: String
+    public var titleLocKey: String?
+    public var titleLocArgs: [String]
+    public var locKey: String?
+    public var locArgs: [String]
+    public var sound: String?
 
-    public init(title: String, body: String) {
+    public init(title: String, body: String, titleLocKey: String? = nil, titleLocArgs: [String] = [],
+                locKey: String? = nil, locArgs: [String] = [], sound: String? = nil) {
         self.title = title
         self.body = body
+        self.titleLocKey = titleLocKey
+        self.titleLocArgs = titleLocArgs
+        self.locKey = locKey
+        self.locArgs = locArgs
+        self.sound = sound
     }
+}
+
+/// How a key's broadcast channel keeps messages (`message-storage-policy`, fixed at creation).
+public enum ChannelStoragePolicy: Int, Sendable, Equatable, CaseIterable {
+    /// 0: nothing stored; for frequent updates (a match). Broadcasts carry `apns-expiration: 0`.
+    case noStorage = 0
+    /// 1: the latest message is kept up to 8 h for devices that were offline; infrequent updates.
+    case latestMessage = 1
 }
 
 /// What a worker would send for one feed event, before budgets and scheduling: the activity it
@@ -45,10 +66,23 @@ public struct Plan: Equatable, Sendable, CustomStringConvertible {
     /// `aps.attributes` for a start (the activity's fixed attributes, such as the teams); empty otherwise.
     public var attributes: [String: JSONValue]
     public var alert: PlanAlert?
+    /// Start only: the Swift type name of the app's `ActivityAttributes` (`attributes-type`).
+    public var attributesType: String?
+    /// `stale-date` as seconds after the event's time; nil: none.
+    public var staleAfterSeconds: Int64?
+    /// End only: `dismissal-date` as seconds after the event's time (0: at once; Apple caps it at
+    /// 4 h); nil: the system default.
+    public var dismissAfterSeconds: Int64?
+    /// `relevance-score`, which orders several activities on the Lock Screen and Dynamic Island.
+    public var relevanceScore: Double?
+    /// The storage policy of the key's broadcast channel.
+    public var storagePolicy: ChannelStoragePolicy
 
     public init(key: ActivityKey, event: LiveActivityEvent?, priority: PriorityClass, timestampMillis: Int64,
                 audience: Audience, contentState: [String: JSONValue] = [:],
-                attributes: [String: JSONValue] = [:], alert: PlanAlert? = nil) {
+                attributes: [String: JSONValue] = [:], alert: PlanAlert? = nil, attributesType: String? = nil,
+                staleAfterSeconds: Int64? = nil, dismissAfterSeconds: Int64? = nil, relevanceScore: Double? = nil,
+                storagePolicy: ChannelStoragePolicy = .noStorage) {
         self.key = key
         self.event = event
         self.priority = priority
@@ -57,6 +91,11 @@ public struct Plan: Equatable, Sendable, CustomStringConvertible {
         self.contentState = contentState
         self.attributes = attributes
         self.alert = alert
+        self.attributesType = attributesType
+        self.staleAfterSeconds = staleAfterSeconds
+        self.dismissAfterSeconds = dismissAfterSeconds
+        self.relevanceScore = relevanceScore
+        self.storagePolicy = storagePolicy
     }
 
     /// One log line:
