@@ -44,9 +44,14 @@ let package = Package(
         // The APNs sandbox: request validation, device views, faults (pure), and its server loop.
         .target(name: "APNsSandbox", dependencies: ["APNsCore", "ActivityCastCore", "OpenSSLKit", "HTTP2Kit", "HTTP2Transport"]),
 
+        // The send path: key state, channels, per-token and push-to-start sends, outcomes.
+        .target(name: "ActivityCastSend", dependencies: [
+            "ActivityCastCore", "APNs", "APNsCore", "HTTP2Kit", "RedisClient",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "RedisClient",
+            "ActivityCastCore", "ActivityCastSend", "APNs", "APNsCore", "RedisClient",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
         ]),

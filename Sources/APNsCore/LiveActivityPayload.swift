@@ -7,7 +7,18 @@ public struct LiveActivityPayload: Sendable, Equatable {
         public var title: String
         public var body: String
         public var sound: String?
-        public init(title: String, body: String, sound: String? = nil) { self.title = title; self.body = body; self.sound = sound }
+        /// Localization keys the app resolves on the device (`title-loc-key`, `loc-key`), with
+        /// their arguments; iOS shows them instead of `title`/`body` when it finds them.
+        public var titleLocKey: String?
+        public var titleLocArgs: [String]
+        public var locKey: String?
+        public var locArgs: [String]
+
+        public init(title: String, body: String, sound: String? = nil, titleLocKey: String? = nil, titleLocArgs: [String] = [],
+                    locKey: String? = nil, locArgs: [String] = []) {
+            self.title = title; self.body = body; self.sound = sound
+            self.titleLocKey = titleLocKey; self.titleLocArgs = titleLocArgs; self.locKey = locKey; self.locArgs = locArgs
+        }
     }
 
     public var event: LiveActivityEvent
@@ -49,6 +60,14 @@ public struct LiveActivityPayload: Sendable, Equatable {
         if let alert {
             var a: [String: JSONValue] = ["title": .string(alert.title), "body": .string(alert.body)]
             if let sound = alert.sound { a["sound"] = .string(sound) }
+            if let key = alert.titleLocKey {
+                a["title-loc-key"] = .string(key)
+                if !alert.titleLocArgs.isEmpty { a["title-loc-args"] = .array(alert.titleLocArgs.map(JSONValue.string)) }
+            }
+            if let key = alert.locKey {
+                a["loc-key"] = .string(key)
+                if !alert.locArgs.isEmpty { a["loc-args"] = .array(alert.locArgs.map(JSONValue.string)) }
+            }
             aps["alert"] = .object(a)
         }
         if let attributesType { aps["attributes-type"] = .string(attributesType) }

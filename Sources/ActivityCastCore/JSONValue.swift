@@ -11,6 +11,9 @@ public indirect enum JSONValue: Equatable, Sendable {
     case null
     case array([JSONValue])
     case object([String: JSONValue])
+    /// A value already encoded as compact JSON by `encoded()` (kept in Redis, say), written out
+    /// as it is: no parse and no second encoding on the hot path.
+    case encoded([UInt8])
 
     /// The value as compact JSON (RFC 8259) in UTF-8.
     public func encoded() -> [UInt8] {
@@ -39,6 +42,8 @@ public indirect enum JSONValue: Equatable, Sendable {
             out.append(contentsOf: (b ? "true" : "false").utf8)
         case .null:
             out.append(contentsOf: "null".utf8)
+        case .encoded(let bytes):
+            out.append(contentsOf: bytes)
         case .array(let items):
             out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {

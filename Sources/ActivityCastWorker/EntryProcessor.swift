@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import Foundation
 import Logging
 import RedisClient
@@ -30,7 +31,12 @@ struct EntryProcessor: Sendable {
     /// suite makes an entry that kills every worker that takes it. Unset in production.
     let crashOn: [UInt8]? = ProcessInfo.processInfo.environment["ACTIVITYCAST_FAILPOINT_CRASH_ON"].map { Array($0.utf8) }
 
-    init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full) {
+    /// The send path (nil: plans are only logged, `worker.send: false`).
+    let sender: Sender?
+
+    init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
+         sender: Sender? = nil) {
+        self.sender = sender
         self.settings = settings
         self.redis = redis
         self.consumer = consumer
@@ -68,6 +74,8 @@ struct EntryProcessor: Sendable {
         case ack
         case deadLetter(String, copyFields: Bool)
         case effects(EntryEffects, after: (@Sendable ([RESPValue]) -> Void)?)
+        /// Its effects first, then the plan's pushes through the send path.
+        case send(Plan, EntryEffects)
     }
 
     /// Processes `entries` of `feed`. `redelivered`: they were delivered before (claimed, or
@@ -192,7 +200,7 @@ struct EntryProcessor: Sendable {
             case .ack: break
             case .deadLetter(let reason, let copy):
                 commands.append(deadLetterCommand(feed: feed, entry: entry, reason: reason, deliveries: (attempts[entry.id] ?? 0) + 1, copyFields: copy))
-            case .effects(let e, _): commands += e.first
+            case .effects(let e, _), .send(_, let e): commands += e.first
             }
             ranges.append(start..<commands.count)
         }
@@ -219,7 +227,7 @@ struct EntryProcessor: Sendable {
                     if let s = e.staleIfZero, mine.count > s, mine[s] == .integer(0) { stale += 1 }
                     after?(mine)
                     if let next = e.second { second += next(mine) }
-                case .ack: break
+                case .ack, .send: break
                 }
             }
         } else {
@@ -231,6 +239,28 @@ struct EntryProcessor: Sendable {
             let replies = try await redis.pipeline(second)
             for index in entries.indices where outcome[index] == nil {
                 if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { outcome[index] = Failure(bad) }
+            }
+        }
+
+        // The pushes: one key's events in order, different keys side by side.
+        let sends = work.indices.compactMap { i -> (Int, Plan)? in
+            if case .send(let plan, _) = work[i], outcome[i] == nil { return (i, plan) }
+            return nil
+        }
+        if let sender, !sends.isEmpty {
+            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries) {
+                switch result {
+                case .success(.done):
+                    break
+                case .success(.rejected(let reason)):
+                    // Too large to send: a dead letter like any entry that can't be processed.
+                    let reply = try await redis.pipeline([deadLetterCommand(feed: feed, entry: entries[index], reason: reason,
+                                                                            deliveries: (attempts[entries[index].id] ?? 0) + 1, copyFields: true)])[0]
+                    if let e = reply.errorMessage { outcome[index] = Failure(e) } else { deadLettered.append((entries[index], reason)) }
+                case .failure(let error):
+                    if let r = (error as? RedisError)?.refusal { outcome[index] = .refused(r) }
+                    else { outcome[index] = .own("sending failed: \(error)") }
+                }
             }
         }
 
@@ -322,6 +352,18 @@ struct EntryProcessor: Sendable {
             guard let plan = planner.plan(decoded) else { return .ack }
             stats.plans.add(1, ordering: .relaxed)
             guard mode == .full else { return .ack }
+            if sender != nil {
+                // The send path does the rest, including forgetting the key after its end.
+                var first: [RedisCommand] = []
+                if plan.event != .end {
+                    first.append(RedisCommand("ZADD", keys.keysIndex, "GT", decoded.timestampMillis, plan.key.description))
+                }
+                logger.info("plan", metadata: [
+                    "entry": "\(stream)/\(entryID)", "type": "\(decoded.type)", "key": "\(plan.key)",
+                    "event": "\(plan.event?.rawValue ?? "none")", "priority": "\(plan.priority.rawValue)", "audience": "\(plan.audience)",
+                ])
+                return .send(plan, EntryEffects(first: first))
+            }
             // Count the audience the plan would reach, and forget the key once its activity ends.
             var first: [RedisCommand] = []
             switch plan.audience {
@@ -345,6 +387,42 @@ struct EntryProcessor: Sendable {
                     "audience": "\(plan.audience)", "reach": "\(reach)",
                 ])
             })
+        }
+    }
+
+    /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
+    /// concurrently. Returns each entry's result.
+    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry]) async -> [(Int, Result<SendOutcome, Error>)] {
+        var byKey: [ActivityKey: [(Int, Plan)]] = [:]
+        for s in sends { byKey[s.1.key, default: []].append(s) }
+        let logger = self.logger
+        return await withTaskGroup(of: [(Int, Result<SendOutcome, Error>)].self) { group in
+            for (_, plans) in byKey {
+                group.addTask {
+                    var out: [(Int, Result<SendOutcome, Error>)] = []
+                    for (index, plan) in plans.sorted(by: { $0.1.timestampMillis < $1.1.timestampMillis }) {
+                        let entry = "\(stream)/\(entries[index].id)"
+                        do {
+                            let outcome = try await sender.send(plan, entry: entry)
+                            if case .done(let s) = outcome {
+                                logger.info("sent", metadata: [
+                                    "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
+                                    "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
+                                    "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
+                                ])
+                            }
+                            out.append((index, .success(outcome)))
+                        } catch {
+                            logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
+                            out.append((index, .failure(error)))
+                        }
+                    }
+                    return out
+                }
+            }
+            var all: [(Int, Result<SendOutcome, Error>)] = []
+            for await part in group { all += part }
+            return all
         }
     }
 

@@ -34,6 +34,8 @@ public struct Settings: Sendable {
     public var claimInterval: Duration
     public var maxDeliveries: Int
     public var shutdownDeadline: Duration
+    /// Send the pushes each feed event plans (true), or only log the plans (false: no APNs needed).
+    public var send: Bool
     public var limits: DecodeLimits
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
@@ -82,6 +84,7 @@ public enum SettingsLoader {
         ("worker.claim_interval_ms", "5000"),
         ("worker.max_deliveries", "5"),
         ("worker.shutdown_deadline_ms", "10000"),
+        ("worker.send", "true"),
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
@@ -258,6 +261,14 @@ public enum SettingsLoader {
         func millis(_ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Duration {
             .milliseconds(try int(key, fallback, range))
         }
+        func bool(_ key: String, _ fallback: Bool) throws -> Bool {
+            guard let text = raw[key]?.value else { return fallback }
+            switch text.trimmingCharacters(in: .whitespaces) {
+            case "true": return true
+            case "false": return false
+            default: throw wrong(key, "must be true or false, got '\(shown(text))'")
+            }
+        }
         func name(_ key: String, _ fallback: String) throws -> String {
             let v = string(key, fallback)
             if let problem = nameProblem(v) { throw wrong(key, problem) }
@@ -325,6 +336,7 @@ public enum SettingsLoader {
             claimInterval: try millis("worker.claim_interval_ms", 5000, 10...3_600_000),
             maxDeliveries: try int("worker.max_deliveries", 5, 1...1000),
             shutdownDeadline: try millis("worker.shutdown_deadline_ms", 10_000, 0...3_600_000),
+            send: try bool("worker.send", true),
             limits: limits,
             activityTTLSeconds: try int("ttl.activity_s", 43_200, 60...(30 * 86_400)),
             deviceTTLSeconds: try int("ttl.device_s", 7_776_000, 60...(3650 * 86_400)),
@@ -417,14 +429,15 @@ public struct APNsSettings: Sendable {
         let listen = string("sandbox.listen") ?? "127.0.0.1:2197"
         let endpoint = string("apns.endpoint") ?? "sandbox"
         let local = endpoint == "sandbox"
-        let known = ["development", "production", "sandbox"]
+        let known = ["apple", "development", "production", "sandbox"]
         if !known.contains(endpoint) && endpoint.split(separator: ":").count < 2 {
-            throw wrong("apns.endpoint", "must be development, production, sandbox or host:port, got '\(SettingsLoader.shown(endpoint))'")
+            throw wrong("apns.endpoint", "must be apple, development, production, sandbox or host:port, got '\(SettingsLoader.shown(endpoint))'")
         }
         let channels = string("apns.channels_endpoint") ?? {
             switch endpoint {
             case "development": return "development-channels"
             case "production": return "production-channels"
+            case "apple": return "apple-channels"
             default: return local ? listen : endpoint
             }
         }()

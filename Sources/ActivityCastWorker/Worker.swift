@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import Foundation
 import Logging
 import RedisClient
@@ -33,6 +34,11 @@ public final class Worker: Sendable {
     private let inFlight = Atomic<Int>(0)
     private let processor: EntryProcessor
     private let streams = Mutex<[String: StreamState]>([:])
+    /// The send path, when the worker sends (`worker.send`).
+    private let sender: Sender?
+    private let apns: APNsRouter?
+    /// Why the send path could not be set up (a missing key, no sandbox): the worker won't start.
+    private let sendSetupError: String?
 
     /// What the worker knows of one input stream.
     struct StreamState {
@@ -61,9 +67,28 @@ public final class Worker: Sendable {
         var commandConfig = settings.redisConfiguration
         commandConfig.clientName = "activitycast-\(consumer)"
         self.reader = RedisConnection(configuration: readerConfig)
-        self.redis = RedisConnection(configuration: commandConfig)
+        let redis = RedisConnection(configuration: commandConfig)
+        self.redis = redis
+        var sender: Sender?
+        var apns: APNsRouter?
+        var setupError: String?
+        if mode == .full && settings.send {
+            do {
+                let router = try APNsSetup.router(settings, redis: redis, logger: logger)
+                apns = router
+                sender = Sender(redis: redis, apns: router,
+                                configuration: SendConfiguration(keys: settings.keys, bundleID: settings.apns.bundleID,
+                                                                 stateTTLSeconds: settings.activityTTLSeconds),
+                                logger: logger)
+            } catch {
+                setupError = "\(error)"
+            }
+        }
+        self.sender = sender
+        self.apns = apns
+        self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
-                                        mode: mode == .full ? .full : .decodeOnly)
+                                        mode: mode == .full ? .full : .decodeOnly, sender: sender)
     }
 
     public enum Mode: Sendable { case full, decodeOnly }
@@ -71,6 +96,7 @@ public final class Worker: Sendable {
     deinit {
         reader.close()
         redis.close()
+        apns?.shutdown()
     }
 
     /// `<hostname>-<pid>`: unique per process, readable in `inspect`. Only the characters Redis
@@ -103,6 +129,9 @@ public final class Worker: Sendable {
         if !settings.redisURL.verifyPeer {
             logger.warning("TLS CERTIFICATE VERIFICATION IS OFF for Redis (verify=false): anyone on the path can read and change this traffic")
         }
+        if let sendSetupError {
+            throw StartError(description: "cannot send pushes: \(sendSetupError) (worker.send: false only logs the plans)")
+        }
         try await preflight()
         await ensureGroups()
 
@@ -125,6 +154,10 @@ public final class Worker: Sendable {
             if ContinuousClock.now >= nextClaim {
                 _ = await stop.race { await self.claimIdle() }
                 await probeBrokenStreams()
+                if let sender {
+                    // Channels whose activity ended and whose dismissal window passed.
+                    _ = await stop.race { try? await sender.deleteDueChannels() }
+                }
                 nextClaim = ContinuousClock.now + settings.claimInterval
             }
             let healthy = settings.inputStreams.filter { !isBroken($0.stream) }

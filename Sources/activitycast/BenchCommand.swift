@@ -35,7 +35,7 @@ struct IntakeBench: AsyncParsableCommand {
             let settings = try common.settings(extra: [
                 "prefix": prefix, "streams.feeds": "sports=\(prefix):feed:sports",
                 "worker.batch_size": "\(batchSize)", "worker.max_in_flight": "\(batchSize * 8)",
-                "worker.block_ms": "50", "log.level": "warning",
+                "worker.block_ms": "50", "log.level": "warning", "worker.send": "false",
             ])
             let redis = RedisConnection(configuration: settings.redisConfiguration)
             defer { redis.close() }

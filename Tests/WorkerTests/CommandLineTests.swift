@@ -10,7 +10,7 @@ import TestSupport
         let server = try await RedisServer()
         let redis = server.connection()
         defer { redis.close() }
-        let env = ["prefix": "cli\(UInt32.random(in: 0...UInt32.max))", "worker.block_ms": "100"]
+        let env = ["prefix": "cli\(UInt32.random(in: 0...UInt32.max))", "worker.block_ms": "100", "worker.send": "false"]
         func cli(_ args: [String]) async throws -> String {
             let (status, out, err) = try await runActivitycast(args, redis: server, settings: env)
             #expect(status == 0, "activitycast \(args.joined(separator: " ")) failed: \(err)")

@@ -45,7 +45,8 @@ import TestSupport
     }
 
     func workerEnv(_ settings: Settings, _ extra: [String: String] = [:]) -> [String: String] {
-        var env = ["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200",
+        // Intake only (plans logged): no APNs sandbox runs in these tests.
+        var env = ["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.send": "false",
                    "worker.visibility_timeout_ms": "2000", "worker.batch_size": "200", "worker.max_in_flight": "1000"]
         env.merge(extra) { _, new in new }
         return env

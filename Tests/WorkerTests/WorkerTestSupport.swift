@@ -8,7 +8,7 @@ import TestSupport
 func testSettings(_ server: RedisServer, _ extra: [String: String] = [:]) throws -> Settings {
     var overrides = [
         "redis.url": server.urlString, "prefix": "t\(UInt32.random(in: 0...UInt32.max))",
-        "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
+        "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000", "worker.send": "false",
         "worker.shutdown_deadline_ms": "5000",
     ]
     overrides.merge(extra) { _, new in new }

@@ -1,0 +1,210 @@
+import ActivityCastCore
+import APNs
+import APNsCore
+import Foundation
+import HTTP2Kit
+import Logging
+import RedisClient
+
+/// A key's broadcast channel in one APNs environment, as stored in `<prefix>:{key}:channels`
+/// (field `<env>` → `<id> <policy> <created ms>`).
+public struct ChannelRecord: Sendable, Equatable {
+    public var id: String
+    public var policy: ChannelStoragePolicy
+    public var createdMillis: Int64
+
+    init?(_ text: String) {
+        let parts = text.split(separator: " ")
+        guard parts.count == 3, let p = Int(parts[1]), let policy = ChannelStoragePolicy(rawValue: p), let created = Int64(parts[2]) else { return nil }
+        self.id = String(parts[0])
+        self.policy = policy
+        self.createdMillis = created
+    }
+
+    init(id: String, policy: ChannelStoragePolicy, createdMillis: Int64) {
+        self.id = id
+        self.policy = policy
+        self.createdMillis = createdMillis
+    }
+
+    var stored: String { "\(id) \(policy.rawValue) \(createdMillis)" }
+}
+
+/// Broadcast channels per key and environment: created once across the fleet at a key's first
+/// event, announced on `<prefix>:channels`, recreated after `ChannelNotRegistered`, replaced by
+/// per-token sends when Apple's channel limit is reached, deleted after the end.
+public final class ChannelRegistry: Sendable {
+    let redis: RedisConnection
+    let apns: APNsRouter
+    let keys: RedisKeys
+    let bundleID: String
+    let logger: Logger
+    let stats: SendStats
+    let ttlSeconds: Int
+
+    public init(redis: RedisConnection, apns: APNsRouter, keys: RedisKeys, bundleID: String, ttlSeconds: Int, logger: Logger, stats: SendStats) {
+        self.redis = redis
+        self.apns = apns
+        self.keys = keys
+        self.bundleID = bundleID
+        self.ttlSeconds = ttlSeconds
+        self.logger = logger
+        self.stats = stats
+    }
+
+    func hashKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:channels" }
+    var announcements: String { "\(keys.prefix):channels" }
+    var expiring: String { "\(keys.prefix):channels:expiring" }
+
+    /// What the key has in `env`: a channel, the fallback to per-token sends (channel limit), or nothing yet.
+    public enum State: Sendable, Equatable {
+        case live(ChannelRecord)
+        case fallback
+        case none
+    }
+
+    public func state(_ key: ActivityKey, _ env: APNsEnvironment) async throws -> State {
+        let reply = try await redis.send(RedisCommand("HMGET", hashKey(key), env.rawValue, "\(env.rawValue):fallback"))
+        let values = reply.array ?? []
+        if let text = values.first?.string, let record = ChannelRecord(text) { return .live(record) }
+        if values.count > 1, values[1].string == "1" { return .fallback }
+        return .none
+    }
+
+    /// The key's channel in `env`, creating it if the key has none: one worker of the fleet
+    /// creates it (a short lock), the others wait for its id.
+    public func ensure(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy) async throws -> State {
+        let current = try await state(key, env)
+        guard current == .none else { return current }
+        guard let client = apns.channels(env) else { return .fallback }
+        let lock = "\(keys.prefix):{\(key)}:channel-lock:\(env.rawValue)"
+        let won = try await redis.send(RedisCommand("SET", lock, "1", "NX", "PX", 10_000)) == .status("OK")
+        guard won else {
+            // Another worker is creating it: wait for its id (a few seconds at most).
+            for _ in 0..<100 {
+                try await Task.sleep(for: .milliseconds(30))
+                let s = try await state(key, env)
+                if s != .none { return s }
+            }
+            return .none
+        }
+        defer { Task { [redis] in _ = try? await redis.send(RedisCommand("DEL", lock)) } }
+        return try await create(key, env, policy: policy, client: client)
+    }
+
+    private func create(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy, client: APNsClient) async throws -> State {
+        let body = Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8)
+        var attempt = 0
+        while true {
+            let result = await client.request(method: "POST", path: "/1/apps/\(bundleID)/channels", headers: [], body: body)
+            stats.count(.channelCreate, result)
+            if case .response(let r) = result, r.status == 201, let id = r.channelID {
+                let record = ChannelRecord(id: id, policy: policy, createdMillis: Int64(Date().timeIntervalSince1970 * 1000))
+                _ = try await redis.pipeline([
+                    RedisCommand("HSET", hashKey(key), env.rawValue, record.stored),
+                    RedisCommand("HDEL", hashKey(key), "\(env.rawValue):fallback"),
+                    RedisCommand("EXPIRE", hashKey(key), ttlSeconds),
+                    RedisCommand("XADD", announcements, "MAXLEN", "~", 100_000, "*", "event", "created", "key", key.description,
+                                 "env", env.rawValue, "channel", id, "policy", policy.rawValue),
+                ])
+                logger.info("channel created", metadata: ["key": "\(key)", "env": "\(env.rawValue)", "channel": "\(id)", "policy": "\(policy.rawValue)"])
+                return .live(record)
+            }
+            if result.response?.reason == .cannotCreateChannelConfig {
+                // Apple's limit (10,000 channels per app and environment): this key's devices get
+                // per-token sends instead. Loud, because ops can free channels.
+                _ = try await redis.pipeline([
+                    RedisCommand("HSET", hashKey(key), "\(env.rawValue):fallback", "1"),
+                    RedisCommand("EXPIRE", hashKey(key), ttlSeconds),
+                    RedisCommand("HINCRBY", keys.counters, "channels_fallback", 1),
+                ])
+                stats.channelFallbacks.add(1, ordering: .relaxed)
+                logger.error("CHANNEL LIMIT REACHED (CannotCreateChannelConfig): this key's devices get per-token pushes instead of a broadcast",
+                             metadata: ["key": "\(key)", "env": "\(env.rawValue)"])
+                return .fallback
+            }
+            attempt += 1
+            switch result.action {
+            case .retryAfter(let d) where attempt < 5: try await Task.sleep(for: d)
+            case .retryWithBackoff where attempt < 5, .refreshProviderToken where attempt < 5:
+                try await Task.sleep(for: .milliseconds(100 << attempt))
+            default:
+                throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))")
+            }
+        }
+    }
+
+    /// Forgets a channel APNs no longer knows (`ChannelNotRegistered`) if it is still the one
+    /// stored, so the next `ensure` creates a new one.
+    public func forget(_ key: ActivityKey, _ env: APNsEnvironment, id: String) async throws {
+        _ = try await redis.send(.script(ChannelScripts.forgetIfCurrent, keys: [hashKey(key)], args: [env.rawValue, id]))
+        logger.warning("channel not registered at APNs; a new one is created", metadata: ["key": "\(key)", "env": "\(env.rawValue)", "channel": "\(id)"])
+    }
+
+    /// Schedules the key's channels for deletion at `atMillis` (the end plus its dismissal window).
+    public func scheduleDeletion(_ key: ActivityKey, atMillis: Int64) async throws {
+        _ = try await redis.send(RedisCommand("ZADD", expiring, atMillis, key.description))
+    }
+
+    /// Deletes the channels whose time has come; any worker may run it, each key is taken by one.
+    /// Returns how many channels were deleted.
+    @discardableResult
+    public func deleteDue(nowMillis: Int64, limit: Int = 50) async throws -> Int {
+        let due = try await redis.send(RedisCommand("ZRANGEBYSCORE", expiring, "-inf", nowMillis, "LIMIT", 0, limit))
+        var deleted = 0
+        for name in (due.array ?? []).compactMap(\.string) {
+            guard let key = ActivityKey(parsing: name) else { _ = try await redis.send(RedisCommand("ZREM", expiring, name)); continue }
+            // Whoever removes it from the schedule deletes it.
+            guard try await redis.send(RedisCommand("ZREM", expiring, name)).int == 1 else { continue }
+            let all = try await redis.send(RedisCommand("HGETALL", hashKey(key)))
+            var items = (all.array ?? []).compactMap(\.string)[...]
+            while items.count >= 2 {
+                let field = items.removeFirst(), value = items.removeFirst()
+                guard let env = APNsEnvironment(rawValue: field), let record = ChannelRecord(value), let client = apns.channels(env) else { continue }
+                let result = await client.request(method: "DELETE", path: "/1/apps/\(bundleID)/channels",
+                                                  headers: [HTTP2Header("apns-channel-id", record.id)])
+                stats.count(.channelDelete, result)
+                if result.action == .delivered || result.response?.reason == .channelNotRegistered {
+                    deleted += 1
+                    _ = try await redis.pipeline([
+                        .script(ChannelScripts.forgetIfCurrent, keys: [hashKey(key)], args: [env.rawValue, record.id]),
+                        RedisCommand("XADD", announcements, "MAXLEN", "~", 100_000, "*", "event", "deleted", "key", key.description,
+                                     "env", env.rawValue, "channel", record.id),
+                    ])
+                    logger.info("channel deleted", metadata: ["key": "\(key)", "env": "\(env.rawValue)", "channel": "\(record.id)"])
+                } else {
+                    // Try again later.
+                    _ = try await redis.send(RedisCommand("ZADD", expiring, nowMillis + 60_000, name))
+                    logger.warning("deleting a channel failed; retrying in a minute", metadata: ["key": "\(key)", "channel": "\(record.id)", "error": "\(describe(result))"])
+                }
+            }
+        }
+        return deleted
+    }
+}
+
+enum ChannelScripts {
+    /// KEYS[1] = the key's channels hash. ARGV = env, id. Removes the env's channel if it is
+    /// still `id`. Returns 1 if removed.
+    static let forgetIfCurrent = RedisScript("""
+    local cur = redis.call('HGET', KEYS[1], ARGV[1])
+    if cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ' ' then
+      redis.call('HDEL', KEYS[1], ARGV[1])
+      return 1
+    end
+    return 0
+    """)
+}
+
+func describe(_ result: APNsResult) -> String {
+    switch result {
+    case .failed(let e): return "no answer: \(e)"
+    case .response(let r): return "\(r.status)\(r.reason.map { " \($0.rawValue)" } ?? "")"
+    }
+}
+
+/// Why a send can't finish now (the entry stays pending and is retried).
+public struct SendFailure: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}

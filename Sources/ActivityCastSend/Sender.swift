@@ -1,0 +1,390 @@
+import ActivityCastCore
+import APNs
+import APNsCore
+import Foundation
+import Logging
+import RedisClient
+
+/// How one event's sends ended.
+public enum SendOutcome: Sendable, Equatable {
+    /// Every send has a final outcome (delivered, token forgotten, or a recorded failure):
+    /// acknowledge the entry.
+    case done(SendSummary)
+    /// The event can't be sent as it is (a payload over Apple's limit): dead-letter it.
+    case rejected(String)
+}
+
+public struct SendSummary: Sendable, Equatable {
+    public var stale = false
+    public var broadcasts = 0
+    public var tokens = 0
+    public var starts = 0
+    public var forgotten = 0
+    public var failed = 0
+}
+
+public struct SendConfiguration: Sendable {
+    public var keys: RedisKeys
+    public var bundleID: String
+    /// Tokens read from Redis and sent per batch.
+    public var batchSize: Int
+    /// How long the state of a key lives after its last event.
+    public var stateTTLSeconds: Int
+    /// Attempts per token for retryable answers (429, 5xx, no answer) before the entry is left
+    /// pending for a later retry.
+    public var maxAttempts: Int
+
+    public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6) {
+        self.keys = keys
+        self.bundleID = bundleID
+        self.batchSize = batchSize
+        self.stateTTLSeconds = stateTTLSeconds
+        self.maxAttempts = maxAttempts
+    }
+}
+
+/// The send path of one feed event: plan → key state → targets → requests → outcomes.
+/// Decisions are made by the pure parts (`KeyState`, `PushBuilder`, `TokenOutcome`); this type
+/// does the Redis and APNs I/O around them. The caller acknowledges the entry on `.done` and
+/// dead-letters it on `.rejected`; a thrown error leaves it pending.
+public final class Sender: Sendable {
+    let redis: RedisConnection
+    let apns: APNsRouter
+    let configuration: SendConfiguration
+    let channels: ChannelRegistry
+    let logger: Logger
+    public let stats: SendStats
+
+    public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats()) {
+        self.redis = redis
+        self.apns = apns
+        self.configuration = configuration
+        self.logger = logger
+        self.stats = stats
+        self.channels = ChannelRegistry(redis: redis, apns: apns, keys: configuration.keys, bundleID: configuration.bundleID,
+                                        ttlSeconds: configuration.stateTTLSeconds, logger: logger, stats: stats)
+    }
+
+    var keys: RedisKeys { configuration.keys }
+    func stateKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:state" }
+    func startsKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:starts" }
+    var failuresStream: String { "\(keys.prefix):send-failures" }
+
+    public func deleteDueChannels() async throws -> Int {
+        try await channels.deleteDue(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+    }
+
+    public func send(_ plan: Plan, entry: String) async throws -> SendOutcome {
+        // Key state: merge in timestamp order; a stale event is not sent.
+        let merged = try KeyStateScripts.parse(try await redis.send(
+            KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis,
+                                         ttlSeconds: configuration.stateTTLSeconds, contentState: plan.contentState)))
+        var summary = SendSummary()
+        if merged.stale {
+            summary.stale = true
+            stats.stale.add(1, ordering: .relaxed)
+            return .done(summary)
+        }
+        // Channels exist from the key's first event, so app backends can subscribe activities
+        // the app starts itself.
+        var channelStates: [APNsEnvironment: ChannelRegistry.State] = [:]
+        for env in apns.environments {
+            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy)
+        }
+        guard let event = plan.event else { return .done(summary) }
+
+        switch event {
+        case .start:
+            do {
+                try await sendStarts(plan, state: merged.contentState, channels: channelStates, entry: entry, summary: &summary)
+            } catch let e as PushRejectionError {
+                return .rejected(e.description)
+            }
+        case .update, .end:
+            let payload = PushBuilder.payload(plan, contentState: merged.contentState)
+            let bytes: [UInt8]
+            switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
+            case .success(let b): bytes = b
+            case .failure(let rejection): return .rejected(rejection.description)
+            }
+            let priority = PushBuilder.priority(plan)
+            for env in apns.environments {
+                guard case .live(let record)? = channelStates[env] else { continue }
+                if try await broadcast(plan, bytes, priority: priority, env: env, record: record) { summary.broadcasts += 1 }
+                else { channelStates[env] = ChannelRegistry.State.none }
+            }
+            try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
+            if event == .end { try await finish(plan) }
+        }
+        return .done(summary)
+    }
+
+    // MARK: Broadcast
+
+    /// Broadcasts to the key's channel. False when APNs no longer knows the channel and a new one
+    /// couldn't be made for this event (its devices then get nothing from the channel this time).
+    private func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
+        guard let client = apns.push(env) else { return false }
+        var record = record
+        var attempt = 0
+        var recreated = false
+        while true {
+            let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
+                                                priority: priority, storagePolicy: record.policy.rawValue)
+            stats.count(.broadcast, result)
+            if result.action == .delivered {
+                _ = try? await redis.send(RedisCommand("HINCRBY", channels.hashKey(plan.key), "\(env.rawValue):broadcasts", 1))
+                return true
+            }
+            if result.response?.reason == .channelNotRegistered, !recreated {
+                recreated = true
+                try await channels.forget(plan.key, env, id: record.id)
+                guard case .live(let fresh) = try await channels.ensure(plan.key, env, policy: plan.storagePolicy) else { return false }
+                record = fresh
+                continue
+            }
+            attempt += 1
+            switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: nil, attempt: attempt) {
+            case .retry(let delay, _) where attempt < configuration.maxAttempts:
+                try await Task.sleep(for: delay)
+            case .retry(_, let reason):
+                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)")
+            default:
+                try await recordFailure(plan.key, kind: "broadcast", target: record.id, reason: describe(result), entry: "")
+                return false
+            }
+        }
+    }
+
+    // MARK: Per-token
+
+    /// One activity token of the key, with what its registration says.
+    struct TokenRow {
+        var activity: String
+        var token: String
+        var env: APNsEnvironment
+        var onBroadcast: Bool
+        var registeredMillis: Int64?
+    }
+
+    private func sendToTokens(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels states: [APNsEnvironment: ChannelRegistry.State],
+                              entry: String, summary: inout SendSummary) async throws {
+        var cursor = "0"
+        repeat {
+            let reply = try await redis.send(RedisCommand("HSCAN", keys.tokens(plan.key), cursor, "COUNT", configuration.batchSize))
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { throw SendFailure("HSCAN: unexpected reply") }
+            cursor = next
+            let flat = (parts[1].array ?? []).compactMap(\.string)
+            var pairs: [(String, String)] = []
+            var i = 0
+            while i + 1 < flat.count { pairs.append((flat[i], flat[i + 1])); i += 2 }
+            if pairs.isEmpty { continue }
+            let rows = try await tokenRows(plan.key, pairs)
+            var byEnv: [APNsEnvironment: [TokenRow]] = [:]
+            for row in rows {
+                // A device on broadcast gets the channel's push when the channel is live.
+                if row.onBroadcast, case .live? = states[row.env] { continue }
+                byEnv[row.env, default: []].append(row)
+            }
+            for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary)
+            }
+        } while cursor != "0"
+    }
+
+    /// Token rows from `{key}:tokens` pairs and `{key}:meta`, with the device's own settings
+    /// where the registration gave none.
+    private func tokenRows(_ key: ActivityKey, _ pairs: [(String, String)]) async throws -> [TokenRow] {
+        let meta = try await redis.send(RedisCommand("HMGET", [keys.meta(key)] + pairs.map(\.0)))
+        let metas = (meta.array ?? []).map { $0.string ?? "" }
+        var rows: [TokenRow] = []
+        // Rows whose registration left env or broadcast to the device's settings.
+        var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool)] = []
+        for ((activity, token), m) in zip(pairs, metas) {
+            let f = m.split(separator: " ").map(String.init)
+            // `ts device env tier broadcast`; `ts -` is a tombstone (then there is no token either).
+            guard f.count >= 5 else { continue }
+            let env = APNsEnvironment(rawValue: f[2])
+            let broadcast = f[4] == "1" ? true : f[4] == "0" ? false : nil
+            rows.append(TokenRow(activity: activity, token: token, env: env ?? .production, onBroadcast: broadcast ?? false,
+                                 registeredMillis: Int64(f[0])))
+            if env == nil || broadcast == nil { needDevice.append((rows.count - 1, f[1], env == nil, broadcast == nil)) }
+        }
+        if !needDevice.isEmpty {
+            let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast") })
+            for (need, reply) in zip(needDevice, replies) {
+                let values = reply.array ?? []
+                // The device hash keeps its settings as plain values: `env`, `broadcast` ("1"/"0").
+                if need.env, let env = values.first?.string.flatMap(APNsEnvironment.init(rawValue:)) { rows[need.row].env = env }
+                if need.broadcast, values.count > 1 { rows[need.row].onBroadcast = values[1].string == "1" }
+            }
+        }
+        return rows
+    }
+
+    /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
+    /// forgets dead tokens, records permanent failures. Throws when retries run out.
+    private func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
+                           entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil) async throws {
+        guard let client = apns.push(env) else {
+            for row in rows {
+                try await recordFailure(plan.key, kind: kind.rawValue, target: row.token, reason: "no APNs endpoint is configured for \(env.rawValue) tokens", entry: entry)
+            }
+            summary.failed += rows.count
+            return
+        }
+        var pending = rows
+        var attempt = 0
+        while !pending.isEmpty {
+            let results = await client.sendLiveActivity(payload: bytes, to: pending.map(\.token), bundleID: configuration.bundleID, priority: priority)
+            var retry: [TokenRow] = []
+            var delay = Duration.zero
+            var delivered: [TokenRow] = []
+            var lastReason = ""
+            for (row, result) in zip(pending, results) {
+                stats.count(kind, result)
+                switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
+                case .delivered:
+                    delivered.append(row)
+                case .forget(let reason):
+                    summary.forgotten += 1
+                    stats.tokensForgotten.add(1, ordering: .relaxed)
+                    if kind == .start { try await forgetStartToken(row, reason: reason) } else { try await forgetToken(plan.key, row, reason: reason) }
+                case .retry(let after, let reason):
+                    retry.append(row)
+                    delay = max(delay, after)
+                    lastReason = reason
+                case .failed(let reason):
+                    summary.failed += 1
+                    stats.failedTokens.add(1, ordering: .relaxed)
+                    try await recordFailure(plan.key, kind: kind.rawValue, target: row.token, reason: reason, entry: entry)
+                }
+            }
+            switch kind {
+            case .start: summary.starts += delivered.count
+            default: summary.tokens += delivered.count
+            }
+            if let onDelivered, !delivered.isEmpty { try await onDelivered(delivered) }
+            attempt += 1
+            if !retry.isEmpty && attempt >= configuration.maxAttempts {
+                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)")
+            }
+            pending = retry
+            if !pending.isEmpty { try await Task.sleep(for: min(delay, .seconds(30))) }
+        }
+    }
+
+    /// Forgets an activity token APNs says is dead, unless it was replaced meanwhile.
+    private func forgetToken(_ key: ActivityKey, _ row: TokenRow, reason: String) async throws {
+        _ = try await redis.send(.script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key)],
+                                         args: [row.activity, row.token, Int64(Date().timeIntervalSince1970 * 1000)]))
+        logger.info("token forgotten", metadata: ["key": "\(key)", "activity": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
+    }
+
+    // MARK: Push-to-start
+
+    private func sendStarts(_ plan: Plan, state: [String: JSONValue], channels states: [APNsEnvironment: ChannelRegistry.State],
+                            entry: String, summary: inout SendSummary) async throws {
+        guard case .followers(let targets) = plan.audience, let activityType = plan.attributesType else { return }
+        // Devices that already have an activity for the key get no start.
+        let metaValues = try await redis.send(RedisCommand("HVALS", keys.meta(plan.key)))
+        let haveActivity = Set((metaValues.array ?? []).compactMap { v -> String? in
+            let f = v.string?.split(separator: " ") ?? []
+            return f.count >= 5 ? String(f[1]) : nil
+        })
+        var seen = Set<String>()
+        let withToken: [UInt8]
+        switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state), limit: PayloadLimits.device, what: "a push-to-start") {
+        case .success(let b): withToken = b
+        case .failure(let r): throw PushRejectionError(r)
+        }
+        for target in targets {
+            var cursor = "0"
+            repeat {
+                let reply = try await redis.send(RedisCommand("SSCAN", keys.followers(target), cursor, "COUNT", configuration.batchSize))
+                guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { throw SendFailure("SSCAN: unexpected reply") }
+                cursor = next
+                let devices = (parts[1].array ?? []).compactMap(\.string).filter { !haveActivity.contains($0) && seen.insert($0).inserted }
+                if devices.isEmpty { continue }
+                // Each device gets at most one start per key, across events and workers.
+                let already = try await redis.send(RedisCommand("SMISMEMBER", [startsKey(plan.key)] + devices))
+                let fresh = zip(devices, already.array ?? []).filter { $0.1.int != 1 }.map(\.0)
+                if fresh.isEmpty { continue }
+                let settings = try await redis.pipeline(fresh.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
+                var plain: [APNsEnvironment: [TokenRow]] = [:]
+                var onChannel: [APNsEnvironment: [TokenRow]] = [:]
+                for (device, reply) in zip(fresh, settings) {
+                    let v = reply.array ?? []
+                    guard let start = v.first?.string, let space = start.firstIndex(of: " ") else { continue }
+                    let token = String(start[start.index(after: space)...])
+                    let env = (v.count > 1 ? v[1].string.flatMap(APNsEnvironment.init(rawValue:)) : nil) ?? .production
+                    let row = TokenRow(activity: device, token: token, env: env, onBroadcast: v.count > 2 && v[2].string == "1",
+                                       registeredMillis: Int64(start[..<space]))
+                    if row.onBroadcast, case .live? = states[env] { onChannel[env, default: []].append(row) } else { plain[env, default: []].append(row) }
+                }
+                let marks: ([TokenRow]) async throws -> Void = { [redis, startsKey = startsKey(plan.key), ttl = configuration.stateTTLSeconds] rows in
+                    _ = try await redis.pipeline([RedisCommand("SADD", [startsKey] + rows.map(\.activity)), RedisCommand("EXPIRE", startsKey, ttl)])
+                }
+                for (env, rows) in plain.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                    try await sendBatch(plan, withToken, priority: 10, env: env, rows: rows, kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                }
+                for (env, rows) in onChannel.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                    guard case .live(let record)? = states[env] else { continue }
+                    let payload = PushBuilder.payload(plan, contentState: state, inputPushChannel: record.id)
+                    guard case .success(let bytes) = PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a push-to-start") else { continue }
+                    try await sendBatch(plan, bytes, priority: 10, env: env, rows: rows, kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                }
+            } while cursor != "0"
+        }
+    }
+
+    private func forgetStartToken(_ row: TokenRow, reason: String) async throws {
+        logger.info("push-to-start token refused", metadata: ["device": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
+    }
+
+    // MARK: End
+
+    /// After the end went out: the channel is deleted after the dismissal window, and the key's
+    /// tokens and index entry are forgotten.
+    private func finish(_ plan: Plan) async throws {
+        let window = plan.dismissAfterSeconds ?? 4 * 3600
+        try await channels.scheduleDeletion(plan.key, atMillis: plan.timestampMillis + window * 1000)
+        _ = try await redis.pipeline([
+            RedisCommand("DEL", keys.tokens(plan.key), keys.meta(plan.key), startsKey(plan.key)),
+            RedisCommand("ZREM", keys.keysIndex, plan.key.description),
+            // The state outlives the end by its dismissal window, so late events stay stale.
+            RedisCommand("EXPIRE", stateKey(plan.key), Int(window) + 3600),
+        ])
+    }
+
+    // MARK: Failures
+
+    /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
+    private func recordFailure(_ key: ActivityKey, kind: String, target: String, reason: String, entry: String) async throws {
+        _ = try await redis.pipeline([
+            RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
+                         "target", String(target.prefix(8)) + "…", "reason", reason, "entry", entry),
+            RedisCommand("HINCRBY", keys.counters, "sends_failed", 1),
+        ])
+        logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(reason)", "target": "\(target.prefix(8))…"])
+    }
+}
+
+/// A start whose payload is over the limit: the whole event is rejected.
+struct PushRejectionError: Error, CustomStringConvertible {
+    var rejection: PushRejection
+    init(_ r: PushRejection) { rejection = r }
+    var description: String { rejection.description }
+}
+
+enum TokenScripts {
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, now ms.
+    /// Forgets the activity's token if it is still `token` (a rotated token stays). Returns 1 or 0.
+    static let forgetIfSame = RedisScript("""
+    if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    -- A tombstone, so a late registration older than this can't bring the dead token back.
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' -')
+    return 1
+    """)
+}
