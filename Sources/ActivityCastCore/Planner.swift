@@ -37,7 +37,7 @@ public struct Planner: Sendable {
                         contentState: ["homeScore": 0, "awayScore": 0],
                         attributes: Self.matchAttributes(home: home, away: away, competition: competition),
                         // APNs requires an alert on a start.
-                        alert: PlanAlert(title: "Kick-off", body: body))
+                        alert: PlanAlert(title: "Kick-off", body: body), attributesType: "MatchActivityAttributes")
 
         case let .score(match, score, clock, period):
             var state = Self.scoreState(score)
@@ -141,7 +141,8 @@ public struct Planner: Sendable {
                         contentState: state, attributes: attributes,
                         // APNs requires an alert on a start.
                         alert: PlanAlert(title: "Trip started",
-                                         body: headsign.map { "Route \(route) to \($0)" } ?? "Route \(route)"))
+                                         body: headsign.map { "Route \(route) to \($0)" } ?? "Route \(route)"),
+                        attributesType: "TripActivityAttributes")
 
         case let .position(trip, lat, lon, nextStop, etaMillis):
             var state: [String: JSONValue] = ["lat": .double(lat), "lon": .double(lon)]

@@ -11,6 +11,8 @@ import RedisClient
 public struct KeyState: Equatable, Sendable {
     /// The newest event applied to the key (ms); nil before the first.
     public var newestMillis: Int64?
+    /// The Live Activity event of the newest event (`update` or `end`; a start counts as an update).
+    public var newestEvent: LiveActivityEvent?
     /// Each key: when it was set, and its value.
     public var fields: [String: Field]
 
@@ -20,22 +22,35 @@ public struct KeyState: Equatable, Sendable {
         public init(millis: Int64, value: JSONValue) { self.millis = millis; self.value = value }
     }
 
-    public init(newestMillis: Int64? = nil, fields: [String: Field] = [:]) {
+    public init(newestMillis: Int64? = nil, newestEvent: LiveActivityEvent? = nil, fields: [String: Field] = [:]) {
         self.newestMillis = newestMillis
+        self.newestEvent = newestEvent
         self.fields = fields
     }
 
+    /// What a merge did.
+    public struct Merge: Equatable, Sendable {
+        /// Older than the newest event already applied: not sent as itself.
+        public var stale: Bool
+        /// It set at least one key (a stale event can still bring the newest value of a key that
+        /// no newer event set: then the state changed and is pushed again as the newest event).
+        public var changed: Bool
+    }
+
     /// Merges an event's content-state: each of its keys is taken unless a newer event set it.
-    /// Returns whether the event is stale — older than the newest event already applied; a stale
-    /// event's values still fill keys no newer event set, but it is not sent.
     @discardableResult
-    public mutating func merge(millis: Int64, contentState: [String: JSONValue]) -> Bool {
+    public mutating func merge(millis: Int64, event: LiveActivityEvent?, contentState: [String: JSONValue]) -> Merge {
+        var changed = false
         for (key, value) in contentState where millis >= (fields[key]?.millis ?? .min) {
             fields[key] = Field(millis: millis, value: value)
+            changed = true
         }
         let stale = newestMillis.map { millis < $0 } ?? false
-        if !stale { newestMillis = millis }
-        return stale
+        if !stale {
+            newestMillis = millis
+            if let event { newestEvent = event == .start ? .update : event }
+        }
+        return Merge(stale: stale, changed: changed)
     }
 
     /// The content-state a push carries.
@@ -45,6 +60,10 @@ public struct KeyState: Equatable, Sendable {
 /// The outcome of merging one event into its key's state in Redis.
 public struct MergeResult: Sendable, Equatable {
     public var stale: Bool
+    /// The event set at least one key.
+    public var changed: Bool
+    /// The newest event's Live Activity event (`update` or `end`), if any was recorded.
+    public var newestEvent: LiveActivityEvent?
     /// The whole content-state after the merge, values as encoded JSON.
     public var contentState: [String: JSONValue]
     /// The newest event applied to the key, after the merge (ms).
@@ -52,23 +71,33 @@ public struct MergeResult: Sendable, Equatable {
 }
 
 /// The Redis side of `KeyState`: one hash per key (`<prefix>:{key}:state`), `_ts` the newest
-/// event, `f:<name>` = `<ms> <json>` per content-state key.
+/// event, `_ev` its Live Activity event, `f:<name>` = `<ms> <json>` per content-state key.
 public enum KeyStateScripts {
-    /// KEYS[1] = state hash. ARGV = ms, ttl seconds, then name/json pairs.
-    /// Returns {stale 0|1, newest ms, name1, json1, name2, json2, …} (the whole state).
+    /// KEYS[1] = state hash. ARGV = ms, ttl seconds, event (`update`, `end`, `-`), then name/json pairs.
+    /// Returns {stale 0|1, changed 0|1, newest ms, newest event, name1, json1, …} (the whole state).
     public static let merge = RedisScript("""
     local ts = tonumber(ARGV[1])
-    for i = 3, #ARGV, 2 do
+    local changed = 0
+    for i = 4, #ARGV, 2 do
       local f = 'f:' .. ARGV[i]
       local cur = redis.call('HGET', KEYS[1], f)
       local t = cur and tonumber(string.match(cur, '^(-?%d+) ')) or nil
-      if t == nil or ts >= t then redis.call('HSET', KEYS[1], f, ARGV[1] .. ' ' .. ARGV[i + 1]) end
+      if t == nil or ts >= t then
+        redis.call('HSET', KEYS[1], f, ARGV[1] .. ' ' .. ARGV[i + 1])
+        changed = 1
+      end
     end
     local newest = tonumber(redis.call('HGET', KEYS[1], '_ts') or '')
     local stale = 0
-    if newest ~= nil and ts < newest then stale = 1 else newest = ts; redis.call('HSET', KEYS[1], '_ts', ARGV[1]) end
+    if newest ~= nil and ts < newest then
+      stale = 1
+    else
+      newest = ts
+      redis.call('HSET', KEYS[1], '_ts', ARGV[1])
+      if ARGV[3] ~= '-' then redis.call('HSET', KEYS[1], '_ev', ARGV[3]) end
+    end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
-    local out = {stale, newest}
+    local out = {stale, changed, newest, redis.call('HGET', KEYS[1], '_ev') or '-'}
     local all = redis.call('HGETALL', KEYS[1])
     for i = 1, #all, 2 do
       if string.sub(all[i], 1, 2) == 'f:' then
@@ -81,8 +110,10 @@ public enum KeyStateScripts {
     return out
     """)
 
-    public static func mergeCommand(stateKey: String, millis: Int64, ttlSeconds: Int, contentState: [String: JSONValue]) -> RedisCommand {
-        var args: [any RedisArgument] = [millis, ttlSeconds]
+    public static func mergeCommand(stateKey: String, millis: Int64, ttlSeconds: Int, event: LiveActivityEvent?,
+                                    contentState: [String: JSONValue]) -> RedisCommand {
+        let recorded = event.map { $0 == .start ? "update" : $0.rawValue } ?? "-"
+        var args: [any RedisArgument] = [millis, ttlSeconds, recorded]
         for key in contentState.keys.sorted() {
             args.append(key)
             args.append(contentState[key]!.encoded())
@@ -92,15 +123,16 @@ public enum KeyStateScripts {
 
     public static func parse(_ reply: RESPValue) throws -> MergeResult {
         if let e = reply.errorMessage { throw RedisError(.server, "key state merge: \(e)") }
-        guard let items = reply.array, items.count >= 2, let stale = items[0].int, let newest = items[1].int else {
+        guard let items = reply.array, items.count >= 4, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int else {
             throw RedisError(.unexpectedReply, "key state merge: unexpected reply")
         }
         var state: [String: JSONValue] = [:]
-        var i = 2
+        var i = 4
         while i + 1 < items.count {
             if let name = items[i].string, let json = items[i + 1].bytes { state[name] = .encoded(json) }
             i += 2
         }
-        return MergeResult(stale: stale == 1, contentState: state, newestMillis: newest)
+        return MergeResult(stale: stale == 1, changed: changed == 1, newestEvent: items[3].string.flatMap(LiveActivityEvent.init(rawValue:)),
+                           contentState: state, newestMillis: newest)
     }
 }

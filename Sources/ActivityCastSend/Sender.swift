@@ -33,8 +33,14 @@ public struct SendConfiguration: Sendable {
     /// Attempts per token for retryable answers (429, 5xx, no answer) before the entry is left
     /// pending for a later retry.
     public var maxAttempts: Int
+    /// How long an end waits before it goes out, so that older events of its key still being
+    /// processed by other workers (read in the same moment) are merged into the state it carries:
+    /// after an end the device takes no more updates.
+    public var endSettle: Duration
 
-    public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6) {
+    public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
+                endSettle: Duration = .milliseconds(250)) {
+        self.endSettle = endSettle
         self.keys = keys
         self.bundleID = bundleID
         self.batchSize = batchSize
@@ -74,16 +80,38 @@ public final class Sender: Sendable {
         try await channels.deleteDue(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
     }
 
-    public func send(_ plan: Plan, entry: String) async throws -> SendOutcome {
+    public func send(_ original: Plan, entry: String) async throws -> SendOutcome {
+        var plan = original
         // Key state: merge in timestamp order; a stale event is not sent.
-        let merged = try KeyStateScripts.parse(try await redis.send(
-            KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis,
-                                         ttlSeconds: configuration.stateTTLSeconds, contentState: plan.contentState)))
+        // An end is recorded as the key's newest event only after its settle time (below), so a
+        // start still being processed meanwhile doesn't take the activity for over.
+        var merged = try KeyStateScripts.parse(try await redis.send(
+            KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis, ttlSeconds: configuration.stateTTLSeconds,
+                                         event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
+                                         contentState: plan.contentState)))
         var summary = SendSummary()
-        if merged.stale {
+        if merged.stale, plan.event == .start {
+            // A start processed after a newer event of its key (another worker was faster): the
+            // followers still get their start, with the whole state as of the newest event —
+            // unless the activity is already over.
+            guard merged.newestEvent != .end else {
+                summary.stale = true
+                stats.stale.add(1, ordering: .relaxed)
+                return .done(summary)
+            }
+            plan.timestampMillis = merged.newestMillis
+        } else if merged.stale {
             summary.stale = true
             stats.stale.add(1, ordering: .relaxed)
-            return .done(summary)
+            // Processed late (another worker sent a newer event first) but it still brought the
+            // newest value of some keys: devices get the merged state again, as the newest event
+            // and at its time, quietly (priority 5, no alert), so they end on the complete state.
+            guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .done(summary) }
+            var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
+                               audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
+            catchUp.staleAfterSeconds = plan.staleAfterSeconds
+            catchUp.relevanceScore = plan.relevanceScore
+            return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false)
         }
         // Channels exist from the key's first event, so app backends can subscribe activities
         // the app starts itself.
@@ -92,6 +120,13 @@ public final class Sender: Sendable {
             channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy)
         }
         guard let event = plan.event else { return .done(summary) }
+        if event == .end, configuration.endSettle > .zero {
+            try await Task.sleep(for: configuration.endSettle)
+            // The same merge again (idempotent): the state now has what other workers merged meanwhile.
+            merged = try KeyStateScripts.parse(try await redis.send(
+                KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis,
+                                             ttlSeconds: configuration.stateTTLSeconds, event: plan.event, contentState: plan.contentState)))
+        }
 
         switch event {
         case .start:
@@ -101,21 +136,34 @@ public final class Sender: Sendable {
                 return .rejected(e.description)
             }
         case .update, .end:
-            let payload = PushBuilder.payload(plan, contentState: merged.contentState)
-            let bytes: [UInt8]
-            switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
-            case .success(let b): bytes = b
-            case .failure(let rejection): return .rejected(rejection.description)
-            }
-            let priority = PushBuilder.priority(plan)
-            for env in apns.environments {
-                guard case .live(let record)? = channelStates[env] else { continue }
-                if try await broadcast(plan, bytes, priority: priority, env: env, record: record) { summary.broadcasts += 1 }
-                else { channelStates[env] = ChannelRegistry.State.none }
-            }
-            try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
-            if event == .end { try await finish(plan) }
+            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true,
+                                            channelStates: channelStates)
         }
+        return .done(summary)
+    }
+
+    /// An update or end to the key's channel and to the tokens of devices not on it.
+    private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
+                                channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> SendOutcome {
+        var summary = summary
+        var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
+        if known == nil {
+            for env in apns.environments { channelStates[env] = try await channels.state(plan.key, env) }
+        }
+        let payload = PushBuilder.payload(plan, contentState: state)
+        let bytes: [UInt8]
+        switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
+        case .success(let b): bytes = b
+        case .failure(let rejection): return .rejected(rejection.description)
+        }
+        let priority = PushBuilder.priority(plan)
+        for env in apns.environments {
+            guard case .live(let record)? = channelStates[env] else { continue }
+            if try await broadcast(plan, bytes, priority: priority, env: env, record: record) { summary.broadcasts += 1 }
+            else { channelStates[env] = ChannelRegistry.State.none }
+        }
+        try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
+        if finishEnd, plan.event == .end { try await finish(plan) }
         return .done(summary)
     }
 
@@ -345,15 +393,18 @@ public final class Sender: Sendable {
     // MARK: End
 
     /// After the end went out: the channel is deleted after the dismissal window, and the key's
-    /// tokens and index entry are forgotten.
+    /// tokens, state and index entry are forgotten then too — until then a late event (processed
+    /// after the end by another worker) can still bring its values to every device.
     private func finish(_ plan: Plan) async throws {
         let window = plan.dismissAfterSeconds ?? 4 * 3600
         try await channels.scheduleDeletion(plan.key, atMillis: plan.timestampMillis + window * 1000)
+        let keep = Int(window) + 600
         _ = try await redis.pipeline([
-            RedisCommand("DEL", keys.tokens(plan.key), keys.meta(plan.key), startsKey(plan.key)),
             RedisCommand("ZREM", keys.keysIndex, plan.key.description),
-            // The state outlives the end by its dismissal window, so late events stay stale.
-            RedisCommand("EXPIRE", stateKey(plan.key), Int(window) + 3600),
+            RedisCommand("EXPIRE", keys.tokens(plan.key), keep),
+            RedisCommand("EXPIRE", keys.meta(plan.key), keep),
+            RedisCommand("EXPIRE", startsKey(plan.key), keep),
+            RedisCommand("EXPIRE", stateKey(plan.key), keep),
         ])
     }
 
