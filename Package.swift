@@ -83,6 +83,9 @@ let package = Package(
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
+        .testTarget(name: "SendTests", dependencies: [
+            "ActivityCastSend", "ActivityCastCore", "APNs", "APNsCore", "RedisClient", "TestSupport",
+        ]),
         .testTarget(name: "WorkerTests", dependencies: [
             "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),

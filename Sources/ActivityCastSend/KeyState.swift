@@ -35,6 +35,8 @@ public struct KeyState: Equatable, Sendable {
         /// It set at least one key (a stale event can still bring the newest value of a key that
         /// no newer event set: then the state changed and is pushed again as the newest event).
         public var changed: Bool
+
+        public init(stale: Bool, changed: Bool) { self.stale = stale; self.changed = changed }
     }
 
     /// Merges an event's content-state: each of its keys is taken unless a newer event set it.
