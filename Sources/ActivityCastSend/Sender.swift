@@ -60,6 +60,8 @@ public final class Sender: Sendable {
     let channels: ChannelRegistry
     let logger: Logger
     public let stats: SendStats
+    /// One key's events go out one at a time from this worker.
+    let locks = KeyLocks()
 
     public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats()) {
         self.redis = redis
@@ -80,7 +82,11 @@ public final class Sender: Sendable {
         try await channels.deleteDue(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
     }
 
-    public func send(_ original: Plan, entry: String) async throws -> SendOutcome {
+    public func send(_ plan: Plan, entry: String) async throws -> SendOutcome {
+        try await locks.withLock(plan.key) { try await sendLocked(plan, entry: entry) }
+    }
+
+    private func sendLocked(_ original: Plan, entry: String) async throws -> SendOutcome {
         var plan = original
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a

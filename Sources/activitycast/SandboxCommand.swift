@@ -31,6 +31,7 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Event-loop threads (default: one per core, at least 2), so that the sandbox keeps up with senders on the same machine.")
     var threads: Int?
     @Option(help: "Priority-10 pushes per device per hour before a standard-tier device throttles.") var budget = 15
+    @Option(help: "Channels an app may have per environment before creation answers CannotCreateChannelConfig (APNs: 10,000).") var maxChannels = 10_000
     @Option(help: "Fraction of requests answered 429 TooManyRequests.") var fault429 = 0.0
     @Option(help: "Fraction answered 500 InternalServerError.") var fault500 = 0.0
     @Option(help: "Fraction answered 503 ServiceUnavailable.") var fault503 = 0.0
@@ -90,7 +91,7 @@ struct SandboxCommand: AsyncParsableCommand {
         if let problem = faults.problem { throw ValidationError(problem) }
         let bundles = bundleID.isEmpty ? [settings.apns.bundleID] : bundleID
         let configuration = SandboxConfiguration(bundleIDs: bundles, teamID: team, keys: keys, environment: env,
-                                                 deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8],
+                                                 deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8], maxChannels: maxChannels,
                                                  streamsBeforeAuthentication: max(1, streamsBeforeAuth), faults: faults)
         let state = SandboxState(configuration: configuration)
 

@@ -41,9 +41,9 @@ import TestSupport
         }
     }
 
-    func rig() async throws -> Rig {
+    func rig(_ sandboxArguments: [String] = []) async throws -> Rig {
         let server = try await RedisServer()
-        let sandbox = try await SandboxProcess()
+        let sandbox = try await SandboxProcess(arguments: sandboxArguments)
         let settings = try testSettings(server)
         return Rig(server: server, redis: server.connection(), sandbox: sandbox, settings: settings)
     }
@@ -145,5 +145,158 @@ import TestSupport
         #expect((announced.array ?? []).count >= 1)
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
+    }
+
+    /// Registers an activity token for `key` (development, not on broadcast unless asked).
+    func register(_ r: Rig, device: String, key: String, activity: String, token: String, ts: Int64, broadcast: Bool = false) async throws {
+        var fields = [("type", "activity.token"), ("ts", String(ts)), ("device", device), ("key", key), ("activity", activity),
+                      ("token", token), ("env", "development")]
+        if broadcast { fields.append(("broadcast", "true")) }
+        try await r.add(r.settings.registrationsStream, fields)
+    }
+
+    func score(_ r: Rig, _ match: String, _ home: Int, _ away: Int, ts: Int64) async throws {
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.score"), ("ts", String(ts)), ("match", match),
+                                                      ("home_score", String(home)), ("away_score", String(away))])
+    }
+
+    func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// A token rotated mid-match: the new token gets what follows, the old one nothing more.
+    @Test func aRotatedTokenTakesOver() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let old = token("e1"), new = token("e2")
+        let t = now() - 10_000
+        try await register(r, device: "a", key: "match:m2", activity: "A", token: old, ts: t)
+        try await score(r, "m2", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        try await register(r, device: "a", key: "match:m2", activity: "A", token: new, ts: t + 1500)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "m2", 2, 0, ts: t + 2000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.device(old))["homeScore"] as? Int == 1)
+        #expect(try await r.device(old)?["pushesReceived"] as? Int == 1)
+        let now = try #require(try await r.device(new))
+        #expect(state(now)["homeScore"] as? Int == 2 && now["pushesReceived"] as? Int == 1)
+        #expect(await w.stop() == 0)
+    }
+
+    /// 410 from APNs: the token is forgotten (its registration was older than the 410's time) and
+    /// gets nothing more; the other device goes on.
+    @Test func aGoneTokenIsPruned() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let gone = token("f1"), alive = token("f2")
+        let t = now() - 10_000
+        try await register(r, device: "a", key: "match:m3", activity: "A", token: gone, ts: t)
+        try await register(r, device: "b", key: "match:m3", activity: "B", token: alive, ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        try await r.sandbox.post("/sandbox/unregister", json: #"{"token":"\#(gone)"}"#)
+        try await score(r, "m3", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let key = ActivityKey(kind: .match, id: "m3")
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.tokens(key), "A")) == .null)
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.meta(key), "A")).string?.hasSuffix(" -") == true)
+        #expect(jsonLogLines(w.stderr).contains { $0["msg"] == "token forgotten" && $0["reason"] == "Unregistered" })
+        try await score(r, "m3", 2, 0, ts: t + 2000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.device(alive))["homeScore"] as? Int == 2)
+        #expect(try await r.device(gone) == nil)  // every push to it was answered 410, none displayed
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        #expect(await w.stop() == 0)
+    }
+
+    /// The channel disappears at APNs (deleted behind the worker's back): `ChannelNotRegistered`,
+    /// a new channel is created and announced, and the broadcast reaches it.
+    @Test func aChannelApnsForgotIsRecreated() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let t = now() - 10_000
+        try await score(r, "m4", 1, 0, ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        let first = try #require(try await r.channelID("match:m4"))
+        // Delete it at the sandbox with the CLI, as another tool (or Apple) would.
+        let (status, out, err) = try await runActivitycast(["channels", "delete", first], redis: r.server, settings: r.sandbox.settings)
+        #expect(status == 0, "\(out) \(err)")
+        try await score(r, "m4", 2, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let second = try #require(try await r.channelID("match:m4"))
+        #expect(second != first)
+        #expect(state(try await r.channel(second))["homeScore"] as? Int == 2)
+        let announced = try await r.redis.send(RedisCommand("XRANGE", "\(r.settings.prefix):channels", "-", "+"))
+        let ids = (announced.array ?? []).compactMap { try? StreamReplies.entry($0) }.compactMap { e -> String? in
+            guard let f = e.fields, let i = f.firstIndex(of: Array("channel".utf8)), i + 1 < f.count else { return nil }
+            return String(decoding: f[i + 1], as: UTF8.self)
+        }
+        #expect(ids.contains(first) && ids.contains(second))
+        #expect(await w.stop() == 0)
+    }
+
+    /// Apple's channel limit reached (`CannotCreateChannelConfig`): the key's devices on broadcast
+    /// get per-token pushes instead, and ops are told.
+    @Test func theChannelLimitFallsBackToPerTokenSends() async throws {
+        let r = try await rig(["--max-channels", "0"])
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let onBroadcast = token("0b")
+        let t = now() - 10_000
+        try await register(r, device: "b", key: "match:m5", activity: "B", token: onBroadcast, ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "m5", 3, 1, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.device(onBroadcast))["homeScore"] as? Int == 3)
+        #expect(jsonLogLines(w.stderr).contains { ($0["msg"] ?? "").hasPrefix("CHANNEL LIMIT REACHED") })
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.counters, "channels_fallback")).int ?? 0 >= 1)
+        #expect(await w.stop() == 0)
+    }
+
+    /// A payload over Apple's 4096 bytes is dead-lettered with the reason; nothing is truncated.
+    @Test func anOversizedPayloadIsDeadLettered() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["limits.max_value_bytes": "8000", "limits.max_entry_bytes": "16000"])
+        defer { w.removeLogs() }
+        let t = now() - 10_000
+        try await register(r, device: "a", key: "match:m6", activity: "A", token: token("6a"), ts: t)
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.moment"), ("ts", String(t + 1000)), ("match", "m6"), ("moment", "red_card"),
+                                                      ("player", String(repeating: "P", count: 5000))])
+        #expect(await eventually { await r.drainedAll() })
+        let dead = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))
+        let entry = try StreamReplies.entry(try #require(dead.array?.first))
+        let reason = entry.fields.flatMap { f in f.firstIndex(of: Array("reason".utf8)).map { String(decoding: f[$0 + 1], as: UTF8.self) } }
+        #expect(reason?.hasPrefix("payload too large for a device push:") == true)
+        #expect(try await r.device(token("6a")) == nil)
+        #expect(await w.stop() == 0)
+    }
+
+    /// Entries of one key in the stream out of time order: no device ever displays an older
+    /// state after a newer one, and every device ends on the newest.
+    @Test func outOfOrderEntriesNeverShowAnOlderState() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let device = token("7a")
+        let t = now() - 100_000
+        try await register(r, device: "a", key: "match:m7", activity: "A", token: device, ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        for i in [3, 1, 4, 2, 6, 5, 9, 7, 8] { try await score(r, "m7", i, 0, ts: t + Int64(i) * 1000) }
+        #expect(await eventually { await r.drainedAll() })
+        let view = try #require(try await r.device(device))
+        #expect(state(view)["homeScore"] as? Int == 9)
+        let deliveries = (try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? [])
+            .filter { $0["target"] as? String == device && $0["displayed"] as? Int == 1 }
+        let shown = deliveries.sorted { ($0["timeMillis"] as? Int ?? 0) < ($1["timeMillis"] as? Int ?? 0) }.compactMap { $0["timestamp"] as? Int }
+        #expect(shown == shown.sorted() && !shown.isEmpty)
+        #expect(view["timestampRegressionsIgnored"] as? Int == 0, "stale events were sent")
+        #expect(await w.stop() == 0)
     }
 }
