@@ -299,4 +299,78 @@ import TestSupport
         #expect(view["timestampRegressionsIgnored"] as? Int == 0, "stale events were sent")
         #expect(await w.stop() == 0)
     }
+
+    /// APNs misbehaving — 5 % 429, 2 % 500, a GOAWAY every 500 streams — while two workers send
+    /// a match to 200 per-token devices and a channel: every device still ends on the final
+    /// state, and nothing is dead-lettered.
+    @Test func everyDeviceEndsOnTheFinalStateDespiteFaults() async throws {
+        let r = try await rig(["--fault429", "0.05", "--fault500", "0.02", "--goaway-after", "500"])
+        defer { r.redis.close() }
+        let w1 = try r.worker("w1"), w2 = try r.worker("w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        var t = now() - 100_000
+        let tokens = (0..<200).map { String(format: "%064x", 0xabc000 + $0) }
+        for (i, tok) in tokens.enumerated() {
+            try await register(r, device: "d\(i)", key: "match:m8", activity: "A\(i)", token: tok, ts: t)
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+        for goal in 1...12 {
+            t += 1000
+            try await score(r, "m8", goal, goal / 3, ts: t)
+            try await Task.sleep(for: .milliseconds(30))
+        }
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.full_time"), ("ts", String(t)), ("match", "m8"),
+                                                      ("home_score", "12"), ("away_score", "4")])
+        #expect(await eventually(timeout: .seconds(120)) { await r.drainedAll() })
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        var wrong: [String] = []
+        for tok in tokens {
+            let v = try await r.device(tok)
+            let s = state(v)
+            if v?["lastEvent"] as? String != "end" || s["homeScore"] as? Int != 12 || s["awayScore"] as? Int != 4 { wrong.append(tok) }
+        }
+        #expect(wrong.isEmpty, "\(wrong.count) devices not on the final state")
+        let stats = try #require(try await r.sandbox.get("/sandbox/stats"))
+        let byStatus = stats["byStatus"] as? [String: Int] ?? [:]
+        #expect((byStatus["429"] ?? 0) > 0 && (byStatus["500"] ?? 0) > 0, "the faults were not injected: \(byStatus)")
+        #expect((stats["goAways"] as? Int ?? 0) > 0)
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+    }
+
+    /// A bus trip from its start (push-to-start to the route's followers) to its end.
+    @Test func aTransitTripFromStartToEnd() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let transit = r.settings.feeds[1].stream, reg = r.settings.registrationsStream
+        var t = now() - 100_000
+        func next() -> String { t += 1000; return String(t) }
+        let starter = token("9a")
+        try await r.add(reg, [("type", "start.token"), ("ts", next()), ("device", "rider"), ("activity_type", "TripActivityAttributes"),
+                              ("token", starter), ("env", "development")])
+        try await r.add(reg, [("type", "follow"), ("ts", next()), ("device", "rider"), ("target", "route:42")])
+        #expect(await eventually { await r.drainedAll() })
+        try await r.add(transit, [("type", "trip.started"), ("ts", next()), ("trip", "t1"), ("route", "42"), ("headsign", "Central")])
+        #expect(await eventually { await r.drainedAll() })
+        let started = try #require(try await r.device(starter))
+        #expect(started["startsReceived"] as? Int == 1 && started["attributesType"] as? String == "TripActivityAttributes")
+        // The app registers the started activity's update token; the trip goes on to its end.
+        let update = token("9b")
+        try await register(r, device: "rider", key: "trip:t1", activity: "T", token: update, ts: t + 10)
+        #expect(await eventually { await r.drainedAll() })
+        try await r.add(transit, [("type", "trip.eta"), ("ts", next()), ("trip", "t1"), ("stop", "s1"), ("eta", String(t + 120_000)),
+                                  ("stop_name", "Market Sq")])
+        try await r.add(transit, [("type", "trip.arriving"), ("ts", next()), ("trip", "t1"), ("stop", "s1"), ("stop_name", "Market Sq")])
+        try await r.add(transit, [("type", "trip.ended"), ("ts", next()), ("trip", "t1")])
+        #expect(await eventually { await r.drainedAll() })
+        let view = try #require(try await r.device(update))
+        #expect(view["lastEvent"] as? String == "end")
+        let s = state(view)
+        #expect(s["status"] as? String == "ended" && s["stopName"] as? String == "Market Sq" && s["stop"] as? String == "s1")
+        #expect(view["pushesReceived"] as? Int == 3)
+        #expect(await w.stop() == 0)
+    }
 }
