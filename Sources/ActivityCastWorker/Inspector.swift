@@ -78,6 +78,30 @@ public struct InspectReport: Codable, Sendable {
         public var error: String?
     }
 
+    /// A key's broadcast channel in one environment.
+    public struct Channel: Codable, Sendable {
+        public var key: String
+        public var environment: String
+        /// nil for a key on per-token fallback (Apple's channel limit was reached).
+        public var id: String?
+        public var storagePolicy: Int?
+        public var ageMillis: Int64?
+        public var broadcasts: Int64
+        /// `live`, `ending` (the activity ended; deleted at `deleteAtMillis`), or `fallback`.
+        public var state: String
+        public var deleteAtMillis: Int64?
+    }
+
+    public struct Channels: Codable, Sendable {
+        public var channels: [Channel]
+        /// Keys looked at: the live keys index and the channels due for deletion (each bounded).
+        public var truncated: Bool
+        /// Permanent send failures recorded in `<prefix>:send-failures` (capped stream).
+        public var sendFailures: Int64
+        public var latestSendFailures: [String]
+        public var error: String?
+    }
+
     public var redis: String
     public var generatedAtMillis: Int64
     public var streams: [Stream]
@@ -88,11 +112,12 @@ public struct InspectReport: Codable, Sendable {
     public var deadLetterError: String?
     public var registrations: Registrations
     public var counters: Counters
+    public var channels: Channels
 
     /// Every section's error, in the order of the report. A report with errors is still a report:
     /// each section says what went wrong with it, and the others are complete.
     public var errors: [String] {
-        streams.compactMap(\.error) + [deadLetterError, registrations.error, counters.error].compactMap { $0 }
+        streams.compactMap(\.error) + [deadLetterError, registrations.error, counters.error, channels.error].compactMap { $0 }
     }
 }
 
@@ -153,7 +178,59 @@ public struct Inspector: Sendable {
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
                              deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
                              latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
-                             counters: try await counters())
+                             counters: try await counters(), channels: try await channels(now: now))
+    }
+
+    /// Channels of the live keys and of the keys whose channels await deletion.
+    private func channels(now: Int64) async throws -> InspectReport.Channels {
+        let keys = settings.keys
+        let expiring = "\(keys.prefix):channels:expiring", failures = "\(keys.prefix):send-failures"
+        let index = try await redis.pipeline([
+            RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1),
+            RedisCommand("ZRANGE", expiring, 0, countLimit - 1, "WITHSCORES"),
+            RedisCommand("ZCARD", keys.keysIndex), RedisCommand("ZCARD", expiring),
+            RedisCommand("XLEN", failures), RedisCommand("XREVRANGE", failures, "+", "-", "COUNT", 5),
+        ])
+        if let message = index.lazy.compactMap(\.errorMessage).first {
+            return .init(channels: [], truncated: false, sendFailures: 0, latestSendFailures: [], error: "channels: \(message)")
+        }
+        var names = (index[0].array ?? []).compactMap(\.string)
+        var deleteAt: [String: Int64] = [:]
+        let scored = index[1].array ?? []
+        var i = 0
+        while i + 1 < scored.count {
+            if let name = scored[i].string { deleteAt[name] = scored[i + 1].int ?? Int64(scored[i + 1].string.flatMap(Double.init) ?? 0); names.append(name) }
+            i += 2
+        }
+        names = Array(Set(names)).sorted()
+        let replies = try await redis.pipeline(names.map { RedisCommand("HGETALL", "\(keys.prefix):{\($0)}:channels") })
+        var out: [InspectReport.Channel] = []
+        for (name, reply) in zip(names, replies) {
+            var fields: [String: String] = [:]
+            let items = (reply.array ?? []).compactMap(\.string)
+            var j = 0
+            while j + 1 < items.count { fields[items[j]] = items[j + 1]; j += 2 }
+            for env in ["development", "production"] {
+                let broadcasts = Int64(fields["\(env):broadcasts"] ?? "") ?? 0
+                if let value = fields[env] {
+                    let parts = value.split(separator: " ")
+                    let created = parts.count > 2 ? Int64(parts[2]) : nil
+                    out.append(.init(key: name, environment: env, id: parts.first.map(String.init), storagePolicy: parts.count > 1 ? Int(parts[1]) : nil,
+                                     ageMillis: created.map { now - $0 }, broadcasts: broadcasts,
+                                     state: deleteAt[name] != nil ? "ending" : "live", deleteAtMillis: deleteAt[name]))
+                } else if fields["\(env):fallback"] == "1" {
+                    out.append(.init(key: name, environment: env, id: nil, storagePolicy: nil, ageMillis: nil, broadcasts: broadcasts,
+                                     state: "fallback", deleteAtMillis: nil))
+                }
+            }
+        }
+        let latest = (index[5].array ?? []).compactMap { try? StreamReplies.entry($0) }.map { entry -> String in
+            let map = pairs(entry.fields ?? [], only: ["key", "kind", "reason"])
+            let text = { (n: String) in VisibleText.prefix(map[n] ?? [], maxBytes: 300).text }
+            return "\(text("key")) \(text("kind")): \(text("reason"))"
+        }
+        return .init(channels: out, truncated: (index[2].int ?? 0) > Int64(countLimit) || (index[3].int ?? 0) > Int64(countLimit),
+                     sendFailures: index[4].int ?? 0, latestSendFailures: latest, error: nil)
     }
 
     private func counters() async throws -> InspectReport.Counters {
@@ -354,6 +431,14 @@ extension InspectReport {
         out += "\nCOUNTERS  \(cell(counters.key))\(counters.truncated ? " (partial: a large hash)" : "")\n"
         out += table([["counter", "value"]] + counters.values.sorted { $0.key < $1.key }.map { [cell($0.key), "\($0.value)"] })
         if let error = counters.error { out += errorLine(error) }
+        out += "\nCHANNELS\(channels.truncated ? " (partial: many keys)" : "")\n"
+        out += table([["key", "env", "id", "policy", "age", "broadcasts", "state"]] + channels.channels.map { c in
+            [cell(c.key), c.environment, cell(c.id ?? "-"), c.storagePolicy.map(String.init) ?? "-", c.ageMillis.map { formatAge($0) } ?? "-",
+             "\(c.broadcasts)", c.state == "ending" ? "ending, deleted in \(formatAge(max(0, (c.deleteAtMillis ?? 0) - generatedAtMillis)))" : c.state]
+        })
+        if let error = channels.error { out += errorLine(error) }
+        out += "\nSEND FAILURES: \(channels.sendFailures)\n"
+        for line in channels.latestSendFailures { out += "  \(cell(line))\n" }
         return out
     }
 

@@ -143,6 +143,16 @@ import TestSupport
         #expect(try await r.redis.send(RedisCommand("ZSCORE", "\(r.settings.prefix):channels:expiring", "match:m1")) != .null)
         let announced = try await r.redis.send(RedisCommand("XRANGE", "\(r.settings.prefix):channels", "-", "+"))
         #expect((announced.array ?? []).count >= 1)
+        // inspect lists the channel: key, environment, id, policy, age, broadcasts, state.
+        let (status, out, _) = try await runActivitycast(["inspect", "--json"], redis: r.server, settings: ["prefix": r.settings.prefix])
+        #expect(status == 0)
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let listed = ((report["channels"] as? [String: Any])?["channels"] as? [[String: Any]] ?? [])
+            .first { $0["key"] as? String == "match:m1" && $0["environment"] as? String == "development" }
+        #expect(listed?["id"] as? String == channel)
+        #expect(listed?["state"] as? String == "ending")
+        #expect(listed?["storagePolicy"] as? Int == 0)
+        #expect((listed?["broadcasts"] as? Int ?? 0) >= 4)
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
     }
