@@ -84,7 +84,8 @@ let package = Package(
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
         .testTarget(name: "SendTests", dependencies: [
-            "ActivityCastSend", "ActivityCastCore", "APNs", "APNsCore", "RedisClient", "TestSupport",
+            "ActivityCastSend", "ActivityCastCore", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient", "TestSupport",
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
             "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",
