@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs ActivityCast end to end on local defaults: installs the system packages, builds, starts a
-# private redis-server on a free loopback port (unless ACTIVITYCAST_REDIS_URL points at one) and
-# the built-in APNs sandbox, starts two workers in one consumer group, publishes a demo
-# (registrations, a match, a bus trip and one malformed entry), shows what the workers planned and
-# what `inspect` sees, sends Live Activity pushes through the sandbox and shows what the device
-# would display, then stops everything it started, by PID.
+# Runs the whole product on local defaults: installs the system packages, builds, starts a private
+# redis-server on a free loopback port (unless ACTIVITYCAST_REDIS_URL points at one), the built-in
+# APNs sandbox and two workers in one consumer group; registers devices of every kind (on the
+# broadcast channel, per-token, push-to-start followers), plays a match from kick-off to full time
+# (goals, a red card) and a bus trip, and after each event shows what every device displays (from
+# the sandbox's device views); ends with `inspect`, a summary of pushes by kind and outcome, and
+# whether every device ended on the final state; then stops everything it started, by PID.
 #
 #   bash scripts/run-local.sh                 # the demo, about a minute on a fresh machine
+#   DEMO_STEP_SECONDS=3 bash scripts/run-local.sh  # slower, to watch the devices change
 #   RUN_SECONDS=600 bash scripts/run-local.sh # keep it running for 10 minutes to play with
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,52 +56,79 @@ echo "started 2 workers"
 sleep 1
 
 pub() { "$bin" publish "$@" >/dev/null; }
-# App backends: two devices register, follow teams and a route, and hand over tokens.
+tok() { printf "$1%.0s" $(seq 32); }
+step="${DEMO_STEP_SECONDS:-1}"
+redis_cli_args=(-u "$ACTIVITYCAST_REDIS_URL")
+# Who is watching: every kind of device the product serves.
+devices=(
+  "iphone-1 (iOS 18, started by push, on the channel)=channel:match:4711"
+  "iphone-2 (started by push, per-token updates)=token:$(tok c2)"
+  "iphone-3 (app-started, per-token)=token:$(tok c3)"
+  "ipad-4 (app-started, subscribed to the channel)=channel:match:4711"
+  "rider-5 (bus trip, started by push)=token:$(tok e5)"
+)
+view() {
+  if [ -n "${ACTIVITYCAST_SANDBOX_LISTEN:-}" ] && [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
+    python3 scripts/demo_view.py "$@" "$ACTIVITYCAST_SANDBOX_LISTEN" "$ACTIVITYCAST_SANDBOX_DIR/cert.pem" \
+      "${redis_cli_args[@]}" "PREFIX=$ACTIVITYCAST_PREFIX" -- "${devices[@]}"
+  fi
+}
+event() {  # publish a feed event, wait a step, show what every device displays
+  local what="$1"; shift
+  pub "$@"
+  sleep "$step"
+  echo "-- $what"
+  view || true
+}
+
+# App backends register devices: push-to-start tokens, follows, settings.
 pub device device=iphone-1 env=development tier=frequent broadcast=true
-pub device device=iphone-2 env=development tier=standard broadcast=false
+pub start.token device=iphone-1 activity_type=MatchActivityAttributes token=$(tok a1) env=development broadcast=true
 pub follow device=iphone-1 target=team:ars
+pub follow device=iphone-1 target=team:che   # follows both teams: still one start
+pub start.token device=iphone-2 activity_type=MatchActivityAttributes token=$(tok a2) env=development
 pub follow device=iphone-2 target=team:che
-pub follow device=iphone-2 target=route:42
-pub start.token device=iphone-1 activity_type=MatchActivityAttributes token=$(printf 'a1%.0s' $(seq 32))
-pub start.token device=iphone-2 activity_type=MatchActivityAttributes token=$(printf 'b2%.0s' $(seq 32))
-# The score feed: a match from kick-off to full time.
-pub match.started match=4711 home=ars away=che competition="Premier League"
-pub activity.token device=iphone-1 key=match:4711 activity=A1 token=$(printf 'c3%.0s' $(seq 32))
-pub activity.token device=iphone-2 key=match:4711 activity=B7 token=$(printf 'd4%.0s' $(seq 32))
-pub match.clock match=4711 clock="12'" period=first_half
-pub match.moment match=4711 moment=goal team=home player="B. Saka" clock="15'" home_score=1 away_score=0
-pub match.score match=4711 home_score=1 away_score=0 clock="15'" period=first_half
-# The transit feed: a bus on route 42.
-pub trip.started trip=t-981 route=42 headsign="Central Station"
-pub trip.eta trip=t-981 stop=s-17 eta=$(( ($(date +%s) + 240) * 1000 )) delay=60 stop_name="Market Sq"
-pub trip.arriving trip=t-981 stop=s-17 stop_name="Market Sq"
-# A feed bug: a misspelt field becomes a dead letter with its reason, not a crash.
-pub match.score match=4711 home_score=2 away_scroe=0
-pub match.full_time match=4711 home_score=2 away_score=1
-sleep 2
+pub start.token device=rider-5 activity_type=TripActivityAttributes token=$(tok a5) env=development
+pub follow device=rider-5 target=route:42
 
 echo
-echo "== what the workers would send (the worker sends through APNs in a later issue) =="
-cat "$work"/worker-*.log | grep ' plan ' | sed -E 's/^[^ ]+ info worker: plan //' | sort || true
+echo "== a match from kick-off to full time, and a bus trip; what each device shows after each event =="
+event "match.scheduled: the channel is created and announced before kick-off" \
+  match.scheduled match=4711 home=ars away=che kickoff=$(( ($(date +%s) + 60) * 1000 )) competition="Premier League"
+# Apps that started their activity themselves register it (one on the channel, one per token).
+pub activity.token device=ipad-4 key=match:4711 activity=I4 token=$(tok c4) env=development broadcast=true
+pub activity.token device=iphone-3 key=match:4711 activity=P3 token=$(tok c3) env=development
+event "match.started: push-to-start to the followers" match.started match=4711 home=ars away=che competition="Premier League"
+# iphone-2's started activity hands over its update token (input-push-token).
+pub activity.token device=iphone-2 key=match:4711 activity=S2 token=$(tok c2) env=development
+event "match.clock" match.clock match=4711 clock="12'" period=first_half
+event "match.moment: goal" match.moment match=4711 moment=goal team=home player="B. Saka" clock="15'" home_score=1 away_score=0
+event "match.moment: red card" match.moment match=4711 moment=red_card team=away player="C. Palmer" clock="40'"
+event "match.moment: half time" match.moment match=4711 moment=half_time clock="45'" home_score=1 away_score=0
+event "match.moment: goal" match.moment match=4711 moment=goal team=away player="N. Jackson" clock="61'" home_score=1 away_score=1
+event "match.score" match.score match=4711 home_score=2 away_score=1 clock="88'" period=second_half
+pub match.score match=4711 home_score=2 away_scroe=0   # a feed bug: a dead letter with its reason, not a crash
+event "trip.started: push-to-start to the route's followers" trip.started trip=t-981 route=42 headsign="Central Station"
+pub activity.token device=rider-5 key=trip:t-981 activity=R5 token=$(tok e5) env=development
+event "trip.eta" trip.eta trip=t-981 stop=s-17 eta=$(( ($(date +%s) + 240) * 1000 )) delay=60 stop_name="Market Sq"
+event "trip.arriving" trip.arriving trip=t-981 stop=s-17 stop_name="Market Sq"
+event "match.full_time" match.full_time match=4711 home_score=2 away_score=1
+event "trip.ended" trip.ended trip=t-981
+sleep 1
+
 echo
 echo "== activitycast inspect =="
 "$bin" inspect
 
+echo
+echo "== summary =="
+echo "pushes by kind and outcome:"
 if [ -n "${ACTIVITYCAST_SANDBOX_LISTEN:-}" ] && [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
-  token=$(printf 'c3%.0s' $(seq 32))
-  echo
-  echo "== Live Activity pushes through the APNs sandbox (HTTP/2 over TLS, JWT checked) =="
-  echo "-- update to an activity token:"
-  "$bin" send --token "$token" --event update --content-state '{"homeScore":1,"awayScore":0,"clock":"15'"'"'"}' \
-    --alert-title "Goal!" --alert-body "B. Saka (ARS) 15'" || true
-  echo "-- a malformed token:"
-  "$bin" send --token not-hex --event update || true
-  echo "-- a broadcast channel for the match, and a broadcast to it:"
-  channel=$("$bin" channels create --policy 0 | sed -n 's/^apns-channel-id: //p')
-  "$bin" send --channel "$channel" --event update --content-state '{"homeScore":2,"awayScore":1}' || true
-  echo "-- what the device shows (GET /sandbox/devices/<token>):"
-  curl -s --http2 --cacert "$ACTIVITYCAST_SANDBOX_DIR/cert.pem" "https://$ACTIVITYCAST_SANDBOX_LISTEN/sandbox/devices/$token" | head -c 1200; echo
+  python3 scripts/demo_view.py stats "$ACTIVITYCAST_SANDBOX_LISTEN" "$ACTIVITYCAST_SANDBOX_DIR/cert.pem"
 fi
+python3 scripts/demo_view.py sent "$work"/worker-*.log
+final='{"iphone-1 (iOS 18, started by push, on the channel)":{"homeScore":2,"awayScore":1},"iphone-2 (started by push, per-token updates)":{"homeScore":2,"awayScore":1},"iphone-3 (app-started, per-token)":{"homeScore":2,"awayScore":1},"ipad-4 (app-started, subscribed to the channel)":{"homeScore":2,"awayScore":1},"rider-5 (bus trip, started by push)":{"status":"ended"}}'
+view --final "$final" || demo_failed=1
 
 if [ -n "${RUN_SECONDS:-}" ]; then
   echo "running for $RUN_SECONDS s; ACTIVITYCAST_REDIS_URL=$ACTIVITYCAST_REDIS_URL ACTIVITYCAST_PREFIX=$ACTIVITYCAST_PREFIX"
@@ -114,3 +143,4 @@ for n in 1 2; do
   if wait "$pid"; then echo "worker local-$n exited 0"; else echo "worker local-$n exited $?"; fi
 done
 grep -h 'worker stopped' "$work"/worker-*.log | sed -E 's/^[^ ]+ info worker: //'
+exit "${demo_failed:-0}"
