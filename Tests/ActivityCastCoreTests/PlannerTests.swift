@@ -37,6 +37,7 @@ struct PlannerTests {
         #expect(plan?.contentState == ["homeScore": 0, "awayScore": 0])
         #expect(plan?.attributes == ["homeTeam": "ars", "awayTeam": "che", "competition": "Premier League"])
         #expect(plan?.alert == PlanAlert(title: "Kick-off", body: "ars v che"))
+        #expect(plan?.attributesType == "MatchActivityAttributes")
         #expect(plan?.description
             == "key=match:4711 event=start priority=critical audience=followers(team:ars,team:che) alert=Kick-off")
     }
@@ -152,7 +153,8 @@ struct PlannerTests {
         #expect(plan == Plan(key: trip, event: .start, priority: .critical, timestampMillis: 1_732_233_600_000,
                              audience: .followers([FollowTarget(kind: .route, id: "42")]), contentState: [:],
                              attributes: ["route": "42", "headsign": "Central Station"],
-                             alert: PlanAlert(title: "Trip started", body: "Route 42 to Central Station")))
+                             alert: PlanAlert(title: "Trip started", body: "Route 42 to Central Station"),
+                             attributesType: "TripActivityAttributes"))
     }
 
     @Test func position() {

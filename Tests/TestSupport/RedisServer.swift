@@ -95,11 +95,34 @@ public final class RedisServer: @unchecked Sendable {
                 child.removeLogs()
                 throw RedisServerError(description: "redis-server on port \(port) exited: \(log.suffix(500))")
             }
-            if loopbackPortAccepts(port) { return child }
+            if loopbackPortAccepts(port) {
+                // Another test's server may have taken the port between our check and our bind:
+                // then this child exits, and the one answering is not ours. Ask it for its PID.
+                switch await answeringPID(port: port, tls: tls) {
+                case .some(let pid?) where pid == child.pid: return child
+                case .some(nil) where child.isRunning: return child  // answers, but won't say (AUTH): ours if it runs
+                default: if !child.isRunning { continue }
+                }
+            }
             try await Task.sleep(for: .milliseconds(10))
         }
         child.kill(signal: SIGKILL)
         throw RedisServerError(description: "redis-server on port \(port) did not start within 10 s")
+    }
+
+    /// The PID of the redis-server answering on `port` (`INFO server`); `.some(nil)` when it
+    /// answers with an error (it wants AUTH), nil when it doesn't answer.
+    private static func answeringPID(port: Int, tls: TLSFiles?) async -> Int32?? {
+        var url = RedisURL(tls: tls != nil, host: "127.0.0.1", port: port)
+        if let tls { url.caFile = tls.ca }
+        let connection = RedisConnection(configuration: RedisConfiguration(url: url, connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
+        defer { connection.close() }
+        guard let reply = try? await connection.pipeline([RedisCommand("INFO", "server")])[0] else { return nil }
+        guard let info = reply.string else { return .some(nil) }
+        for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("process_id:") {
+            return .some(Int32(line.dropFirst("process_id:".count)))
+        }
+        return .some(nil)
     }
 
     static func redisServerPath() throws -> String {

@@ -9,16 +9,25 @@ public final class SandboxProcess: @unchecked Sendable {
 
     public init(arguments: [String] = []) async throws {
         directory = try TemporaryDirectory()
-        port = freeLoopbackPort()
-        child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["sandbox"] + arguments,
-                                 environment: ["ACTIVITYCAST_SANDBOX_DIR": directory.path, "ACTIVITYCAST_SANDBOX_LISTEN": "127.0.0.1:\(port)"],
-                                 logName: "sandbox")
-        let up = await eventually(timeout: .seconds(20)) { self.child.stdout.contains("listening") || !self.child.isRunning }
-        guard up, child.isRunning else {
-            let output = child.stdout + child.stderr
+        var lastError = ""
+        // The port can be taken between choosing it and binding it (another test): try another.
+        for _ in 0..<5 {
+            let port = freeLoopbackPort()
+            let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["sandbox"] + arguments,
+                                         environment: ["ACTIVITYCAST_SANDBOX_DIR": directory.path, "ACTIVITYCAST_SANDBOX_LISTEN": "127.0.0.1:\(port)"],
+                                         logName: "sandbox")
+            let up = await eventually(timeout: .seconds(20)) { child.stdout.contains("listening") || !child.isRunning }
+            if up, child.isRunning {
+                self.port = port
+                self.child = child
+                return
+            }
+            lastError = String((child.stdout + child.stderr).suffix(500))
             child.kill(signal: SIGKILL)
-            throw RedisServerError(description: "the sandbox did not start: \(output.suffix(500))")
+            child.removeLogs()
         }
+        directory.remove()
+        throw RedisServerError(description: "the sandbox did not start: \(lastError)")
     }
 
     deinit {
