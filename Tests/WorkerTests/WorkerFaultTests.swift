@@ -19,28 +19,8 @@ import TestSupport
         return env
     }
 
-    /// Adds `count` valid entries: feed events on both feeds and, every fifth, a follow. Returns
-    /// the feed entries as `stream/id`, the way plan lines name them.
     func publishValid(_ redis: RedisConnection, _ settings: Settings, count: Int, from start: Int = 0) async throws -> [String] {
-        var commands: [RedisCommand] = []
-        var isFeed: [String?] = []
-        for k in start..<(start + count) {
-            if k % 5 == 4 {
-                commands.append(RedisCommand("XADD", settings.registrationsStream, "*", "type", "follow", "ts", 1000 + k,
-                                             "device", "d-\(k)", "target", "team:t\(k % 20)"))
-                isFeed.append(nil)
-            } else if k % 2 == 0 {
-                commands.append(RedisCommand("XADD", settings.feeds[0].stream, "*", "type", "match.score", "ts", 1000 + k,
-                                             "match", "m\(k % 50)", "home_score", k % 9, "away_score", k % 4))
-                isFeed.append(settings.feeds[0].stream)
-            } else {
-                commands.append(RedisCommand("XADD", settings.feeds[1].stream, "*", "type", "trip.eta", "ts", 1000 + k,
-                                             "trip", "t\(k % 50)", "stop", "s\(k % 7)", "eta", 2_000_000 + k))
-                isFeed.append(settings.feeds[1].stream)
-            }
-        }
-        let replies = try await redis.pipeline(commands)
-        return zip(replies, isFeed).compactMap { reply, stream in stream.flatMap { s in reply.string.map { "\(s)/\($0)" } } }
+        try await publishMixed(redis, settings, count: count, from: start)
     }
 
     func allDrained(_ redis: RedisConnection, _ settings: Settings) async -> Bool {

@@ -63,3 +63,37 @@ func withWorker(_ settings: Settings, _ body: (Worker) async throws -> Void) asy
     worker.requestStop()
     return try await task.value
 }
+
+/// Adds `count` valid entries in pipelined chunks: feed events on both feeds and, every fifth, a
+/// follow. Returns the feed entries as `stream/id`, the way plan lines name them.
+func publishMixed(_ redis: RedisConnection, _ settings: Settings, count: Int, from start: Int = 0) async throws -> [String] {
+    var feedEntries: [String] = []
+    var i = start
+    while i < start + count {
+        let n = min(1000, start + count - i)
+        var commands: [RedisCommand] = []
+        var streams: [String?] = []
+        for k in i..<(i + n) {
+            if k % 5 == 4 {
+                commands.append(RedisCommand("XADD", settings.registrationsStream, "*", "type", "follow", "ts", 1000 + k,
+                                             "device", "d-\(k)", "target", "team:t\(k % 20)"))
+                streams.append(nil)
+            } else if k % 2 == 0 {
+                commands.append(RedisCommand("XADD", settings.feeds[0].stream, "*", "type", "match.score", "ts", 1000 + k,
+                                             "match", "m\(k % 50)", "home_score", k % 9, "away_score", k % 4))
+                streams.append(settings.feeds[0].stream)
+            } else {
+                commands.append(RedisCommand("XADD", settings.feeds[1].stream, "*", "type", "trip.eta", "ts", 1000 + k,
+                                             "trip", "t\(k % 50)", "stop", "s\(k % 7)", "eta", 2_000_000 + k))
+                streams.append(settings.feeds[1].stream)
+            }
+        }
+        let replies = try await redis.pipeline(commands)
+        for (reply, stream) in zip(replies, streams) {
+            guard let stream else { continue }
+            feedEntries.append("\(stream)/\(try reply.orThrow().string ?? "")")
+        }
+        i += n
+    }
+    return feedEntries
+}
