@@ -183,7 +183,7 @@ public final class Worker: Sendable {
             if result == nil {
                 // Stopping with a read in flight: what it delivers is this worker's to finish, so
                 // wait for it (it returns within `block`) — unless Redis is frozen past the deadline.
-                result = await StopSignal.within((stop.stoppedAt ?? .now) + settings.shutdownDeadline) { await read.value }
+                result = await StopSignal.within((stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)) { await read.value }
             }
             guard let result else { break }
             let reads: [StreamRead]
@@ -213,7 +213,8 @@ public final class Worker: Sendable {
         }
 
         // Drain: finish what is in flight, within the deadline counted from the stop request.
-        let deadline = (stop.stoppedAt ?? .now) + settings.shutdownDeadline
+        // A little before the deadline, so that the process has exited by then.
+        let deadline = (stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)
         logger.info("stopping: finishing entries in flight", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         if inFlight.load(ordering: .relaxed) > 0 {
             let timer = Task {
