@@ -303,7 +303,8 @@ public final class Sender: Sendable {
                 case .forget(let reason):
                     summary.forgotten += 1
                     stats.tokensForgotten.add(1, ordering: .relaxed)
-                    if kind == .start { try await forgetStartToken(row, reason: reason) } else { try await forgetToken(plan.key, row, reason: reason) }
+                    if kind == .start { try await forgetStartToken(row, activityType: plan.attributesType ?? "", reason: reason) }
+                    else { try await forgetToken(plan.key, row, reason: reason) }
                 case .retry(let after, let reason):
                     retry.append(row)
                     delay = max(delay, after)
@@ -392,8 +393,15 @@ public final class Sender: Sendable {
         }
     }
 
-    private func forgetStartToken(_ row: TokenRow, reason: String) async throws {
-        logger.info("push-to-start token refused", metadata: ["device": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
+    /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one
+    /// meanwhile): the device no longer counts as able to start this type.
+    private func forgetStartToken(_ row: TokenRow, activityType: String, reason: String) async throws {
+        let removed = try await redis.send(.script(TokenScripts.forgetStartIfSame, keys: [keys.device(row.activity)],
+                                                   args: ["start:\(activityType)", row.token]))
+        if removed.int == 1 {
+            _ = try await redis.send(RedisCommand("SREM", keys.startTokens(activityType: activityType), row.activity))
+        }
+        logger.info("push-to-start token forgotten", metadata: ["device": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
     }
 
     // MARK: End
@@ -435,6 +443,17 @@ struct PushRejectionError: Error, CustomStringConvertible {
 }
 
 enum TokenScripts {
+    /// KEYS[1] = device hash. ARGV = field (`start:<type>`), token. Removes the push-to-start
+    /// token if it is still `token` (stored as `ts token`). Returns 1 or 0.
+    static let forgetStartIfSame = RedisScript("""
+    local cur = redis.call('HGET', KEYS[1], ARGV[1])
+    if not cur then return 0 end
+    local sp = string.find(cur, ' ', 1, true)
+    if not sp or string.sub(cur, sp + 1) ~= ARGV[2] then return 0 end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+    """)
+
     /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, now ms.
     /// Forgets the activity's token if it is still `token` (a rotated token stays). Returns 1 or 0.
     static let forgetIfSame = RedisScript("""
