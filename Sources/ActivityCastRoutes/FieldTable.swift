@@ -33,9 +33,16 @@ struct FieldTable: Sendable {
         return nil
     }
 
-    /// The names of the fields outside `present`... as the reason of a template or key that can't
-    /// be rendered.
+    /// The names of these slots' fields, for messages.
     func names(of slots: SlotSet) -> [String] { slots.map(name) }
+
+    /// `unknown field 'x' for match.score`, with the closest name or else the type's fields.
+    func unknownField(_ name: String) -> String {
+        let names = type.fields.map(\.name)
+        let hint = suggestion(for: name, among: names)
+        return "unknown field '\(shown(name))' for \(type.name)"
+            + (hint.isEmpty ? " (its fields: \(names.joined(separator: ", ")))" : hint)
+    }
 }
 
 /// A set of slots as a bit mask: "are all the fields this text needs present" is one AND.

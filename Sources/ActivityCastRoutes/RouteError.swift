@@ -70,9 +70,11 @@ func editDistance(_ a: String, _ b: String) -> Int {
     return row[b.count]
 }
 
-/// ` (did you mean X?)` when one of `candidates` is within two edits of `name`, else empty.
+/// ` (did you mean X?)` when one of `candidates` is close to `name` (one edit per three characters,
+/// at most two, so that short words don't draw unrelated hints), else empty.
 func suggestion(for name: String, among candidates: [String]) -> String {
-    let scored = candidates.map { ($0, editDistance($0, name)) }.filter { $0.1 <= 2 }
+    let limit = min(2, max(1, name.count / 3))
+    let scored = candidates.map { ($0, editDistance($0, name)) }.filter { $0.1 <= limit }
     guard let best = scored.min(by: { $0.1 < $1.1 }) else { return "" }
     return " (did you mean \(best.0)?)"
 }

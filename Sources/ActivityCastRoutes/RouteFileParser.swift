@@ -168,8 +168,7 @@ struct RouteFileParser {
         }
         let fieldName = try scalar(by.value, "variant-by")
         guard let slot = table.slot(named: fieldName) else {
-            throw fail(by.value, "\(name): unknown field '\(shown(fieldName))' for \(name)"
-                + suggestion(for: fieldName, among: table.type.fields.map(\.name)))
+            throw fail(by.value, "\(name): variant-by: \(table.unknownField(fieldName))")
         }
         guard case .choice(let choices) = table.kinds[slot] else {
             let fixed = table.type.fields.filter { if case .choice = $0.kind { true } else { false } }.map(\.name)
@@ -406,8 +405,7 @@ struct RouteFileParser {
         let kind = String(text[..<colon])
         let name = String(text[text.index(colon, offsetBy: 2)..<text.index(before: text.endIndex)])
         guard let slot = table.slot(named: name) else {
-            throw fail(node, "\(context): unknown field '\(shown(name))' for \(table.type.name)"
-                + suggestion(for: name, among: table.type.fields.map(\.name)))
+            throw fail(node, "\(context): \(table.unknownField(name))")
         }
         guard table.kinds[slot] == .identifier else {
             throw fail(node, "\(context): field '\(name)' is \(ValueSpec.describe(table.kinds[slot])), but an id must be "
@@ -490,8 +488,7 @@ struct RouteFileParser {
             do {
                 compiled.append(try Template.compile(source) { name throws(Template.SyntaxError) in
                     guard let slot = table.slot(named: name) else {
-                        throw Template.SyntaxError(reason: "unknown field '\(shown(name))' for \(table.type.name)"
-                            + suggestion(for: name, among: table.type.fields.map(\.name)))
+                        throw Template.SyntaxError(reason: table.unknownField(name))
                     }
                     return slot
                 })

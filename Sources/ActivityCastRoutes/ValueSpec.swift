@@ -115,6 +115,9 @@ extension ValueSpec {
     static func compile(_ text: String, table: FieldTable, dates: DateEncoding) throws(SyntaxError) -> ValueSpec {
         var scanner = Scanner(text)
         let typeWord = scanner.word()
+        guard !typeWord.isEmpty else {
+            throw SyntaxError(reason: "empty value; a value is TYPE SOURCE (such as int home_score or string \"ended\") or a mapping")
+        }
         guard let type = TypeName(rawValue: typeWord) else {
             let known = TypeName.allCases.map(\.rawValue)
             throw SyntaxError(reason: "unknown value type '\(shown(typeWord))'\(suggestion(for: typeWord, among: known)); "
@@ -141,9 +144,19 @@ extension ValueSpec {
         switch source {
         case .name(let name):
             guard let slot = table.slot(named: name) else {
-                let hint = suggestion(for: name, among: table.type.fields.map(\.name))
-                let quoteHint = hint.isEmpty && type == .string ? " (a text constant is quoted: string \"\(shown(name))\")" : hint
-                throw SyntaxError(reason: "unknown field '\(shown(name))' for \(table.type.name)\(quoteHint)")
+                // A word that is no field anywhere, after `string`, was most likely meant as text.
+                let anyField = EntrySchema.types.contains { $0.field(named: name) != nil }
+                if !anyField, suggestion(for: name, among: table.type.fields.map(\.name)).isEmpty {
+                    if type == .string {
+                        throw SyntaxError(reason: "unknown field '\(shown(name))' for \(table.type.name) "
+                            + "(a text constant is quoted: string \"\(shown(name))\")")
+                    }
+                    if type == .bool {
+                        throw SyntaxError(reason: "unknown field '\(shown(name))' for \(table.type.name) "
+                            + "(a bool constant is true or false)")
+                    }
+                }
+                throw SyntaxError(reason: table.unknownField(name))
             }
             let conversion = try Self.conversion(type, field: table.type.fields[slot], dates: dates)
             var fallback: JSONValue?
@@ -222,8 +235,7 @@ extension ValueSpec {
                 throw SyntaxError(reason: "\(role) of a double must be a number, got '\(shown(text))'")
             }
             return .double(value)
-        case (.bool, .name("true")): return .bool(true)
-        case (.bool, .name("false")): return .bool(false)
+        case (.bool, .bool(let value)): return .bool(value)
         case (.date, _), (.dateSince2001, _), (.dateUnixSeconds, _), (.secondsUntil, _):
             throw SyntaxError(reason: "\(type.rawValue) takes a field, not a constant")
         case (.string, _):
@@ -237,11 +249,12 @@ extension ValueSpec {
         }
     }
 
-    /// A source or fallback: a field name, a quoted text, or a number (or `true`/`false`, read as names).
+    /// A source or fallback: a field name, a quoted text, a number, or `true`/`false`.
     enum Operand: Equatable {
         case name(String)
         case quoted(String)
         case number(String)
+        case bool(Bool)
     }
 
     /// A tiny scanner over the characters of a value.
@@ -292,6 +305,7 @@ extension ValueSpec {
                 throw SyntaxError(reason: "the quoted constant is not closed with '\"'")
             }
             let word = self.word()
+            if word == "true" || word == "false" { return .bool(word == "true") }
             if let first = word.unicodeScalars.first, first == "-" || first == "+" || first == "." || ("0"..."9").contains(first) {
                 return .number(word)
             }
