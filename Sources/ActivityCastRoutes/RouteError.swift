@@ -12,7 +12,8 @@ public struct RouteError: Error, Equatable, Sendable, CustomStringConvertible {
         public init(file: String, line: Int, column: Int) {
             self.file = file; self.line = line; self.column = column
         }
-        public var description: String { "\(file):\(line):\(column)" }
+        /// The file name is escaped: it may come from a setting.
+        public var description: String { "\(shown(file, limit: 200)):\(line):\(column)" }
     }
 
     public var location: Location?
