@@ -1,6 +1,7 @@
 /// A text with placeholders, compiled once: `{player} scores for the {team} team[ ({home_score}-{away_score})]`.
 ///
-/// - `{field}` is the field's value.
+/// - `{field}` is the field's value; `{?field}` shows nothing but needs the field, so that an
+///   alternative (a `loc-key`, say) can depend on a field without showing it.
 /// - `[ … ]` is an optional segment: it is left out when a field named inside it is absent.
 /// - `{{`, `}}`, `[[`, `]]` are the literal characters.
 ///
@@ -102,18 +103,22 @@ struct Template: Sendable {
                 guard let close = chars[(i + 1)...].firstIndex(of: "}") else {
                     throw SyntaxError(reason: "'{' at character \(i + 1) is not closed (write '{{' for a literal brace)")
                 }
-                let name = String(chars[(i + 1)..<close])
-                guard !name.isEmpty else { throw SyntaxError(reason: "empty placeholder '{}' at character \(i + 1)") }
+                var name = String(chars[(i + 1)..<close])
+                let presenceOnly = name.hasPrefix("?")
+                if presenceOnly { name.removeFirst() }
+                guard !name.isEmpty else {
+                    throw SyntaxError(reason: "empty placeholder '{\(presenceOnly ? "?" : "")}' at character \(i + 1)")
+                }
                 guard !name.contains("{") else {
                     throw SyntaxError(reason: "'{' at character \(i + 1) is not closed before the next '{'")
                 }
                 let fieldSlot = try slot(name)
                 flushLiteral()
                 if segment != nil {
-                    segment!.pieces.append(.field(fieldSlot))
+                    if !presenceOnly { segment!.pieces.append(.field(fieldSlot)) }
                     segment!.needs.insert(fieldSlot)
                 } else {
-                    parts.append(.field(fieldSlot))
+                    if !presenceOnly { parts.append(.field(fieldSlot)) }
                     needs.insert(fieldSlot)
                 }
                 i = close + 1
