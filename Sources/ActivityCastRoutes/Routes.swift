@@ -27,7 +27,9 @@ public struct Routes: Sendable {
 
     /// Compiles a route file; throws its first problem as `file:line:column: reason`.
     public init(yaml: String, file: String, feed: StreamKind) throws(RouteError) {
-        precondition(feed != .registrations, "registrations are not routed")
+        guard feed != .registrations else {
+            throw RouteError(location: nil, reason: "registrations have no routes; a route file is for sports or transit")
+        }
         self = try RouteFileParser(file: file, feed: feed, yaml: yaml).parse()
     }
 

@@ -267,6 +267,39 @@ struct RouteEvaluationTests {
             == .failure(RouteError(location: nil, reason: "match.score: field 'home_score' is not an integer: '99999999999999999999'")))
     }
 
+    /// Hostile raw fields under a type's name (as if the decoder had been skipped): every plan
+    /// either succeeds or says why, and nothing traps.
+    @Test func unvalidatedRandomFieldsNeverCrash() {
+        var rng = SplitMix64(seed: 99)
+        let junk = ["", "-", "--1", "1.", "x", "99999999999999999999", "-9223372036854775808", "1e5", "\u{0}", "{a}", "[", "é",
+                    "9007199254740993", "0.1.2", "true"]
+        var failures = 0, plans = 0
+        for type in EntrySchema.types where type.stream != .registrations {
+            let entry = DecodedEntry(type: type.name, timestampMillis: 1_000,
+                                     body: type.stream == .sports ? .sports(.postponed(match: "m", reason: nil))
+                                         : .transit(.ended(trip: "t")))
+            for _ in 0..<300 {
+                var raw = [RawField("type", type.name)]
+                for field in type.fields where Bool.random(using: &rng) {
+                    raw.append(RawField(field.name, junk.randomElement(using: &rng)!))
+                }
+                switch RouteSet.shipped.plan(entry: entry, fields: raw) {
+                case .success: plans += 1
+                case .failure(let error):
+                    failures += 1
+                    #expect(!error.reason.contains("\n") && error.location == nil)
+                }
+            }
+        }
+        // Both outcomes happen, so both paths were exercised.
+        #expect(failures > 100 && plans > 100, "\(failures) failures, \(plans) plans")
+    }
+
+    @Test func registrationsHaveNoRouteFile() {
+        #expect(rejection("feed: sports\n", feed: .registrations)
+            == "registrations have no routes; a route file is for sports or transit")
+    }
+
     // MARK: Cost
 
     /// Not a benchmark (no timing is asserted): many evaluations of every feed type through one
