@@ -34,6 +34,11 @@ let package = Package(
 
         // The pure core: schema, decoding, planning, key layout. No I/O.
         .target(name: "ActivityCastCore"),
+        // Route files: what each feed event sends (docs/routes.md), compiled from YAML once. No I/O.
+        .target(name: "ActivityCastRoutes", dependencies: [
+            "ActivityCastCore",
+            .product(name: "Yams", package: "Yams"),
+        ]),
         // APNs protocol values: reasons and actions, responses, provider tokens, payloads. No I/O.
         .target(name: "APNsCore", dependencies: ["ActivityCastCore", "OpenSSLKit"]),
         // The APNs client: connection pools on event-loop threads, batches, provider tokens.
@@ -51,12 +56,12 @@ let package = Package(
         ]),
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "ActivityCastSend", "APNs", "APNsCore", "RedisClient",
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [
@@ -70,6 +75,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
 
         .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
+        .testTarget(name: "ActivityCastRoutesTests", dependencies: ["ActivityCastRoutes", "ActivityCastCore"]),
         .testTarget(name: "APNsSandboxTests", dependencies: ["APNsSandbox", "APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "APNsClientTests", dependencies: [
             "APNs", "APNsCore", "HTTP2Kit", "HTTP2Transport", "OpenSSLKit", "RedisClient", "TestSupport",
@@ -88,7 +94,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "RedisClient", "TestSupport",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

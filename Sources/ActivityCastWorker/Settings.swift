@@ -42,6 +42,10 @@ public struct Settings: Sendable {
     public var logLevel: String
     public var logFormat: String
     public var apns: APNsSettings
+    /// The route file of each feed (`routes.sports`, `routes.transit`); nil: the built-in routes.
+    /// Read by `loadRoutes()`, which the worker calls at start.
+    public var sportsRoutesFile: String? = nil
+    public var transitRoutesFile: String? = nil
     /// Problems that did not stop loading but that the operator should see, e.g. an
     /// `ACTIVITYCAST_*` variable that is no setting (a misspelt `ACTIVITYCAST_WORKER_BATCH_SIZE`):
     /// commands log each at start.
@@ -106,6 +110,8 @@ public enum SettingsLoader {
         ("apns.request_timeout_ms", "30000"),
         ("sandbox.dir", ".activitycast/sandbox"),
         ("sandbox.listen", "127.0.0.1:2197"),
+        ("routes.sports", "the built-in routes (activitycast routes show sports)"),
+        ("routes.transit", "the built-in routes (activitycast routes show transit)"),
     ]
 
     public static func environmentName(_ key: String) -> String {
@@ -162,14 +168,14 @@ public enum SettingsLoader {
     /// system's reason when it can't be opened or read (`No such file or directory`, `Permission
     /// denied`), and plain words for a directory, something too large, or bytes that are not
     /// UTF-8. An empty file (or `/dev/null`) is an empty text: no settings.
-    static func readFile(_ path: String) throws -> String {
-        func failure(_ why: String) -> SettingsError { SettingsError(description: "cannot read the configuration file \(path): \(why)") }
+    static func readFile(_ path: String, noun: String = "configuration file") throws -> String {
+        func failure(_ why: String) -> SettingsError { SettingsError(description: "cannot read the \(noun) \(path): \(why)") }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw failure(String(cString: strerror(errno))) }
         defer { close(fd) }
         var info = stat()
         if fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR {
-            throw SettingsError(description: "\(path) is a directory, not a configuration file")
+            throw SettingsError(description: "\(path) is a directory, not a \(noun)")
         }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -182,10 +188,10 @@ public enum SettingsLoader {
             if n == 0 { break }
             bytes += buffer[..<n]
             // Bounded, so /dev/zero or a log file given by mistake can't fill the memory.
-            if bytes.count > maxFileBytes { throw SettingsError(description: "\(path) is larger than 1 MB, not a configuration file") }
+            if bytes.count > maxFileBytes { throw SettingsError(description: "\(path) is larger than 1 MB, not a \(noun)") }
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw SettingsError(description: "\(path) is not UTF-8 text, not a configuration file")
+            throw SettingsError(description: "\(path) is not UTF-8 text, not a \(noun)")
         }
         return text
     }
@@ -318,7 +324,7 @@ public enum SettingsLoader {
         let format = string("log.format", "text")
         guard ["text", "json"].contains(format) else { throw wrong("log.format", "must be text or json, got '\(shown(format))'") }
 
-        let settings = Settings(
+        var settings = Settings(
             redisURL: url,
             connectTimeout: try millis("redis.connect_timeout_ms", 3000, 10...600_000),
             commandTimeout: try millis("redis.command_timeout_ms", 5000, 10...600_000),
@@ -349,6 +355,12 @@ public enum SettingsLoader {
         if !settings.consumer.isEmpty, let problem = consumerProblem(settings.consumer) {
             throw wrong("worker.consumer", problem)
         }
+        // Only the paths here; the files are read and checked by `loadRoutes()`.
+        for key in ["routes.sports", "routes.transit"] where raw[key]?.value.isEmpty == true {
+            throw wrong(key, "must be the path of a route file; leave it unset for the built-in routes")
+        }
+        settings.sportsRoutesFile = raw["routes.sports"]?.value
+        settings.transitRoutesFile = raw["routes.transit"]?.value
         return settings
     }
 

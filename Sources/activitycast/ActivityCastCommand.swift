@@ -11,7 +11,7 @@ struct ActivityCastCommand: AsyncParsableCommand {
         commandName: "activitycast",
         abstract: "Live Activity push backend: Redis stream workers that keep iOS Live Activities current through APNs.",
         subcommands: [WorkerCommand.self, InspectCommand.self, PublishCommand.self, SendCommand.self, ChannelsCommand.self,
-                      SandboxCommand.self, BenchCommand.self])
+                      SandboxCommand.self, BenchCommand.self, RoutesCommand.self])
 
     /// argument-parser's own entry point, after one process-wide setting: a server ignores
     /// SIGPIPE (output to a closed pipe, a peer gone) and handles EPIPE where it writes, instead

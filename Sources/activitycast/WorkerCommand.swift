@@ -19,6 +19,15 @@ struct WorkerCommand: AsyncParsableCommand {
         let settings = try common.settings(extra: extra)
         LineLogHandler.bootstrap(level: settings.logLevel, format: settings.logFormat)
         let logger = Logger(label: "worker")
+        // Route files are read and checked at start, so that a broken one stops the worker with
+        // its file, line and reason before any entry is read. The worker does not take them yet:
+        // wiring `RouteSet.plan(entry:fields:)` into the send path replaces `Planner` there.
+        do {
+            _ = try settings.loadRoutes()
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw CommandFailure("\(error)")
+        }
         let worker = Worker(settings: settings, logger: logger)
 
         // Signals arrive on a dispatch queue, never interrupting I/O threads: the first asks the
