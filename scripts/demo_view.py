@@ -101,13 +101,13 @@ def main():
             view = get(listen, cert, f"/sandbox/devices/{target}")
             where = f"token {target[:8]}…"
         text, v = describe(view)
-        event = (v or {}).get("lastEvent") or "-"
+        event = (v or {}).get("state") or "-"
         starts = (v or {}).get("startsReceived") or 0
         rows.append((label, where, event + (f" (+{starts} start)" if starts else ""), text))
         if final is not None:
             expect = final.get(label)
             state = (v or {}).get("contentState") or {}
-            if expect is not None and not (event == "end" and all(state.get(k) == val for k, val in expect.items())):
+            if expect is not None and not (event == "ended" and all(state.get(k) == val for k, val in expect.items())):
                 failures.append(label)
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:

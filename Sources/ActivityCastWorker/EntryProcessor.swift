@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastRoutes
 import ActivityCastSend
 import Foundation
 import Logging
@@ -23,7 +24,8 @@ struct EntryProcessor: Sendable {
     let stats: WorkerStats
     let mode: Mode
     let decoder: EntryDecoder
-    let planner = Planner()
+    /// The routes that turn feed events into plans (the shipped ones unless configured).
+    let routes: RouteSet
     let registrar: Registrar
     let keys: RedisKeys
     /// Test-only failpoint: `ACTIVITYCAST_FAILPOINT_CRASH_ON=<value>` makes the process abort
@@ -35,8 +37,9 @@ struct EntryProcessor: Sendable {
     let sender: Sender?
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
-         sender: Sender? = nil) {
+         sender: Sender? = nil, routes: RouteSet = .shipped) {
         self.sender = sender
+        self.routes = routes
         self.settings = settings
         self.redis = redis
         self.consumer = consumer
@@ -187,7 +190,7 @@ struct EntryProcessor: Sendable {
             case .failure(let error):
                 work.append(.deadLetter(error.reason, copyFields: true))
             case .success(let decoded):
-                work.append(handle(decoded, entryID: entry.id, stream: feed.stream))
+                work.append(handle(decoded, fields: raw, entryID: entry.id, stream: feed.stream))
             }
         }
 
@@ -343,13 +346,18 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func handle(_ decoded: DecodedEntry, entryID: String, stream: String) -> Work {
+    private func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
         switch decoded.body {
         case .registration(let registration):
             guard mode == .full else { return .ack }
             return .effects(registrar.effects(of: registration, timestampMillis: decoded.timestampMillis), after: nil)
         case .sports, .transit:
-            guard let plan = planner.plan(decoded) else { return .ack }
+            let plan: Plan
+            switch routes.plan(entry: decoded, fields: fields) {
+            case .success(nil): return .ack  // routed to nothing
+            case .success(let p?): plan = p
+            case .failure(let error): return .deadLetter("route: \(error.description)", copyFields: true)
+            }
             stats.plans.add(1, ordering: .relaxed)
             guard mode == .full else { return .ack }
             if sender != nil {

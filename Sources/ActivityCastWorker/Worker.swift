@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastRoutes
 import ActivityCastSend
 import Foundation
 import Logging
@@ -57,7 +58,7 @@ public final class Worker: Sendable {
         public var description: String
     }
 
-    public init(settings: Settings, logger: Logger, mode: Mode = .full) {
+    public init(settings: Settings, logger: Logger, mode: Mode = .full, routes: RouteSet = .shipped) {
         self.settings = settings
         self.logger = logger
         self.conditions = ConditionLog(logger: logger)
@@ -88,7 +89,7 @@ public final class Worker: Sendable {
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
-                                        mode: mode == .full ? .full : .decodeOnly, sender: sender)
+                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes)
     }
 
     public enum Mode: Sendable { case full, decodeOnly }

@@ -1,3 +1,4 @@
+import ActivityCastRoutes
 import ActivityCastWorker
 import ArgumentParser
 import Foundation
@@ -20,15 +21,15 @@ struct WorkerCommand: AsyncParsableCommand {
         LineLogHandler.bootstrap(level: settings.logLevel, format: settings.logFormat)
         let logger = Logger(label: "worker")
         // Route files are read and checked at start, so that a broken one stops the worker with
-        // its file, line and reason before any entry is read. The worker does not take them yet:
-        // wiring `RouteSet.plan(entry:fields:)` into the send path replaces `Planner` there.
+        // its file, line and reason before any entry is read.
+        let routes: RouteSet
         do {
-            _ = try settings.loadRoutes()
+            routes = try settings.loadRoutes()
         } catch {
             logger.critical("cannot start: \(error)")
             throw CommandFailure("\(error)")
         }
-        let worker = Worker(settings: settings, logger: logger)
+        let worker = Worker(settings: settings, logger: logger, routes: routes)
 
         // Signals arrive on a dispatch queue, never interrupting I/O threads: the first asks the
         // worker to drain, a second one ends the process at once.

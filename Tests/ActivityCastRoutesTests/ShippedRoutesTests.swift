@@ -35,7 +35,6 @@ struct ShippedRoutesTests {
     /// dismissal dates, relevance, storage policy, localized alerts, sound) are cleared.
     static func plannerView(_ plan: Plan?) -> Plan? {
         guard var plan else { return nil }
-        plan.attributesType = nil
         plan.staleAfterSeconds = nil
         plan.dismissAfterSeconds = nil
         plan.relevanceScore = nil

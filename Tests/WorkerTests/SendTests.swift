@@ -110,7 +110,7 @@ import TestSupport
         }
         // Per-token: the whole state, ended on the final score.
         let a = try #require(try await r.device(perToken))
-        #expect(a["lastEvent"] as? String == "end")
+        #expect(a["state"] as? String == "ended")  // (lastEvent is the last received, displayed or not)
         let final = state(a)
         #expect(final["homeScore"] as? Int == 2 && final["awayScore"] as? Int == 1)
         #expect(final["period"] as? String == "full_time")
@@ -125,7 +125,7 @@ import TestSupport
         // On the channel: b got nothing per token; the channel shows the same final state.
         #expect(try await r.device(onChannel) == nil)
         let c = try #require(try await r.channel(channel))
-        #expect(c["lastEvent"] as? String == "end")
+        #expect(c["state"] as? String == "ended")
         #expect(NSDictionary(dictionary: state(c)).isEqual(to: final))
         // Starts: one each; d (on broadcast, following both teams) joins the channel.
         let plain = try #require(try await r.device(starterPlain))
@@ -338,7 +338,9 @@ import TestSupport
         for tok in tokens {
             let v = try await r.device(tok)
             let s = state(v)
-            if v?["lastEvent"] as? String != "end" || s["homeScore"] as? Int != 12 || s["awayScore"] as? Int != 4 { wrong.append(tok) }
+            if v?["state"] as? String != "ended" || s["homeScore"] as? Int != 12 || s["awayScore"] as? Int != 4 {
+                wrong.append("\(tok.suffix(4)): \(v?["state"] ?? "-") \(s["homeScore"] ?? "-")-\(s["awayScore"] ?? "-") received \(v?["pushesReceived"] ?? 0)")
+            }
         }
         #expect(wrong.isEmpty, "\(wrong.count) devices not on the final state")
         let stats = try #require(try await r.sandbox.get("/sandbox/stats"))
@@ -377,7 +379,7 @@ import TestSupport
         try await r.add(transit, [("type", "trip.ended"), ("ts", next()), ("trip", "t1")])
         #expect(await eventually { await r.drainedAll() })
         let view = try #require(try await r.device(update))
-        #expect(view["lastEvent"] as? String == "end")
+        #expect(view["state"] as? String == "ended")
         let s = state(view)
         #expect(s["status"] as? String == "ended" && s["stopName"] as? String == "Market Sq" && s["stop"] as? String == "s1")
         #expect(view["pushesReceived"] as? Int == 3)
