@@ -74,8 +74,11 @@ let package = Package(
         // Helpers for tests: a real redis-server on a free loopback port, child processes by PID.
         .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
 
-        .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore"]),
-        .testTarget(name: "ActivityCastRoutesTests", dependencies: ["ActivityCastRoutes", "ActivityCastCore"]),
+        // The hard-coded planner the route files replaced, kept as the tests' oracle: the shipped
+        // routes must plan exactly as it did.
+        .target(name: "PlannerOracle", dependencies: ["ActivityCastCore"], path: "Tests/PlannerOracle"),
+        .testTarget(name: "ActivityCastCoreTests", dependencies: ["ActivityCastCore", "PlannerOracle"]),
+        .testTarget(name: "ActivityCastRoutesTests", dependencies: ["ActivityCastRoutes", "ActivityCastCore", "PlannerOracle"]),
         .testTarget(name: "APNsSandboxTests", dependencies: ["APNsSandbox", "APNsCore", "ActivityCastCore", "OpenSSLKit", "TestSupport"]),
         .testTarget(name: "APNsClientTests", dependencies: [
             "APNs", "APNsCore", "HTTP2Kit", "HTTP2Transport", "OpenSSLKit", "RedisClient", "TestSupport",

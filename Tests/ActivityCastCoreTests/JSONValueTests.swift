@@ -1,4 +1,5 @@
 import ActivityCastCore
+import PlannerOracle
 import Foundation
 import Testing
 

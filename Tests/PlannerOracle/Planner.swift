@@ -1,3 +1,5 @@
+import ActivityCastCore
+
 /// Decides what a feed event means for Live Activities, following the "Live Activity effect" and
 /// "priority class" columns of docs/schema.md. Stateless: whether a key has live activities, budgets
 /// and ordering against earlier events are the worker's business.
