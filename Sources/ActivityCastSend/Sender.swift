@@ -37,10 +37,14 @@ public struct SendConfiguration: Sendable {
     /// processed by other workers (read in the same moment) are merged into the state it carries:
     /// after an end the device takes no more updates.
     public var endSettle: Duration
+    /// Push-to-start requests per second one event may send (paced, not burst; the budget work
+    /// sets per-device numbers).
+    public var startsPerSecond: Int
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
-                endSettle: Duration = .milliseconds(250)) {
+                endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500) {
         self.endSettle = endSettle
+        self.startsPerSecond = startsPerSecond
         self.keys = keys
         self.bundleID = bundleID
         self.batchSize = batchSize
@@ -348,6 +352,7 @@ public final class Sender: Sendable {
             return f.count >= 5 ? String(f[1]) : nil
         })
         var seen = Set<String>()
+        let pacing = Pacing(perSecond: configuration.startsPerSecond)
         let withToken: [UInt8]
         switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state), limit: PayloadLimits.device, what: "a push-to-start") {
         case .success(let b): withToken = b
@@ -381,13 +386,19 @@ public final class Sender: Sendable {
                     _ = try await redis.pipeline([RedisCommand("SADD", [startsKey] + rows.map(\.activity)), RedisCommand("EXPIRE", startsKey, ttl)])
                 }
                 for (env, rows) in plain.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                    try await sendBatch(plan, withToken, priority: 10, env: env, rows: rows, kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                    for chunk in pacing.chunks(rows) {
+                        try await pacing.wait(for: chunk.count)
+                        try await sendBatch(plan, withToken, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                    }
                 }
                 for (env, rows) in onChannel.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                     guard case .live(let record)? = states[env] else { continue }
                     let payload = PushBuilder.payload(plan, contentState: state, inputPushChannel: record.id)
                     guard case .success(let bytes) = PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a push-to-start") else { continue }
-                    try await sendBatch(plan, bytes, priority: 10, env: env, rows: rows, kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                    for chunk in pacing.chunks(rows) {
+                        try await pacing.wait(for: chunk.count)
+                        try await sendBatch(plan, bytes, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                    }
                 }
             } while cursor != "0"
         }
@@ -432,6 +443,29 @@ public final class Sender: Sendable {
             RedisCommand("HINCRBY", keys.counters, "sends_failed", 1),
         ])
         logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(reason)", "target": "\(target.prefix(8))…"])
+    }
+}
+
+/// Spreads sends over time at `perSecond`: before sending `n` more, waits until the ones sent so
+/// far are within the rate.
+final class Pacing: @unchecked Sendable {
+    // Used by one task at a time (one event's start loop).
+    private let perSecond: Int
+    private let started = ContinuousClock.now
+    private var sent = 0
+
+    init(perSecond: Int) { self.perSecond = max(1, perSecond) }
+
+    /// `rows` in pieces of a tenth of a second's worth.
+    func chunks<T>(_ rows: [T]) -> [ArraySlice<T>] {
+        let size = max(1, perSecond / 10)
+        return stride(from: 0, to: rows.count, by: size).map { rows[$0..<min(rows.count, $0 + size)] }
+    }
+
+    func wait(for n: Int) async throws {
+        let due = started + .seconds(Double(sent) / Double(perSecond))
+        if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+        sent += n
     }
 }
 

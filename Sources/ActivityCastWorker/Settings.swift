@@ -36,6 +36,8 @@ public struct Settings: Sendable {
     public var shutdownDeadline: Duration
     /// Send the pushes each feed event plans (true), or only log the plans (false: no APNs needed).
     public var send: Bool
+    /// Push-to-start requests per second per event (paced, not burst).
+    public var startsPerSecond: Int
     public var limits: DecodeLimits
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
@@ -89,6 +91,7 @@ public enum SettingsLoader {
         ("worker.max_deliveries", "5"),
         ("worker.shutdown_deadline_ms", "10000"),
         ("worker.send", "true"),
+        ("worker.starts_per_second", "500"),
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
@@ -343,6 +346,7 @@ public enum SettingsLoader {
             maxDeliveries: try int("worker.max_deliveries", 5, 1...1000),
             shutdownDeadline: try millis("worker.shutdown_deadline_ms", 10_000, 0...3_600_000),
             send: try bool("worker.send", true),
+            startsPerSecond: try int("worker.starts_per_second", 500, 1...100_000),
             limits: limits,
             activityTTLSeconds: try int("ttl.activity_s", 43_200, 60...(30 * 86_400)),
             deviceTTLSeconds: try int("ttl.device_s", 7_776_000, 60...(3650 * 86_400)),

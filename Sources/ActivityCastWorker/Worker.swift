@@ -79,7 +79,8 @@ public final class Worker: Sendable {
                 apns = router
                 sender = Sender(redis: redis, apns: router,
                                 configuration: SendConfiguration(keys: settings.keys, bundleID: settings.apns.bundleID,
-                                                                 stateTTLSeconds: settings.activityTTLSeconds),
+                                                                 stateTTLSeconds: settings.activityTTLSeconds,
+                                                                 startsPerSecond: settings.startsPerSecond),
                                 logger: logger)
             } catch {
                 setupError = "\(error)"

@@ -385,4 +385,32 @@ import TestSupport
         #expect(view["pushesReceived"] as? Int == 3)
         #expect(await w.stop() == 0)
     }
+
+    /// Push-to-start is paced, not burst: 30 followers at 20 starts/s take well over a second, and
+    /// each gets exactly one start.
+    @Test func startsArePaced() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["worker.starts_per_second": "20"])
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream
+        var t = now() - 100_000
+        let tokens = (0..<30).map { String(format: "%064x", 0xdef000 + $0) }
+        for (i, tok) in tokens.enumerated() {
+            t += 1
+            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", "f\(i)"), ("activity_type", "MatchActivityAttributes"),
+                                  ("token", tok), ("env", "development")])
+            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", "f\(i)"), ("target", "team:ars")])
+        }
+        #expect(await eventually { await r.drainedAll() })
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.started"), ("ts", String(t + 1000)), ("match", "m9"), ("home", "ars"), ("away", "che")])
+        #expect(await eventually { await r.drainedAll() })
+        let starts = (try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? [])
+            .filter { $0["event"] as? String == "start" }
+        #expect(starts.count == 30)
+        #expect(Set(starts.compactMap { $0["target"] as? String }) == Set(tokens))
+        let times = starts.compactMap { $0["timeMillis"] as? Int }
+        #expect((times.max() ?? 0) - (times.min() ?? 0) >= 1000, "30 starts at 20/s went out within \((times.max() ?? 0) - (times.min() ?? 0)) ms")
+        #expect(await w.stop() == 0)
+    }
 }
