@@ -91,10 +91,16 @@ public final class Sender: Sendable {
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a
         // start still being processed meanwhile doesn't take the activity for over.
-        var merged = try KeyStateScripts.parse(try await redis.send(
+        // The key's channels are read in the same round trip (a broadcast's latency is mostly
+        // round trips).
+        let replies = try await redis.pipeline([
             KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis, ttlSeconds: configuration.stateTTLSeconds,
                                          event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
-                                         contentState: plan.contentState)))
+                                         contentState: plan.contentState),
+            channels.statesCommand(plan.key, apns.environments),
+        ])
+        var merged = try KeyStateScripts.parse(replies[0])
+        let known = try channels.states(replies[1], apns.environments)
         var summary = SendSummary()
         if merged.stale, plan.event == .start {
             // A start processed after a newer event of its key (another worker was faster): the
@@ -123,7 +129,7 @@ public final class Sender: Sendable {
         // the app starts itself.
         var channelStates: [APNsEnvironment: ChannelRegistry.State] = [:]
         for env in apns.environments {
-            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy)
+            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env])
         }
         guard let event = plan.event else { return .done(summary) }
         if event == .end, configuration.endSettle > .zero {
