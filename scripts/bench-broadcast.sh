@@ -7,6 +7,7 @@
 #   bash scripts/bench-broadcast.sh [--workers N] [--events-per-second R] [--keys K] [--seconds D] [--runs X]
 #   (defaults: 1 worker, 2000 events/s, 1000 keys, 10 s, 3 runs; other arguments go to the bench)
 #   LOG_LEVEL=info bash scripts/bench-broadcast.sh   # workers log every plan and send (default: warning)
+#   BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # another build (e.g. an older commit's), not rebuilt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=1 rate=2000 keys=1000 seconds=10
@@ -17,12 +18,12 @@ while [ $# -gt 0 ]; do
     --events-per-second) rate=$2; args+=("$1" "$2"); shift 2 ;;
     --keys) keys=$2; args+=("$1" "$2"); shift 2 ;;
     --seconds) seconds=$2; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
 source scripts/lib.sh
-build_release
+if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -82,12 +82,14 @@ struct BroadcastBench: AsyncParsableCommand {
         var steals: [Double] = []
         for run in 1...runs {
             let steal = StealProbe()
+            let host = HostProbe()
             let cpu = CPUProbe(workers: workerPid, sandbox: sandboxPid, redis: redisPid)
             let started = ContinuousClock.now
             let sent = try await publisher.publish(count: perRun, rate: eventsPerSecond)
             try await publisher.waitDrained(timeout: .seconds(drainTimeout), hint: "the workers fell behind or stopped")
             let window = (ContinuousClock.now - started).seconds
             let load = cpu.finish(seconds: window)
+            let busy = host.finish()
             let stolen = steal.finish()
             let fetched = try await log.fetch(after: since)
             since = fetched.last
@@ -99,6 +101,11 @@ struct BroadcastBench: AsyncParsableCommand {
             print(String(format: "       publisher: sends late against the clock p99 %@, max %@; duplicates received %d",
                          ms(sent.lateness.p99), ms(sent.lateness.max), result.duplicates))
             print("       CPU (share of one core over \(String(format: "%.1f", window)) s): \(load)")
+            if let busy {
+                let cores = ProcessInfo.processInfo.activeProcessorCount
+                print(String(format: "       machine: %.1f of %d cores busy, %.1f of them with other processes than the ones above",
+                             busy, cores, max(0, busy - load.total)))
+            }
             if let stolen {
                 steals.append(stolen)
                 print(String(format: "       host steal: %.0f%% of this VM's CPU time went to other guests during this run", stolen * 100))
@@ -365,6 +372,9 @@ struct CPUProbe: CustomStringConvertible {
         return done
     }
 
+    /// Every measured process together, in cores.
+    var total: Double { shares.map(\.1).reduce(0, +) }
+
     var description: String {
         var parts = shares.map { String(format: "%@ %.0f%%", $0.0, $0.1 * 100) }
         if workers.isEmpty { parts.insert("workers not measured (--worker-pid)", at: 0) }
@@ -378,5 +388,26 @@ struct CPUProbe: CustomStringConvertible {
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}
+
+/// How many cores the whole machine kept busy (user, nice, system, irq, softirq in /proc/stat)
+/// between creation and `finish()`: what ran besides the processes under test shows there.
+struct HostProbe {
+    let start: (busy: Double, total: Double)?
+
+    init() { start = Self.sample() }
+
+    func finish() -> Double? {
+        guard let start, let end = Self.sample(), end.total > start.total else { return nil }
+        return (end.busy - start.busy) / (end.total - start.total) * Double(ProcessInfo.processInfo.activeProcessorCount)
+    }
+
+    static func sample() -> (busy: Double, total: Double)? {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = text.split(separator: "\n").first, line.hasPrefix("cpu ") else { return nil }
+        let v = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard v.count >= 8 else { return nil }
+        return (v[0] + v[1] + v[2] + v[5] + v[6], v.reduce(0, +))
     }
 }
