@@ -169,10 +169,23 @@ public final class Sender: Sendable {
         case .failure(let rejection): return .rejected(rejection.description)
         }
         let priority = PushBuilder.priority(plan)
-        for env in apns.environments {
-            guard case .live(let record)? = channelStates[env] else { continue }
-            if try await broadcast(plan, bytes, priority: priority, env: env, record: record) { summary.broadcasts += 1 }
-            else { channelStates[env] = ChannelRegistry.State.none }
+        // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
+        let live = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+            if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
+        }
+        let broadcasts: [(APNsEnvironment, Bool)]
+        if live.count == 1 {
+            broadcasts = [(live[0].0, try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1))]
+        } else {
+            broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
+                for (env, record) in live {
+                    group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        for (env, delivered) in broadcasts {
+            if delivered { summary.broadcasts += 1 } else { channelStates[env] = ChannelRegistry.State.none }
         }
         try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
         if finishEnd, plan.event == .end { try await finish(plan) }
