@@ -36,6 +36,8 @@ struct BroadcastBench: AsyncParsableCommand {
     @Option(help: "The sandbox's PID: its CPU during each run is reported.") var sandboxPid: Int32?
     @Option(help: "redis-server's PID: its CPU during each run is reported.") var redisPid: Int32?
     @Option(help: "Seconds to wait for the workers to finish a run's events before giving up.") var drainTimeout = 60.0
+    @Option(help: "Write every measured event to this CSV file (run, event, key, XADD µs, first and last receipt µs; empty: lost), for a closer look.")
+    var dump: String?
 
     func validate() throws {
         guard eventsPerSecond > 0, eventsPerSecond <= 100_000 else { throw ValidationError("--events-per-second is 1-100000") }
@@ -80,6 +82,7 @@ struct BroadcastBench: AsyncParsableCommand {
 
         var results: [RunResult] = []
         var steals: [Double] = []
+        var csv = "run,event,key,xadd_us,first_us,last_us\n"
         for run in 1...runs {
             let steal = StealProbe()
             let host = HostProbe()
@@ -93,8 +96,16 @@ struct BroadcastBench: AsyncParsableCommand {
             let stolen = steal.finish()
             let fetched = try await log.fetch(after: since)
             since = fetched.last
-            let result = RunResult(sent: sent, receipts: sent.receipts(fetched.broadcasts), perEvent: perEvent)
+            let receipts = sent.receipts(fetched.broadcasts)
+            let result = RunResult(sent: sent, receipts: receipts, perEvent: perEvent)
             results.append(result)
+            if dump != nil {
+                for (i, (issued, times)) in zip(sent.micros, receipts).enumerated() {
+                    let sorted = times.sorted()
+                    let last = sorted.count >= perEvent ? String(sorted[perEvent - 1]) : ""
+                    csv += "\(run),\(sent.firstNumber + i),\((sent.firstNumber + i) % keys),\(issued),\(sorted.first.map(String.init) ?? ""),\(last)\n"
+                }
+            }
             print(String(format: "run %d: %d events at %.0f/s; first broadcast p50 %@, p90 %@, p99 %@, max %@; last broadcast p50 %@, p99 %@; lost %d",
                          run, perRun, sent.achievedRate, ms(result.first.p50), ms(result.first.p90), ms(result.first.p99), ms(result.first.max),
                          ms(result.last.p50), ms(result.last.p99), result.lost))
@@ -120,6 +131,7 @@ struct BroadcastBench: AsyncParsableCommand {
         if let worst = steals.max() {
             print(String(format: "host steal: %.0f%% at most (runs with much steal measure the host, not the code)", worst * 100))
         }
+        if let dump { try csv.write(toFile: dump, atomically: true, encoding: .utf8) }
         if lost > 0 { throw CommandFailure("\(lost) events lost: their broadcast never reached the sandbox") }
     }
 
