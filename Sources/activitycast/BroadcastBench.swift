@@ -41,7 +41,9 @@ struct BroadcastBench: AsyncParsableCommand {
 
     func validate() throws {
         guard eventsPerSecond > 0, eventsPerSecond <= 100_000 else { throw ValidationError("--events-per-second is 1-100000") }
-        guard keys > 0, keys <= 9000 else { throw ValidationError("--keys is 1-9000 (each key has a channel per environment; the sandbox allows 10,000 per app)") }
+        guard keys > 0, keys <= 5000 else {
+            throw ValidationError("--keys is 1-5000 (each key has a channel per APNs environment; the sandbox allows 10,000 per app)")
+        }
         guard seconds > 0, runs > 0 else { throw ValidationError("--seconds and --runs must be positive") }
     }
 
