@@ -27,8 +27,12 @@ public final class SandboxServer: Sendable {
         let state: SandboxState
 
         func handle(_ request: HTTP2Request, connectionID: UInt64, openStreams: Int, requestNumber: Int) -> H2Response {
+            // The receipt time: the whole request is here (µs, the wall clock, for latency measured
+            // from another process on the same machine).
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
             let r = state.handle(SandboxRequest(headers: request.headers, body: request.body, connectionID: connectionID),
-                                 nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+                                 nowMicros: Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000)
             let fault: H2ConnectionFault? = switch r.connectionFault {
             case .goAway(let debug)?: .goAway(debugData: debug)
             case .reset?: .reset

@@ -57,6 +57,13 @@ public final class SandboxState: Sendable {
     /// Answers one request and updates the sandbox's state. `nowMillis` is the wall-clock time
     /// (ms since 1970): token ages, budget hours and log times are judged against it.
     public func handle(_ request: SandboxRequest, nowMillis: Int64) -> SandboxResponse {
+        handle(request, nowMicros: nowMillis * 1000)
+    }
+
+    /// `handle(_:nowMillis:)` with the time in µs since 1970 (the server's receipt time), which
+    /// the delivery log keeps as `receivedMicros`.
+    public func handle(_ request: SandboxRequest, nowMicros: Int64) -> SandboxResponse {
+        let nowMillis = nowMicros / 1000
         let headers = RequestHeaders(request.headers)
         var route = headers.withValue(headers.pathIndex) { Route(pathBytes: $0) }
         if case .admin = route { route = Route(path: request.path) }
@@ -64,10 +71,10 @@ public final class SandboxState: Sendable {
         switch route {
         case .device(let token):
             guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-id") }
-            return handleDevice(request, headers, token: token, nowMillis: nowMillis)
+            return handleDevice(request, headers, token: token, nowMicros: nowMicros)
         case .broadcast(let bundle):
             guard method == .post else { return unrouted(.methodNotAllowed, request, idHeader: "apns-request-id") }
-            return handleBroadcast(request, headers, bundle: bundle, nowMillis: nowMillis)
+            return handleBroadcast(request, headers, bundle: bundle, nowMicros: nowMicros)
         case .channels(let bundle):
             let operation: ChannelOperation
             switch method {
@@ -129,8 +136,19 @@ public final class SandboxState: Sendable {
     /// The newest `limit` accepted pushes, oldest first.
     public func recentDeliveries(limit: Int) -> [Delivery] {
         let records = store.withLock { $0.deliveries.last(limit) }
-        return records.map { $0.delivery(bundleNames: settings.bundleNames) }
+        return records.map { $0.item.delivery(sequence: $0.sequence, bundleNames: settings.bundleNames) }
     }
+
+    /// Up to `limit` accepted pushes with a sequence number above `sequence`, oldest first (page
+    /// on with the last one's), and how many after `sequence` the log has already overwritten.
+    /// Only the records are copied under the lock; the `Delivery` values are made outside it.
+    public func deliveries(after sequence: Int, limit: Int) -> (deliveries: [Delivery], overwritten: Int) {
+        let (records, overwritten) = store.withLock { $0.deliveries.after(sequence, limit: limit) }
+        return (records.map { $0.item.delivery(sequence: $0.sequence, bundleNames: settings.bundleNames) }, overwritten)
+    }
+
+    /// The sequence number of the newest delivery (0 before the first).
+    public var lastDeliverySequence: Int { store.withLock { $0.deliveries.appended } }
 
     public var stats: SandboxStats { store.withLock { $0.stats } }
 

@@ -64,17 +64,33 @@ public final class ChannelRegistry: Sendable {
     }
 
     public func state(_ key: ActivityKey, _ env: APNsEnvironment) async throws -> State {
-        let reply = try await redis.send(RedisCommand("HMGET", hashKey(key), env.rawValue, "\(env.rawValue):fallback"))
-        let values = reply.array ?? []
-        if let text = values.first?.string, let record = ChannelRecord(text) { return .live(record) }
-        if values.count > 1, values[1].string == "1" { return .fallback }
-        return .none
+        try states(try await redis.send(statesCommand(key, [env])), [env])[env] ?? State.none
+    }
+
+    /// Reads the key's channel in each of `envs` (one HMGET; it can share a pipeline).
+    func statesCommand(_ key: ActivityKey, _ envs: [APNsEnvironment]) -> RedisCommand {
+        RedisCommand("HMGET", [hashKey(key)] + envs.flatMap { [$0.rawValue, "\($0.rawValue):fallback"] })
+    }
+
+    /// The states in the reply to `statesCommand(key, envs)`.
+    func states(_ reply: RESPValue, _ envs: [APNsEnvironment]) throws -> [APNsEnvironment: State] {
+        let values = try reply.orThrow("HMGET").array ?? []
+        var out: [APNsEnvironment: State] = [:]
+        for (i, env) in envs.enumerated() {
+            if values.count > 2 * i, let text = values[2 * i].string, let record = ChannelRecord(text) {
+                out[env] = .live(record)
+            } else {
+                out[env] = values.count > 2 * i + 1 && values[2 * i + 1].string == "1" ? State.fallback : State.none
+            }
+        }
+        return out
     }
 
     /// The key's channel in `env`, creating it if the key has none: one worker of the fleet
-    /// creates it (a short lock), the others wait for its id.
-    public func ensure(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy) async throws -> State {
-        let current = try await state(key, env)
+    /// creates it (a short lock), the others wait for its id. `known`: the state just read.
+    public func ensure(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy, known: State? = nil) async throws -> State {
+        let current: State
+        if let known { current = known } else { current = try await state(key, env) }
         guard current == .none else { return current }
         guard let client = apns.channels(env) else { return .fallback }
         let lock = "\(keys.prefix):{\(key)}:channel-lock:\(env.rawValue)"

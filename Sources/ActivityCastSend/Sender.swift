@@ -95,10 +95,16 @@ public final class Sender: Sendable {
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a
         // start still being processed meanwhile doesn't take the activity for over.
-        var merged = try KeyStateScripts.parse(try await redis.send(
+        // The key's channels are read in the same round trip (a broadcast's latency is mostly
+        // round trips).
+        let replies = try await redis.pipeline([
             KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis, ttlSeconds: configuration.stateTTLSeconds,
                                          event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
-                                         contentState: plan.contentState)))
+                                         contentState: plan.contentState),
+            channels.statesCommand(plan.key, apns.environments),
+        ])
+        var merged = try KeyStateScripts.parse(replies[0])
+        let known = try channels.states(replies[1], apns.environments)
         var summary = SendSummary()
         if merged.stale, plan.event == .start {
             // A start processed after a newer event of its key (another worker was faster): the
@@ -127,7 +133,7 @@ public final class Sender: Sendable {
         // the app starts itself.
         var channelStates: [APNsEnvironment: ChannelRegistry.State] = [:]
         for env in apns.environments {
-            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy)
+            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env])
         }
         guard let event = plan.event else { return .done(summary) }
         if event == .end, configuration.endSettle > .zero {
@@ -167,10 +173,23 @@ public final class Sender: Sendable {
         case .failure(let rejection): return .rejected(rejection.description)
         }
         let priority = PushBuilder.priority(plan)
-        for env in apns.environments {
-            guard case .live(let record)? = channelStates[env] else { continue }
-            if try await broadcast(plan, bytes, priority: priority, env: env, record: record) { summary.broadcasts += 1 }
-            else { channelStates[env] = ChannelRegistry.State.none }
+        // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
+        let live = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+            if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
+        }
+        let broadcasts: [(APNsEnvironment, Bool)]
+        if live.count == 1 {
+            broadcasts = [(live[0].0, try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1))]
+        } else {
+            broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
+                for (env, record) in live {
+                    group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        for (env, delivered) in broadcasts {
+            if delivered { summary.broadcasts += 1 } else { channelStates[env] = ChannelRegistry.State.none }
         }
         try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
         if finishEnd, plan.event == .end { try await finish(plan) }

@@ -8,8 +8,8 @@ import RedisClient
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges.",
-        subcommands: [IntakeBench.self, APNsBench.self])
+        abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges; `apns`: our client against h2load; `broadcast`: latency from XADD to the sandbox's receipt.",
+        subcommands: [IntakeBench.self, APNsBench.self, BroadcastBench.self])
 }
 
 struct IntakeBench: AsyncParsableCommand {

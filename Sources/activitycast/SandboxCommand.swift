@@ -42,6 +42,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Device token that answers 410 Unregistered (repeatable).") var unregistered: [String] = []
     @Option(help: "Streams a new connection may open before its provider token is validated (APNs: 1). Benchmarks against clients that don't wait, like h2load, raise it.")
     var streamsBeforeAuth = 1
+    @Option(help: "Deliveries kept in the log that GET /sandbox/deliveries reads (a benchmark reading every delivery of a run needs at least that many).")
+    var deliveryLog = 10_000
 
     func run() async throws {
         let settings = try common.settings()
@@ -92,7 +94,8 @@ struct SandboxCommand: AsyncParsableCommand {
         let bundles = bundleID.isEmpty ? [settings.apns.bundleID] : bundleID
         let configuration = SandboxConfiguration(bundleIDs: bundles, teamID: team, keys: keys, environment: env,
                                                  deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8], maxChannels: maxChannels,
-                                                 streamsBeforeAuthentication: max(1, streamsBeforeAuth), faults: faults)
+                                                 streamsBeforeAuthentication: max(1, streamsBeforeAuth), deliveryLogCapacity: max(0, deliveryLog),
+                                                 faults: faults)
         let state = SandboxState(configuration: configuration)
 
         let address = listen ?? settings.apns.sandboxListen

@@ -74,6 +74,42 @@ import Testing
         #expect(s.stats.requests == 3)
     }
 
+    /// A reader pages through every delivery after the last one it saw, with the receipt time in
+    /// µs and the content-state it carried, and learns how many the ring overwrote meanwhile.
+    @Test func deliveriesPageBySequenceWithReceiptTimesAndContentState() throws {
+        let s = f.sandbox { $0.deliveryLogCapacity = 4 }
+        #expect(admin(s, "GET", "/sandbox/deliveries?since=0").json?["last"] as? Int == 0)
+        let channel = try f.createChannel(s, policy: 0)
+        for i in 1...3 {
+            let pushed = s.handle(try f.devicePush(body: update(timestamp: Int64(i), state: ["clock": .string("n\(i)")])),
+                                  nowMicros: Fixture.now * 1000 + Int64(i))
+            #expect(pushed.status == 200)
+        }
+        #expect(s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel), body: update(timestamp: 4, state: ["clock": "n4"])),
+                         nowMicros: Fixture.now * 1000 + 4).status == 200)
+
+        let page = try #require(admin(s, "GET", "/sandbox/deliveries?since=1&limit=2").json)
+        let list = try #require(page["deliveries"] as? [[String: Any]])
+        #expect(list.map { $0["sequence"] as? Int } == [2, 3])
+        #expect(list.map { $0["receivedMicros"] as? Int } == [2, 3].map { Int(Fixture.now) * 1000 + $0 })
+        #expect(list.map { $0["timeMillis"] as? Int } == [Int(Fixture.now), Int(Fixture.now)])
+        #expect(list.map { ($0["contentState"] as? [String: Any])?["clock"] as? String } == ["n2", "n3"])
+        #expect(page["overwritten"] as? Int == 0 && page["last"] as? Int == 4)
+        let rest = try #require(admin(s, "GET", "/sandbox/deliveries?since=3").json?["deliveries"] as? [[String: Any]])
+        #expect(rest.count == 1 && rest[0]["kind"] as? String == "broadcast" && rest[0]["target"] as? String == channel)
+        #expect((rest[0]["contentState"] as? [String: Any])?["clock"] as? String == "n4")
+        #expect((admin(s, "GET", "/sandbox/deliveries?since=4").json?["deliveries"] as? [Any])?.isEmpty == true)
+
+        // Two more: the ring (4) drops 1 and 2; a reader that stopped at 0 is told it missed them.
+        for i in 5...6 { _ = s.handle(try f.devicePush(body: update(timestamp: Int64(i))), nowMicros: Fixture.now * 1000 + Int64(i)) }
+        let late = try #require(admin(s, "GET", "/sandbox/deliveries?since=0&limit=100").json)
+        #expect((late["deliveries"] as? [[String: Any]])?.map { $0["sequence"] as? Int } == [3, 4, 5, 6])
+        #expect(late["overwritten"] as? Int == 2)
+        #expect(admin(s, "GET", "/sandbox/deliveries?since=-1").status == 400)
+        // Without `since`: the newest N, as before, now with their sequence numbers.
+        #expect((admin(s, "GET", "/sandbox/deliveries?limit=1").json?["deliveries"] as? [[String: Any]])?.first?["sequence"] as? Int == 6)
+    }
+
     @Test func channelViewsWithPercentEncodedIDs() throws {
         let s = f.sandbox()
         var id = ""

@@ -83,6 +83,36 @@ import TestSupport
         #expect(await sandbox.stop() == 0)
     }
 
+    /// `bench broadcast` against real processes: Redis, the sandbox and a worker; a few hundred
+    /// events, each matched to its broadcasts. Nothing here judges speed; every event must arrive.
+    @Test func benchBroadcastMatchesEveryEventToItsBroadcasts() async throws {
+        let server = try await RedisServer()
+        let sandbox = try await SandboxProcess(arguments: ["--threads", "1"])
+        var env = sandbox.settings
+        env.merge(["prefix": "bb\(UInt32.random(in: 0...UInt32.max))", "log.level": "warning"]) { _, new in new }
+        let worker = try startActivitycast(["worker", "--consumer", "bench-w1"], redis: server, settings: env, logName: "bench-w1")
+        defer { worker.removeLogs() }
+
+        let (status, out, err) = try await runActivitycast(["bench", "broadcast", "--events-per-second", "200", "--keys", "20", "--seconds", "1",
+                                                            "--runs", "2", "--worker-pid", "\(worker.pid)", "--sandbox-pid", "\(sandbox.child.pid)",
+                                                            "--redis-pid", "\(server.pid ?? 0)"],
+                                                           redis: server, settings: env, timeout: .seconds(120))
+        #expect(status == 0, "bench broadcast failed: \(err)\n\(out)")
+        #expect(out.contains("200 events/s over 20 keys, 200 events per run"), "\(out)")
+        // Each event is one broadcast per APNs environment (the sandbox serves both).
+        #expect(out.contains("warm-up: 20 events (one per key, creating its channels)") && out.contains("each event is 2 broadcasts"), "\(out)")
+        for run in 1...2 {
+            let line = out.split(separator: "\n").first { $0.hasPrefix("run \(run): 200 events at ") }
+            #expect(line?.contains("first broadcast p50 ") == true && line?.contains(" p99 ") == true && line?.contains("max ") == true, "\(out)")
+            #expect(line?.hasSuffix("; lost 0") == true, "\(out)")
+        }
+        #expect(out.contains("CPU (share of one core") && out.contains("workers ") && out.contains("sandbox ") && out.contains("redis-server "), "\(out)")
+        #expect(out.contains("duplicates received 0"), "\(out)")
+        let median = out.split(separator: "\n").first { $0.hasPrefix("median of 2 runs: first broadcast p50 ") }
+        #expect(median?.contains("(goal ≤ 5 ms)") == true && median?.contains("achieved ") == true && median?.hasSuffix("; lost 0") == true, "\(out)")
+        #expect(await worker.stop() == 0)
+    }
+
     @Test func badSettingsStopTheWorkerWithAClearError() async throws {
         let server = try await RedisServer()
         let (status, _, err) = try await runActivitycast(["worker"], redis: server, settings: ["worker.batch_size": "lots"])

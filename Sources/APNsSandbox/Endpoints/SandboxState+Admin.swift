@@ -9,6 +9,7 @@ import Foundation
 /// | `GET /sandbox/devices/<token>` | 200 `DeviceView.json`; 404 if the token received nothing |
 /// | `GET /sandbox/channels/<id>` | 200 the channel's view (`id` percent-decoded, may contain `/`) |
 /// | `GET /sandbox/deliveries?limit=N` | 200 `{"deliveries":[…]}`, the newest N (default 100), oldest first |
+/// | `GET /sandbox/deliveries?since=S&limit=N` | 200 `{"deliveries":[…],"overwritten":M,"last":L}`: up to N (default 100) with a `sequence` above S, oldest first (page on with the last one's); M of those after S were already overwritten (the log keeps `--delivery-log` deliveries); L is the newest sequence number |
 /// | `GET /sandbox/stats` | 200 `SandboxStats.json` |
 /// | `GET /sandbox/faults` | 200 the faults in force (`SandboxFaults` as JSON) |
 /// | `POST /sandbox/faults` | body: `SandboxFaults` JSON (omitted keys take defaults; it replaces the faults) → 200 the new faults |
@@ -45,6 +46,12 @@ extension SandboxState {
             if let value = queryValue(query, "limit") {
                 guard let n = Int(value), n >= 0 else { return Self.adminError(400, "limit must be a non-negative integer") }
                 limit = n
+            }
+            if let value = queryValue(query, "since") {
+                guard let since = Int(value), since >= 0 else { return Self.adminError(400, "since must be a non-negative integer (a sequence number)") }
+                let (page, overwritten) = deliveries(after: since, limit: limit)
+                return Self.adminJSON(.object(["deliveries": .array(page.map(\.json)), "overwritten": .int(Int64(overwritten)),
+                                               "last": .int(Int64(lastDeliverySequence))]))
             }
             return Self.adminJSON(.object(["deliveries": .array(recentDeliveries(limit: limit).map(\.json))]))
         case ("stats", nil):

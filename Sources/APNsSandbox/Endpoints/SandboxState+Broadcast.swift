@@ -35,7 +35,7 @@ extension SandboxState {
     /// `start` event or anything `PayloadScanner` refuses → `BadRequestPayload`.
     ///
     /// Success: 200 with `apns-request-id` (echoed or new) and `apns-unique-id`.
-    func handleBroadcast(_ request: SandboxRequest, _ h: RequestHeaders, bundle: String, nowMillis: Int64) -> SandboxResponse {
+    func handleBroadcast(_ request: SandboxRequest, _ h: RequestHeaders, bundle: String, nowMicros: Int64) -> SandboxResponse {
         let (requestID, badRequestID) = requestID(h)
         var c = BroadcastCandidate(duplicate: h.duplicate, authorization: h.authorizationBytes)
         if settings.bundles.contains(bundle) { c.bundle = bundle }
@@ -57,7 +57,7 @@ extension SandboxState {
         let connection = request.connectionID
         let candidate = c
         let outcome = locked { store, verified in
-            store.broadcast(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis,
+            store.broadcast(candidate, settings: settings, connection: connection, verified: verified, nowMicros: nowMicros,
                             requestID: requestID)
         }
         return response(outcome, idName: "apns-request-id", id: requestID, uniqueID: true)
@@ -104,7 +104,8 @@ extension SandboxState {
 
 extension SandboxStore {
     mutating func broadcast(_ c: BroadcastCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
-                            nowMillis now: Int64, requestID: MessageID) -> Locked {
+                            nowMicros: Int64, requestID: MessageID) -> Locked {
+        let now = nowMicros / 1000
         var effects = Effects()
         let bundleIndex = c.bundle.flatMap { settings.bundleIndex[$0] }
         switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: bundleIndex,
@@ -122,10 +123,12 @@ extension SandboxStore {
         if let error = c.payloadError { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload else { return finish(Outcome(.badRequestPayload), effects: effects) }
         let effect = channels[c.channelID]!.view.apply(payload, body: c.body, priority: c.priority, startBudget: .max, nowMillis: now)
-        deliveries.append(DeliveryRecord(timeMillis: now, kind: .broadcast, recipient: .channel(c.channelID), bundle: bundleIndex,
+        deliveries.append(DeliveryRecord(timeMillis: now, receivedMicros: nowMicros,
+                                         kind: .broadcast, recipient: .channel(c.channelID), bundle: bundleIndex,
                                          priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: requestID,
                                          expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
-                                         overBudget: effect.overBudget))
+                                         overBudget: effect.overBudget,
+                                         contentState: payload.contentState.map { RawJSON(source: c.body, range: $0) }))
         counters.delivered += 1
         counters.broadcasts += 1
         if !effect.displayed { counters.notDisplayed += 1 }

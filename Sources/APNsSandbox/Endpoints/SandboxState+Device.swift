@@ -42,7 +42,7 @@ extension SandboxState {
     ///
     /// Success: 200, empty body, `apns-id` (the request's, else a new one) and, in development,
     /// `apns-unique-id`. Errors carry `apns-id` too.
-    func handleDevice(_ request: SandboxRequest, _ headers: RequestHeaders, token: PathToken, nowMillis: Int64) -> SandboxResponse {
+    func handleDevice(_ request: SandboxRequest, _ headers: RequestHeaders, token: PathToken, nowMicros: Int64) -> SandboxResponse {
         let apnsID: MessageID
         var badID = false
         if let given = headers.withValue(headers.apnsIDIndex, { $0.flatMap(MessageID.init(lowercaseUUID:)) }) {
@@ -54,7 +54,7 @@ extension SandboxState {
         let candidate = checkDevice(headers, token: token, body: request.body, badID: badID)
         let connection = request.connectionID
         let outcome = locked { store, verified in
-            store.devicePush(candidate, settings: settings, connection: connection, verified: verified, nowMillis: nowMillis,
+            store.devicePush(candidate, settings: settings, connection: connection, verified: verified, nowMicros: nowMicros,
                              apnsID: apnsID)
         }
         return response(outcome, idName: "apns-id", id: apnsID, uniqueID: settings.development)
@@ -105,7 +105,8 @@ extension SandboxState {
 
 extension SandboxStore {
     mutating func devicePush(_ c: DeviceCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
-                             nowMillis now: Int64, apnsID: MessageID) -> Locked {
+                             nowMicros: Int64, apnsID: MessageID) -> Locked {
+        let now = nowMicros / 1000
         var effects = Effects()
         switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
                     verified: verified, nowMillis: now, effects: &effects) {
@@ -123,10 +124,12 @@ extension SandboxStore {
         }
         let effect = record.view.apply(payload, body: c.body, priority: c.priority, startBudget: settings.startBudgetPerHour,
                                        nowMillis: now)
-        deliveries.append(DeliveryRecord(timeMillis: now, kind: .device, recipient: .device(token), bundle: bundle,
+        deliveries.append(DeliveryRecord(timeMillis: now, receivedMicros: nowMicros,
+                                         kind: .device, recipient: .device(token), bundle: bundle,
                                          priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: apnsID,
                                          expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
-                                         overBudget: effect.overBudget))
+                                         overBudget: effect.overBudget,
+                                         contentState: payload.contentState.map { RawJSON(source: c.body, range: $0) }))
         counters.delivered += 1
         counters.devicePushes += 1
         if !effect.displayed { counters.notDisplayed += 1 }

@@ -4,8 +4,14 @@ import ActivityCastCore
 public struct Delivery: Sendable, Equatable {
     public enum Kind: String, Sendable, Equatable { case device, broadcast }
 
+    /// Its place in the log: 1 for the sandbox's first delivery, then 2, 3, … (never reused), for
+    /// paging with `GET /sandbox/deliveries?since=`.
+    public var sequence: Int
     /// When the sandbox accepted it (ms since 1970).
     public var timeMillis: Int64
+    /// When the sandbox had received the whole request (µs since 1970, the wall clock): with the
+    /// sender's clock on the same machine, the push's latency (bench broadcast).
+    public var receivedMicros: Int64
     public var kind: Kind
     /// Device token (lowercase hex) or channel id.
     public var target: String
@@ -23,16 +29,20 @@ public struct Delivery: Sendable, Equatable {
     public var displayed: Bool
     /// A priority-10 update (or a start) beyond the hourly budget.
     public var overBudget: Bool
+    /// The push's `aps.content-state` (raw JSON), if it had one.
+    public var contentState: [UInt8]?
 
     public var json: JSONValue {
         var o: [String: JSONValue] = [
-            "timeMillis": .int(timeMillis), "kind": .string(kind.rawValue), "target": .string(target),
+            "sequence": .int(Int64(sequence)), "timeMillis": .int(timeMillis), "receivedMicros": .int(receivedMicros),
+            "kind": .string(kind.rawValue), "target": .string(target),
             "bundleID": .string(bundleID), "priority": .int(Int64(priority)), "event": .string(event.rawValue),
             "timestamp": number(timestamp), "apnsID": .string(apnsID), "displayed": .bool(displayed),
             "overBudget": .bool(overBudget),
         ]
         if let expiration { o["expiration"] = .int(expiration) }
         if let collapseID { o["collapseID"] = .string(collapseID) }
+        if let contentState, let value = JSONValue.parse(contentState) { o["contentState"] = value }
         return .object(o)
     }
 }
@@ -45,8 +55,13 @@ enum Recipient: Sendable, Equatable {
 
 /// A delivery as the log keeps it: the token as bytes and the app as an index, so that writing
 /// one costs no string building and no shared reference counts; `Delivery` is made on reading.
+///
+/// Per delivery, under the sandbox's lock: the receipt time in µs (one more integer) and the
+/// content-state as a range of the request body, which the log keeps alive by reference (one
+/// retain; the device view holds the same body anyway) instead of copying it.
 struct DeliveryRecord: Sendable {
     var timeMillis: Int64
+    var receivedMicros: Int64
     var kind: Delivery.Kind
     var recipient: Recipient
     /// Index in `SandboxSettings.bundleNames`.
@@ -59,14 +74,15 @@ struct DeliveryRecord: Sendable {
     var collapseID: String?
     var displayed: Bool
     var overBudget: Bool
+    var contentState: RawJSON?
 
-    func delivery(bundleNames: [String]) -> Delivery {
+    func delivery(sequence: Int, bundleNames: [String]) -> Delivery {
         let target = switch recipient {
         case .device(let token): token.hex
         case .channel(let id): id
         }
-        return Delivery(timeMillis: timeMillis, kind: kind, target: target, bundleID: bundleNames[bundle], priority: priority,
+        return Delivery(sequence: sequence, timeMillis: timeMillis, receivedMicros: receivedMicros, kind: kind, target: target, bundleID: bundleNames[bundle], priority: priority,
                         event: event, timestamp: timestamp, apnsID: apnsID.text, expiration: expiration, collapseID: collapseID,
-                        displayed: displayed, overBudget: overBudget)
+                        displayed: displayed, overBudget: overBudget, contentState: contentState?.bytes)
     }
 }
