@@ -59,14 +59,10 @@ import TestSupport
     @Test func benchAPNsMeasuresBothSendersAndTheServer() async throws {
         #expect(FileManager.default.isExecutableFile(atPath: "/usr/bin/h2load"), "h2load missing: scripts/install-deps.sh installs nghttp2-client")
         let server = try await RedisServer()
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let port = freeLoopbackPort()
-        let env = ["sandbox.dir": dir.path, "sandbox.listen": "127.0.0.1:\(port)", "log.level": "warning"]
-        let sandbox = try startActivitycast(["sandbox", "--threads", "1", "--streams-before-auth", "1000"], redis: server, settings: env,
-                                            logName: "bench-sandbox")
-        defer { sandbox.removeLogs() }
-        #expect(await eventually(timeout: .seconds(30)) { sandbox.stdout.contains("listening") })
+        let sandboxProcess = try await SandboxProcess(arguments: ["--threads", "1", "--streams-before-auth", "1000"])
+        let sandbox = sandboxProcess.child
+        var env = sandboxProcess.settings
+        env["log.level"] = "warning"
 
         let (status, out, err) = try await runActivitycast(["bench", "apns", "--requests", "2000", "--connections", "2", "--streams", "10",
                                                             "--runs", "1", "--server-pid", "\(sandbox.pid)"], redis: server, settings: env)
