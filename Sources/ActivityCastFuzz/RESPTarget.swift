@@ -41,8 +41,9 @@ enum RESPTarget {
 
         /// The defaults: `limits.*` and `worker.batch_size` 256.
         static let worker = Limits(entry: DecodeLimits(), batch: 256)
-        /// Small enough that short inputs cross every limit, large enough for a short valid entry.
-        static let tight = Limits(entry: DecodeLimits(maxFields: 6, maxValueBytes: 12, maxEntryBytes: 64), batch: 3)
+        /// Small enough that short inputs cross every limit, large enough for stream names, ids
+        /// and a short valid entry (else nothing would reach the oversized-entry paths).
+        static let tight = Limits(entry: DecodeLimits(maxFields: 6, maxValueBytes: 24, maxEntryBytes: 96), batch: 3)
         /// No reply limits, as for commands that read no stream entries.
         static let none = Limits(none: DecodeLimits())
     }
