@@ -39,10 +39,10 @@ trap 'exit 130' INT TERM
 
 # --sanitize=fuzzer makes SwiftPM link libFuzzer's main instead of ours, but it instruments only
 # the linked module for coverage; -Xswiftc -sanitize=fuzzer instruments every module it compiles.
-# ACTIVITYCAST_FUZZING swaps the replay main for libFuzzer's entry points. The linker's warnings
+# LIBFUZZER swaps the replay main for libFuzzer's entry points. The linker's warnings
 # about ASan's local symbols are noise.
 build=(swift build -c release --scratch-path .build-fuzz --product ActivityCastFuzz
-       --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer -Xswiftc -DACTIVITYCAST_FUZZING)
+       --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer -Xswiftc -DLIBFUZZER)
 started=$(date +%s)
 if ! "${build[@]}" >"$work/build.log" 2>&1; then
   grep -v 'Cannot export local symbol' "$work/build.log" | tail -30 >&2

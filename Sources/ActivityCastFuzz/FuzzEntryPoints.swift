@@ -1,9 +1,9 @@
-// The entry points. Built with `--sanitize=fuzzer` and `-DACTIVITYCAST_FUZZING` (scripts/fuzz.sh),
+// The entry points. Built with `--sanitize=fuzzer` and `-DLIBFUZZER` (scripts/fuzz.sh),
 // libFuzzer supplies `main` and calls the two C functions below; SwiftPM then links its `main`
 // rather than ours. Built normally (`swift build`, CI), the binary replays inputs instead, so the
 // targets compile and run with every build and a crash file can be replayed without the fuzzer.
 
-#if ACTIVITYCAST_FUZZING
+#if LIBFUZZER
 
 /// Called once by libFuzzer before any input: fail fast on a missing or unknown `--target=`.
 @_cdecl("LLVMFuzzerInitialize")
