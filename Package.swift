@@ -71,6 +71,10 @@ let package = Package(
             .linkedLibrary("jemalloc"),
         ]),
 
+        // Fuzz targets for the entry decoder and the RESP reply path (docs/fuzzing.md). A normal
+        // build replays inputs; scripts/fuzz.sh builds it with --sanitize=fuzzer for libFuzzer.
+        .executableTarget(name: "ActivityCastFuzz", dependencies: ["ActivityCastCore", "HiredisCodec", "RedisClient"]),
+
         // Helpers for tests: a real redis-server on a free loopback port, child processes by PID.
         .target(name: "TestSupport", dependencies: ["RedisClient"], path: "Tests/TestSupport"),
 

@@ -13,7 +13,15 @@ const char *chiredis_reader_error(redisReader *reader) {
 //
 // Everything below an oversized array is parsed into `skipped`, a shared object that is never
 // attached to a parent and never freed.
+//
+// An array's `element` holds room for at most FIRST_ELEMENTS elements at first and grows as they
+// arrive (its capacity is kept in `integer`, which arrays don't use): a header announcing two
+// billion elements would otherwise allocate 16 GB before one of them is sent, at the top level
+// (never capped) or anywhere without limits. Every reply Redis sends to us fits the first
+// allocation, so the hot path never grows.
 static redisReply skipped;
+
+#define FIRST_ELEMENTS 1024
 
 static redisReply *new_reply(int type) {
     return calloc(1, sizeof(redisReply));
@@ -25,7 +33,9 @@ void chiredis_free_reply(void *reply) {
     switch (r->type) {
     case REDIS_REPLY_ARRAY:
         if (r->element != NULL) {
-            for (size_t j = 0; j < r->elements; j++) chiredis_free_reply(r->element[j]);
+            // Only the allocated part: a reply abandoned mid-way may not have grown to `elements`.
+            size_t n = r->elements < (size_t)r->integer ? r->elements : (size_t)r->integer;
+            for (size_t j = 0; j < n; j++) chiredis_free_reply(r->element[j]);
             free(r->element);
         }
         break;
@@ -47,7 +57,8 @@ static const chiredis_limits *limits_of(const redisReadTask *task) {
 /// Turns an array that went over its byte budget into a marker, freeing what it had kept.
 static void make_oversized(redisReply *array) {
     if (array->element != NULL) {
-        for (size_t j = 0; j < array->elements; j++) chiredis_free_reply(array->element[j]);
+        size_t n = array->elements < (size_t)array->integer ? array->elements : (size_t)array->integer;
+        for (size_t j = 0; j < n; j++) chiredis_free_reply(array->element[j]);
         free(array->element);
     }
     array->integer = (long long)array->elements;
@@ -74,8 +85,22 @@ static redisReply *parent_of(const redisReadTask *task, size_t bytes, int *skip)
     return parent;
 }
 
-static void attach(const redisReadTask *task, redisReply *parent, redisReply *r) {
-    if (parent != NULL) parent->element[task->idx] = r;
+/// Puts `r` at its index in `parent` (if any), growing the parent's elements up to the count it
+/// announced. Returns 0 when out of memory.
+static int attach(const redisReadTask *task, redisReply *parent, redisReply *r) {
+    if (parent == NULL) return 1;
+    size_t idx = (size_t)task->idx, capacity = (size_t)parent->integer;
+    if (idx >= capacity) {
+        size_t grown = capacity * 2 > idx + 1 ? capacity * 2 : idx + 1;
+        if (grown > parent->elements) grown = parent->elements;
+        redisReply **element = realloc(parent->element, grown * sizeof(redisReply *));
+        if (element == NULL) return 0;
+        memset(element + capacity, 0, (grown - capacity) * sizeof(redisReply *));
+        parent->element = element;
+        parent->integer = (long long)grown;
+    }
+    parent->element[idx] = r;
+    return 1;
 }
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
@@ -98,7 +123,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
         r->str = buf;
         r->len = len;
     }
-    attach(task, parent, r);
+    if (!attach(task, parent, r)) { chiredis_free_reply(r); return NULL; }
     return r;
 }
 
@@ -115,12 +140,14 @@ static void *create_array(const redisReadTask *task, int elements) {
     } else {
         r->type = REDIS_REPLY_ARRAY;
         if (elements > 0) {
-            r->element = calloc((size_t)elements, sizeof(redisReply *));
+            size_t first = elements < FIRST_ELEMENTS ? (size_t)elements : FIRST_ELEMENTS;
+            r->element = calloc(first, sizeof(redisReply *));
             if (r->element == NULL) { free(r); return NULL; }
+            r->integer = (long long)first;
         }
         r->elements = (size_t)(elements > 0 ? elements : 0);
     }
-    attach(task, parent, r);
+    if (!attach(task, parent, r)) { chiredis_free_reply(r); return NULL; }
     return r;
 }
 
@@ -132,7 +159,7 @@ static void *create_integer(const redisReadTask *task, long long value) {
     if (r == NULL) return NULL;
     r->type = REDIS_REPLY_INTEGER;
     r->integer = value;
-    attach(task, parent, r);
+    if (!attach(task, parent, r)) { chiredis_free_reply(r); return NULL; }
     return r;
 }
 
@@ -143,7 +170,7 @@ static void *create_nil(const redisReadTask *task) {
     redisReply *r = new_reply(REDIS_REPLY_NIL);
     if (r == NULL) return NULL;
     r->type = REDIS_REPLY_NIL;
-    attach(task, parent, r);
+    if (!attach(task, parent, r)) { chiredis_free_reply(r); return NULL; }
     return r;
 }
 
