@@ -13,6 +13,9 @@ extension EntryDecoder {
     /// over them is read as its size only, so a hostile one costs bounded memory.
     /// `batch` is the most entries one read returns.
     public func readLimits(batch: Int) -> (maxElements: Int, maxStringBytes: Int, maxArrayBytes: Int) {
-        (maxElements: max(2 * limits.maxFields, batch), maxStringBytes: limits.maxValueBytes, maxArrayBytes: limits.maxEntryBytes)
+        // Strings up to the whole entry's budget: a field *name* may be longer than a value may
+        // (the decoder limits values only), and an entry's total still caps what one costs.
+        (maxElements: max(2 * limits.maxFields, batch), maxStringBytes: max(limits.maxValueBytes, limits.maxEntryBytes),
+         maxArrayBytes: limits.maxEntryBytes)
     }
 }
