@@ -366,7 +366,9 @@ struct EntryProcessor: Sendable {
                 if plan.event != .end {
                     first.append(RedisCommand("ZADD", keys.keysIndex, "GT", decoded.timestampMillis, plan.key.description))
                 }
-                logger.info("plan", metadata: [
+                // At debug: the `sent` line that follows says what happened, at info (two lines per
+                // event cost about 0.4 ms of broadcast latency at the median).
+                logger.debug("plan", metadata: [
                     "entry": "\(stream)/\(entryID)", "type": "\(decoded.type)", "key": "\(plan.key)",
                     "event": "\(plan.event?.rawValue ?? "none")", "priority": "\(plan.priority.rawValue)", "audience": "\(plan.audience)",
                 ])
@@ -415,6 +417,7 @@ struct EntryProcessor: Sendable {
                             if case .done(let s) = outcome {
                                 logger.info("sent", metadata: [
                                     "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
+                                    "priority": "\(plan.priority.rawValue)",
                                     "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
                                     "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
                                 ])
