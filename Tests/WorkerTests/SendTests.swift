@@ -101,13 +101,6 @@ import TestSupport
         #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
 
-        if ProcessInfo.processInfo.environment["SEND_TESTS_DEBUG"] != nil {
-        for w in [w1, w2] { for l in jsonLogLines(w.stderr) where ["sent", "plan", "sending failed; the entry stays pending", "send failed"].contains(l["msg"] ?? "") { print("DEBUG", l["msg"]!, l["entry"] ?? "", l["event"] ?? "", l["stale"] ?? "", l["tokens"] ?? "", l["broadcasts"] ?? "", l["starts"] ?? "", l["error"] ?? "", l["reason"] ?? "") } }
-        if let d = try await r.sandbox.get("/sandbox/deliveries?limit=100"), let list = d["deliveries"] as? [[String: Any]] {
-            for x in list { print("DEBUGD", x["kind"] ?? "", x["target"] ?? "", x["event"] ?? "", x["timestamp"] ?? "", x["displayed"] ?? "", x["timeMillis"] ?? "") }
-        }
-        print("DEBUGC", try await r.device(starterPlain) ?? [:], try await r.device(starterChannel) ?? [:])
-        }
         // Per-token: the whole state, ended on the final score.
         let a = try #require(try await r.device(perToken))
         #expect(a["state"] as? String == "ended")  // (lastEvent is the last received, displayed or not)
