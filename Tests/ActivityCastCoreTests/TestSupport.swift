@@ -31,17 +31,5 @@ func decoded(_ kind: StreamKind, _ pairs: KeyValuePairs<String, String>) -> Deco
     try? decode(kind, pairs).get()
 }
 
-/// A small deterministic PRNG (SplitMix64), so a failing random input can be reproduced from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 let token64 = String(repeating: "9f3c", count: 16)  // 64 hex digits

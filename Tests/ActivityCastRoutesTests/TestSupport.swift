@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastRoutes
+import Testing
 
 /// Builds an entry from name/value pairs in order, as a stream entry would arrive.
 func fields(_ pairs: KeyValuePairs<String, String>) -> [RawField] {
@@ -55,19 +56,4 @@ func rejection(_ yaml: String, feed: StreamKind = .sports, file: String = "test.
 /// they are about. Line 5 is the first line of `types`.
 func sportsFile(_ types: String, header: String = "") -> String {
     "feed: sports\nstorage-policy: no-storage\n\(header)types:\n" + types
-}
-
-import Testing
-
-/// A small deterministic PRNG (SplitMix64), so a failing random input can be reproduced from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }

@@ -1,3 +1,4 @@
+import ActivityCastCore
 import HTTP2Kit
 import Synchronization
 
