@@ -227,7 +227,7 @@ public final class Sender: Sendable {
             case .retry(_, let reason):
                 throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)")
             default:
-                try await recordFailure(plan.key, kind: "broadcast", target: record.id, reason: describe(result), entry: "")
+                try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))], entry: "")
                 return false
             }
         }
@@ -304,9 +304,8 @@ public final class Sender: Sendable {
     private func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
                            entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil) async throws {
         guard let client = apns.push(env) else {
-            for row in rows {
-                try await recordFailure(plan.key, kind: kind.rawValue, target: row.token, reason: "no APNs endpoint is configured for \(env.rawValue) tokens", entry: entry)
-            }
+            let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
+            try await recordFailures(plan.key, kind: kind.rawValue, rows.map { ($0.token, reason) }, entry: entry)
             summary.failed += rows.count
             return
         }
@@ -317,6 +316,9 @@ public final class Sender: Sendable {
             var retry: [TokenRow] = []
             var delay = Duration.zero
             var delivered: [TokenRow] = []
+            // Dead tokens and permanent failures of the whole batch: written in one go, not per token.
+            var dead: [(row: TokenRow, reason: String)] = []
+            var failures: [(target: String, reason: String)] = []
             var lastReason = ""
             for (row, result) in zip(pending, results) {
                 stats.count(kind, result)
@@ -324,19 +326,25 @@ public final class Sender: Sendable {
                 case .delivered:
                     delivered.append(row)
                 case .forget(let reason):
-                    summary.forgotten += 1
-                    stats.tokensForgotten.add(1, ordering: .relaxed)
-                    if kind == .start { try await forgetStartToken(row, activityType: plan.attributesType ?? "", reason: reason) }
-                    else { try await forgetToken(plan.key, row, reason: reason) }
+                    dead.append((row, reason))
                 case .retry(let after, let reason):
                     retry.append(row)
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):
-                    summary.failed += 1
-                    stats.failedTokens.add(1, ordering: .relaxed)
-                    try await recordFailure(plan.key, kind: kind.rawValue, target: row.token, reason: reason, entry: entry)
+                    failures.append((row.token, reason))
                 }
+            }
+            if !dead.isEmpty {
+                summary.forgotten += dead.count
+                stats.tokensForgotten.add(dead.count, ordering: .relaxed)
+                if kind == .start { try await forgetStartTokens(dead, activityType: plan.attributesType ?? "") }
+                else { try await forgetTokens(plan.key, dead) }
+            }
+            if !failures.isEmpty {
+                summary.failed += failures.count
+                stats.failedTokens.add(failures.count, ordering: .relaxed)
+                try await recordFailures(plan.key, kind: kind.rawValue, failures, entry: entry)
             }
             switch kind {
             case .start: summary.starts += delivered.count
@@ -352,11 +360,15 @@ public final class Sender: Sendable {
         }
     }
 
-    /// Forgets an activity token APNs says is dead, unless it was replaced meanwhile.
-    private func forgetToken(_ key: ActivityKey, _ row: TokenRow, reason: String) async throws {
-        _ = try await redis.send(.script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key)],
-                                         args: [row.activity, row.token, Int64(Date().timeIntervalSince1970 * 1000)]))
-        logger.info("token forgotten", metadata: ["key": "\(key)", "activity": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
+    /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.
+    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String)]) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        _ = try await redis.pipeline(dead.map { d in
+            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key)], args: [d.row.activity, d.row.token, now])
+        })
+        for d in dead {
+            logger.info("token forgotten", metadata: ["key": "\(key)", "activity": "\(d.row.activity)", "reason": "\(d.reason)", "token": "\(d.row.token.prefix(8))…"])
+        }
     }
 
     // MARK: Push-to-start
@@ -425,13 +437,16 @@ public final class Sender: Sendable {
 
     /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one
     /// meanwhile): the device no longer counts as able to start this type.
-    private func forgetStartToken(_ row: TokenRow, activityType: String, reason: String) async throws {
-        let removed = try await redis.send(.script(TokenScripts.forgetStartIfSame, keys: [keys.device(row.activity)],
-                                                   args: ["start:\(activityType)", row.token]))
-        if removed.int == 1 {
-            _ = try await redis.send(RedisCommand("SREM", keys.startTokens(activityType: activityType), row.activity))
+    private func forgetStartTokens(_ dead: [(row: TokenRow, reason: String)], activityType: String) async throws {
+        // Device hashes and the type's set are in different slots: the set follows the hashes.
+        let removed = try await redis.pipeline(dead.map { d in
+            .script(TokenScripts.forgetStartIfSame, keys: [keys.device(d.row.activity)], args: ["start:\(activityType)", d.row.token])
+        })
+        let gone = zip(dead, removed).filter { $0.1.int == 1 }.map { $0.0.row.activity }
+        if !gone.isEmpty { _ = try await redis.send(RedisCommand("SREM", [keys.startTokens(activityType: activityType)] + gone)) }
+        for d in dead {
+            logger.info("push-to-start token forgotten", metadata: ["device": "\(d.row.activity)", "reason": "\(d.reason)", "token": "\(d.row.token.prefix(8))…"])
         }
-        logger.info("push-to-start token forgotten", metadata: ["device": "\(row.activity)", "reason": "\(reason)", "token": "\(row.token.prefix(8))…"])
     }
 
     // MARK: End
@@ -455,13 +470,18 @@ public final class Sender: Sendable {
     // MARK: Failures
 
     /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
-    private func recordFailure(_ key: ActivityKey, kind: String, target: String, reason: String, entry: String) async throws {
-        _ = try await redis.pipeline([
+    /// Permanent send failures, where ops can see them: `<prefix>:send-failures` (capped) and the
+    /// `sends_failed` counter, in one pipeline however many.
+    private func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], entry: String) async throws {
+        var commands = failures.map { f in
             RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
-                         "target", String(target.prefix(8)) + "…", "reason", reason, "entry", entry),
-            RedisCommand("HINCRBY", keys.counters, "sends_failed", 1),
-        ])
-        logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(reason)", "target": "\(target.prefix(8))…"])
+                         "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry)
+        }
+        commands.append(RedisCommand("HINCRBY", keys.counters, "sends_failed", failures.count))
+        _ = try await redis.pipeline(commands)
+        for f in failures {
+            logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(f.reason)", "target": "\(f.target.prefix(8))…"])
+        }
     }
 }
 

@@ -406,4 +406,32 @@ import TestSupport
         #expect((times.max() ?? 0) - (times.min() ?? 0) >= 1000, "30 starts at 20/s went out within \((times.max() ?? 0) - (times.min() ?? 0)) ms")
         #expect(await w.stop() == 0)
     }
+
+    /// A push-to-start token APNs answers 410 for is forgotten: the device no longer counts as
+    /// able to start that type; the other follower still gets its start.
+    @Test func aGonePushToStartTokenIsForgotten() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream
+        let gone = token("5a"), alive = token("5b")
+        let t = now() - 100_000
+        for (device, tok) in [("g", gone), ("h", alive)] {
+            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", device), ("activity_type", "MatchActivityAttributes"),
+                                  ("token", tok), ("env", "development")])
+            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", device), ("target", "team:ars")])
+        }
+        #expect(await eventually { await r.drainedAll() })
+        try await r.sandbox.post("/sandbox/unregister", json: #"{"token":"\#(gone)"}"#)
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.started"), ("ts", String(t + 1000)), ("match", "m10"), ("home", "ars"), ("away", "che")])
+        #expect(await eventually { await r.drainedAll() })
+        let keys = r.settings.keys
+        #expect(try await r.redis.send(RedisCommand("HGET", keys.device("g"), "start:MatchActivityAttributes")) == .null)
+        #expect(try await r.redis.send(RedisCommand("SISMEMBER", keys.startTokens(activityType: "MatchActivityAttributes"), "g")).int == 0)
+        #expect(try await r.redis.send(RedisCommand("SISMEMBER", keys.startTokens(activityType: "MatchActivityAttributes"), "h")).int == 1)
+        #expect(try await r.device(alive)?["startsReceived"] as? Int == 1)
+        #expect(jsonLogLines(w.stderr).contains { $0["msg"] == "push-to-start token forgotten" && $0["device"] == "g" })
+        #expect(await w.stop() == 0)
+    }
 }
