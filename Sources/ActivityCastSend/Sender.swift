@@ -164,7 +164,8 @@ public final class Sender: Sendable {
         var summary = summary
         var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
         if known == nil {
-            for env in apns.environments { channelStates[env] = try await channels.state(plan.key, env) }
+            let envs = apns.environments
+            channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
         }
         let payload = PushBuilder.payload(plan, contentState: state)
         let bytes: [UInt8]
@@ -192,6 +193,9 @@ public final class Sender: Sendable {
             if delivered { summary.broadcasts += 1 } else { channelStates[env] = ChannelRegistry.State.none }
         }
         try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
+        // Counted for inspect after the sends, in one round trip, so no push waits for it.
+        let counted = broadcasts.filter(\.1).map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.0.rawValue):broadcasts", 1) }
+        if !counted.isEmpty { _ = try? await redis.pipeline(counted) }
         if finishEnd, plan.event == .end { try await finish(plan) }
         return .done(summary)
     }
@@ -209,10 +213,7 @@ public final class Sender: Sendable {
             let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
             stats.count(.broadcast, result)
-            if result.action == .delivered {
-                _ = try? await redis.send(RedisCommand("HINCRBY", channels.hashKey(plan.key), "\(env.rawValue):broadcasts", 1))
-                return true
-            }
+            if result.action == .delivered { return true }
             if result.response?.reason == .channelNotRegistered, !recreated {
                 recreated = true
                 try await channels.forget(plan.key, env, id: record.id)
