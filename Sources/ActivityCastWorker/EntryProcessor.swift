@@ -101,8 +101,8 @@ struct EntryProcessor: Sendable {
             return await processWithRetries(feed: feed, entries: entries, redelivered: true, retryUntil: retryUntil)
         }
         var fresh: [StreamEntry] = [], suspects: [StreamEntry] = []
-        for (entry, n) in zip(entries, started + Array(repeating: 0, count: max(0, entries.count - started.count))) {
-            if n > 0 { suspects.append(entry) } else { fresh.append(entry) }
+        for (index, entry) in entries.enumerated() {
+            if index < started.count, started[index] > 0 { suspects.append(entry) } else { fresh.append(entry) }
         }
         var total = await processWithRetries(feed: feed, entries: fresh, redelivered: true, retryUntil: retryUntil)
         for entry in suspects {

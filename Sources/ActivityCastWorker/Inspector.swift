@@ -194,22 +194,13 @@ public struct Inspector: Sendable {
         if let message = index.lazy.compactMap(\.errorMessage).first {
             return .init(channels: [], truncated: false, sendFailures: 0, latestSendFailures: [], error: "channels: \(message)")
         }
-        var names = (index[0].array ?? []).compactMap(\.string)
-        var deleteAt: [String: Int64] = [:]
-        let scored = index[1].array ?? []
-        var i = 0
-        while i + 1 < scored.count {
-            if let name = scored[i].string { deleteAt[name] = scored[i + 1].int ?? Int64(scored[i + 1].string.flatMap(Double.init) ?? 0); names.append(name) }
-            i += 2
-        }
-        names = Array(Set(names)).sorted()
+        // Scores are ms (RESP2 sends them as strings).
+        let deleteAt = dictionary(index[1]).mapValues { Int64($0.string.flatMap(Double.init) ?? 0) }
+        let names = Set((index[0].array ?? []).compactMap(\.string)).union(deleteAt.keys).sorted()
         let replies = try await redis.pipeline(names.map { RedisCommand("HGETALL", "\(keys.prefix):{\($0)}:channels") })
         var out: [InspectReport.Channel] = []
         for (name, reply) in zip(names, replies) {
-            var fields: [String: String] = [:]
-            let items = (reply.array ?? []).compactMap(\.string)
-            var j = 0
-            while j + 1 < items.count { fields[items[j]] = items[j + 1]; j += 2 }
+            let fields = dictionary(reply).compactMapValues(\.string)
             for env in ["development", "production"] {
                 let broadcasts = Int64(fields["\(env):broadcasts"] ?? "") ?? 0
                 if let value = fields[env] {

@@ -166,10 +166,6 @@ func cpuSeconds(_ who: __rusage_who) -> Double {
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
 
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
 /// What a server process spent while one sender ran: CPU time per request and how busy its
 /// busiest thread was (a thread near 100% means the server, not the sender, set the rate).
 struct ServerLoad {

@@ -52,7 +52,7 @@ struct IntakeBench: AsyncParsableCommand {
             let roundTrips = Double(worker.redisStats.roundTrips) / Double(events)
             worker.requestStop()
             let snapshot = try await task.value
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.seconds
             results.append((Double(events) / seconds, roundTrips, seconds))
             print(String(format: "run %d: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)",
                          run, events, seconds, Double(events) / seconds, roundTrips, snapshot.acked, snapshot.deadLettered))
