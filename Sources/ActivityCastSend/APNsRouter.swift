@@ -39,13 +39,23 @@ public final class SendStats: Sendable {
     public init() {}
 
     /// Counts one request of `kind` by its outcome: `ok`, Apple's reason, or `no_answer`.
-    public func count(_ kind: Kind, _ result: APNsResult) {
-        let outcome: String
-        switch result {
-        case .response(let r): outcome = (200..<300).contains(r.status) ? "ok" : (r.reason?.rawValue ?? "status_\(r.status)")
-        case .failed: outcome = "no_answer"
+    public func count(_ kind: Kind, _ result: APNsResult) { count(kind, CollectionOfOne(result)) }
+
+    /// Counts a batch's requests: one lock and no string per request (a batch is mostly `ok`).
+    public func count(_ kind: Kind, _ results: some Sequence<APNsResult>) {
+        var ok = 0
+        var others: [String: Int] = [:]
+        for result in results {
+            switch result {
+            case .response(let r) where (200..<300).contains(r.status): ok += 1
+            case .response(let r): others[r.reason?.rawValue ?? "status_\(r.status)", default: 0] += 1
+            case .failed: others["no_answer", default: 0] += 1
+            }
         }
-        outcomes.withLock { $0["\(kind.rawValue) \(outcome)", default: 0] += 1 }
+        outcomes.withLock { map in
+            if ok > 0 { map["\(kind.rawValue) ok", default: 0] += ok }
+            for (outcome, n) in others { map["\(kind.rawValue) \(outcome)", default: 0] += n }
+        }
     }
 
     /// `kind outcome` → count.

@@ -321,8 +321,8 @@ public final class Sender: Sendable {
             var dead: [(row: TokenRow, reason: String)] = []
             var failures: [(target: String, reason: String)] = []
             var lastReason = ""
+            stats.count(kind, results)
             for (row, result) in zip(pending, results) {
-                stats.count(kind, result)
                 switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
                 case .delivered:
                     delivered.append(row)

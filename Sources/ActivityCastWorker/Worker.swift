@@ -230,11 +230,20 @@ public final class Worker: Sendable {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         }
         let snapshot = stats.snapshot
-        logger.info("worker stopped", metadata: [
+        var metadata: Logger.Metadata = [
             "read": "\(snapshot.read)", "acked": "\(snapshot.acked)", "ack_missed": "\(snapshot.ackMissed)",
             "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "refused": "\(snapshot.refused)",
             "claimed": "\(snapshot.claimed)", "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
-        ])
+        ]
+        if let sends = sender?.stats {
+            // Requests by kind and outcome (`token ok=17,token Unregistered=1`), and what they caused.
+            metadata["pushes"] = "\(sends.byOutcome.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
+            metadata["tokens_forgotten"] = "\(sends.tokensForgotten.load(ordering: .relaxed))"
+            metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
+            metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
+            metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
+        }
+        logger.info("worker stopped", metadata: metadata)
         return snapshot
     }
 

@@ -212,6 +212,10 @@ import TestSupport
         #expect(try await r.device(gone) == nil)  // every push to it was answered 410, none displayed
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
         #expect(await w.stop() == 0)
+        // The stop line sums the pushes by kind and outcome.
+        let stopped = try #require(jsonLogLines(w.stderr).last { $0["msg"] == "worker stopped" })
+        #expect(stopped["pushes"]?.contains("token Unregistered=") == true && stopped["pushes"]?.contains("token ok=") == true)
+        #expect(stopped["tokens_forgotten"] == "1")
     }
 
     /// The channel disappears at APNs (deleted behind the worker's back): `ChannelNotRegistered`,
