@@ -16,6 +16,9 @@ public struct RedisKeys: Sendable, Equatable {
     /// Hash `activity` → `ts device env tier broadcast` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
     public func meta(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:meta" }
 
+    /// Stream of fan-out slices that every worker of the group takes: `ac:slices`.
+    public var slices: String { "\(prefix):slices" }
+
     /// Sorted set of live activity keys, scored by last write (ms): `ac:keys`.
     public var keysIndex: String { "\(prefix):keys" }
 

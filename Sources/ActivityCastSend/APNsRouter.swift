@@ -32,6 +32,11 @@ public final class SendStats: Sendable {
 
     private let outcomes = Mutex<[String: Int]>([:])
     public let stale = Atomic<Int>(0)
+    /// Fan-outs started, slices finished, slices superseded, tokens sent again after a takeover.
+    public let fanouts = Atomic<Int>(0)
+    public let slicesFinished = Atomic<Int>(0)
+    public let slicesSuperseded = Atomic<Int>(0)
+    public let tokensResent = Atomic<Int>(0)
     public let tokensForgotten = Atomic<Int>(0)
     public let channelFallbacks = Atomic<Int>(0)
     public let failedTokens = Atomic<Int>(0)

@@ -4,6 +4,7 @@ import APNsCore
 import Foundation
 import Logging
 import RedisClient
+import Synchronization
 
 /// How one event's sends ended.
 public enum SendOutcome: Sendable, Equatable {
@@ -12,6 +13,9 @@ public enum SendOutcome: Sendable, Equatable {
     case done(SendSummary)
     /// The event can't be sent as it is (a payload over Apple's limit): dead-letter it.
     case rejected(String)
+    /// Its audience was cut into slices that other workers are still sending: leave the entry
+    /// pending; the worker that finishes the last slice acknowledges it.
+    case handedOff(SendSummary)
 }
 
 public struct SendSummary: Sendable, Equatable {
@@ -41,8 +45,27 @@ public struct SendConfiguration: Sendable {
     /// sets per-device numbers).
     public var startsPerSecond: Int
 
+    /// The consumer group that reads the feeds and the slices stream (the worker that finishes a
+    /// fan-out's last slice acknowledges its entry in that group).
+    public var group: String
+    /// The stream of slices any worker can take (`<prefix>:slices`).
+    public var slicesStream: String
+    /// About how many tokens one slice holds: an audience larger than this is cut into slices.
+    public var sliceSize: Int
+    /// Tokens handed out and sent per step of a slice: a worker that dies re-sends at most this
+    /// many per slice it was sending (the bound on duplicates).
+    public var sliceBatch: Int
+    /// How long a batch in flight keeps its slice from other workers (renewed by each batch).
+    public var leaseMillis: Int
+
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
-                endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500) {
+                endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
+                sliceSize: Int = 4096, sliceBatch: Int = 256, leaseMillis: Int = 10_000) {
+        self.group = group
+        self.slicesStream = keys.slices
+        self.sliceSize = sliceSize
+        self.sliceBatch = sliceBatch
+        self.leaseMillis = leaseMillis
         self.endSettle = endSettle
         self.startsPerSecond = startsPerSecond
         self.keys = keys
@@ -66,6 +89,10 @@ public final class Sender: Sendable {
     public let stats: SendStats
     /// One key's events go out one at a time from this worker.
     let locks = KeyLocks()
+    /// Set when the worker stops: slices stop between batches and hand the rest back.
+    let stopping = Atomic<Bool>(false)
+
+    public func beginStopping() { stopping.store(true, ordering: .relaxed) }
 
     public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats()) {
         self.redis = redis
@@ -79,6 +106,9 @@ public final class Sender: Sendable {
 
     var keys: RedisKeys { configuration.keys }
     func stateKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:state" }
+    func genKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:gen" }
+    func fanKey(_ key: ActivityKey, _ gen: String) -> String { "\(keys.prefix):{\(key)}:fan:\(gen)" }
+    func inflightKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:inflight" }
     func startsKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:starts" }
     var failuresStream: String { "\(keys.prefix):send-failures" }
 
@@ -158,15 +188,13 @@ public final class Sender: Sendable {
         return .done(summary)
     }
 
-    /// An update or end to the key's channel and to the tokens of devices not on it.
+    /// An update or end to the key's channel and to the tokens of devices not on it: a fan-out
+    /// (see `FanoutScripts`) whose first slice this worker sends itself; the others go to the
+    /// slices stream for the fleet. `.handedOff` while other slices are still under way: the
+    /// worker that finishes the last one acknowledges the entry.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> SendOutcome {
         var summary = summary
-        var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
-        if known == nil {
-            let envs = apns.environments
-            channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
-        }
         let payload = PushBuilder.payload(plan, contentState: state)
         let bytes: [UInt8]
         switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
@@ -174,30 +202,80 @@ public final class Sender: Sendable {
         case .failure(let rejection): return .rejected(rejection.description)
         }
         let priority = PushBuilder.priority(plan)
-        // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
-        let live = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
-            if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
+        let gen = entry
+        let (stream, entryID) = Self.split(entry: entry)
+        let created = try await redis.send(.script(FanoutScripts.create, keys: [genKey(plan.key), fanKey(plan.key, gen), keys.tokens(plan.key)], args: [
+            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes, priority, "",
+            stream, entryID,
+        ]))
+        let fan = try FanoutCreation(created)
+        let slices: Int
+        var broadcastDone = false, queued = false
+        switch fan {
+        case .older:
+            // A newer event's fan-out is already under way: this state is out of date.
+            summary.stale = true
+            stats.stale.add(1, ordering: .relaxed)
+            return .done(summary)
+        case .exists(let left, let n, let b, let q):
+            if left == 0 { return .done(summary) }
+            slices = n
+            broadcastDone = b
+            queued = q
+        case .new(let n, _):
+            slices = n
+            stats.fanouts.add(1, ordering: .relaxed)
         }
-        let broadcasts: [(APNsEnvironment, Bool)]
-        if live.count == 1 {
-            broadcasts = [(live[0].0, try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1))]
-        } else {
-            broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
-                for (env, record) in live {
-                    group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
-                }
-                return try await group.reduce(into: []) { $0.append($1) }
+        if !broadcastDone {
+            var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
+            if known == nil {
+                let envs = apns.environments
+                channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
+            // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
+            let live = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+                if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
+            }
+            let broadcasts: [(APNsEnvironment, Bool)]
+            if live.count == 1 {
+                broadcasts = [(live[0].0, try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1))]
+            } else {
+                broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
+                    for (env, record) in live {
+                        group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+            }
+            let delivered = broadcasts.filter(\.1).map(\.0)
+            summary.broadcasts += delivered.count
+            // Devices on a channel that had the push get nothing per token; recorded with the
+            // broadcast itself so a redelivered entry doesn't broadcast again.
+            var commands = [RedisCommand("HSET", fanKey(plan.key, gen), "b", 1, "live", delivered.map(\.rawValue).joined(separator: " "))]
+            commands += delivered.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
+            _ = try await redis.pipeline(commands)
         }
-        for (env, delivered) in broadcasts {
-            if delivered { summary.broadcasts += 1 } else { channelStates[env] = ChannelRegistry.State.none }
+        if slices > 1, !queued {
+            var commands = (1..<slices).map { j in
+                RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: plan.key, gen: gen, index: j, count: slices).fields)
+            }
+            commands.append(RedisCommand("HSET", fanKey(plan.key, gen), "q", 1))
+            let replies = try await redis.pipeline(commands)
+            if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
-        try await sendToTokens(plan, bytes, priority: priority, channels: channelStates, entry: entry, summary: &summary)
-        // Counted for inspect after the sends, in one round trip, so no push waits for it.
-        let counted = broadcasts.filter(\.1).map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.0.rawValue):broadcasts", 1) }
-        if !counted.isEmpty { _ = try? await redis.pipeline(counted) }
         if finishEnd, plan.event == .end { try await finish(plan) }
-        return .done(summary)
+        let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary,
+                                       shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+        switch first {
+        case .final(let left) where left <= 0: return .done(summary)
+        case .gone: return .done(summary)
+        case .final: return .handedOff(summary)
+        case .busy, .paused:
+            // Slice 0 isn't finished here: it goes to the slices stream like the others.
+            _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"]
+                + SliceRef(key: plan.key, gen: gen, index: 0, count: slices).fields))
+            return .handedOff(summary)
+        }
     }
 
     // MARK: Broadcast
@@ -245,48 +323,22 @@ public final class Sender: Sendable {
         var registeredMillis: Int64?
     }
 
-    private func sendToTokens(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels states: [APNsEnvironment: ChannelRegistry.State],
-                              entry: String, summary: inout SendSummary) async throws {
-        var cursor = "0"
-        repeat {
-            let reply = try await redis.send(RedisCommand("HSCAN", keys.tokens(plan.key), cursor, "COUNT", configuration.batchSize))
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { throw SendFailure("HSCAN: unexpected reply") }
-            cursor = next
-            let flat = (parts[1].array ?? []).compactMap(\.string)
-            var pairs: [(String, String)] = []
-            var i = 0
-            while i + 1 < flat.count { pairs.append((flat[i], flat[i + 1])); i += 2 }
-            if pairs.isEmpty { continue }
-            let rows = try await tokenRows(plan.key, pairs)
-            var byEnv: [APNsEnvironment: [TokenRow]] = [:]
-            for row in rows {
-                // A device on broadcast gets the channel's push when the channel is live.
-                if row.onBroadcast, case .live? = states[row.env] { continue }
-                byEnv[row.env, default: []].append(row)
-            }
-            for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary)
-            }
-        } while cursor != "0"
-    }
-
-    /// Token rows from `{key}:tokens` pairs and `{key}:meta`, with the device's own settings
-    /// where the registration gave none.
-    private func tokenRows(_ key: ActivityKey, _ pairs: [(String, String)]) async throws -> [TokenRow] {
-        let meta = try await redis.send(RedisCommand("HMGET", [keys.meta(key)] + pairs.map(\.0)))
-        let metas = (meta.array ?? []).map { $0.string ?? "" }
+    /// Token rows from `(activity, token, meta)` where meta is the `{key}:meta` value, with the
+    /// device's own settings where the registration gave none.
+    func tokenRows(_ triples: [(activity: String, token: String, meta: String)]) async throws -> [TokenRow] {
         var rows: [TokenRow] = []
+        rows.reserveCapacity(triples.count)
         // Rows whose registration left env or broadcast to the device's settings.
         var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool)] = []
-        for ((activity, token), m) in zip(pairs, metas) {
-            let f = m.split(separator: " ").map(String.init)
+        for t in triples {
+            let f = t.meta.split(separator: " ")
             // `ts device env tier broadcast`; `ts -` is a tombstone (then there is no token either).
             guard f.count >= 5 else { continue }
-            let env = APNsEnvironment(rawValue: f[2])
+            let env = APNsEnvironment(rawValue: String(f[2]))
             let broadcast = f[4] == "1" ? true : f[4] == "0" ? false : nil
-            rows.append(TokenRow(activity: activity, token: token, env: env ?? .production, onBroadcast: broadcast ?? false,
+            rows.append(TokenRow(activity: t.activity, token: t.token, env: env ?? .production, onBroadcast: broadcast ?? false,
                                  registeredMillis: Int64(f[0])))
-            if env == nil || broadcast == nil { needDevice.append((rows.count - 1, f[1], env == nil, broadcast == nil)) }
+            if env == nil || broadcast == nil { needDevice.append((rows.count - 1, String(f[1]), env == nil, broadcast == nil)) }
         }
         if !needDevice.isEmpty {
             let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast") })
@@ -302,7 +354,7 @@ public final class Sender: Sendable {
 
     /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
     /// forgets dead tokens, records permanent failures. Throws when retries run out.
-    private func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
+    func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
                            entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil) async throws {
         guard let client = apns.push(env) else {
             let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
@@ -455,7 +507,7 @@ public final class Sender: Sendable {
     /// After the end went out: the channel is deleted after the dismissal window, and the key's
     /// tokens, state and index entry are forgotten then too — until then a late event (processed
     /// after the end by another worker) can still bring its values to every device.
-    private func finish(_ plan: Plan) async throws {
+    func finish(_ plan: Plan) async throws {
         let window = plan.dismissAfterSeconds ?? 4 * 3600
         try await channels.scheduleDeletion(plan.key, atMillis: plan.timestampMillis + window * 1000)
         let keep = Int(window) + 600
@@ -473,7 +525,7 @@ public final class Sender: Sendable {
     /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
     /// Permanent send failures, where ops can see them: `<prefix>:send-failures` (capped) and the
     /// `sends_failed` counter, in one pipeline however many.
-    private func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], entry: String) async throws {
+    func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], entry: String) async throws {
         var commands = failures.map { f in
             RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
                          "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry)

@@ -255,6 +255,9 @@ struct EntryProcessor: Sendable {
                 switch result {
                 case .success(.done):
                     break
+                case .success(.handedOff):
+                    // Other workers are sending its slices; the last of them acknowledges it.
+                    outcome[index] = .handedOff
                 case .success(.rejected(let reason)):
                     // Too large to send: a dead letter like any entry that can't be processed.
                     let reply = try await redis.pipeline([deadLetterCommand(feed: feed, entry: entries[index], reason: reason,
@@ -274,12 +277,17 @@ struct EntryProcessor: Sendable {
         var refunds: [RedisCommand] = []
         var refusal: RedisRefusal?
         var ownFailures = 0
+        var handedOff = 0
         for (index, entry) in entries.enumerated() {
             switch outcome[index] {
             case nil:
                 ackIDs.append(entry.id)
             case .refused(let r)?:
                 refusal = refusal ?? r
+                if redelivered { refunds.append(RedisCommand("HINCRBY", errors, "\(entry.id)#n", -1)) }
+            case .handedOff?:
+                // Not a failure: a fan-out in progress doesn't use up the entry's attempts.
+                handedOff += 1
                 if redelivered { refunds.append(RedisCommand("HINCRBY", errors, "\(entry.id)#n", -1)) }
             case .own(let message)?:
                 ownFailures += 1
@@ -330,7 +338,7 @@ struct EntryProcessor: Sendable {
             logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(ownFailures)", "error": "\(first)"])
         }
         if refusal != nil {
-            stats.refused.add(entries.count - ackIDs.count - ownFailures, ordering: .relaxed)
+            stats.refused.add(entries.count - ackIDs.count - ownFailures - handedOff, ordering: .relaxed)
         }
         return Outcome(finished: ackIDs.count, refusal: refusal)
     }
@@ -340,6 +348,8 @@ struct EntryProcessor: Sendable {
     private enum Failure {
         case refused(RedisRefusal)
         case own(String)
+        /// Not final yet, through no failure: its fan-out's slices are under way.
+        case handedOff
 
         init(_ message: String) {
             if let refusal = RedisRefusal(errorReply: message) { self = .refused(refusal) } else { self = .own(message) }
@@ -414,8 +424,13 @@ struct EntryProcessor: Sendable {
                         let entry = "\(stream)/\(entries[index].id)"
                         do {
                             let outcome = try await sender.send(plan, entry: entry)
-                            if case .done(let s) = outcome {
-                                logger.info("sent", metadata: [
+                            var summary: SendSummary?
+                            switch outcome {
+                            case .done(let s), .handedOff(let s): summary = s
+                            case .rejected: summary = nil
+                            }
+                            if let s = summary {
+                                logger.info(outcome == .handedOff(s) ? "sent its first slice; the others are the fleet's" : "sent", metadata: [
                                     "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
                                     "priority": "\(plan.priority.rawValue)",
                                     "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",

@@ -38,6 +38,12 @@ public struct Settings: Sendable {
     public var send: Bool
     /// Push-to-start requests per second per event (paced, not burst).
     public var startsPerSecond: Int
+    /// Fan-out: tokens per slice, tokens per step of a slice, a batch's lease, and how many
+    /// slices one worker takes at once (`fanout.*`).
+    public var sliceSize: Int = 4096
+    public var sliceBatch: Int = 256
+    public var sliceLease: Duration = .seconds(10)
+    public var slicesInHand: Int = 4
     public var limits: DecodeLimits
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
@@ -92,6 +98,10 @@ public enum SettingsLoader {
         ("worker.shutdown_deadline_ms", "10000"),
         ("worker.send", "true"),
         ("worker.starts_per_second", "500"),
+        ("fanout.slice_size", "4096"),
+        ("fanout.batch", "256"),
+        ("fanout.lease_ms", "10000"),
+        ("fanout.slices_in_hand", "4"),
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
@@ -353,6 +363,10 @@ public enum SettingsLoader {
             logLevel: level,
             logFormat: format,
             apns: try APNsSettings.build(string: { raw[$0]?.value }, wrong: wrong, int: int))
+        settings.sliceSize = try int("fanout.slice_size", 4096, 16...1_000_000)
+        settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
+        settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
+        settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

@@ -37,6 +37,8 @@ public final class Worker: Sendable {
     private let streams = Mutex<[String: StreamState]>([:])
     /// The send path, when the worker sends (`worker.send`).
     private let sender: Sender?
+    /// Takes fan-out slices, when the worker sends.
+    private let slices: SliceTaker?
     private let apns: APNsRouter?
     /// Why the send path could not be set up (a missing key, no sandbox): the worker won't start.
     private let sendSetupError: String?
@@ -80,13 +82,18 @@ public final class Worker: Sendable {
                 sender = Sender(redis: redis, apns: router,
                                 configuration: SendConfiguration(keys: settings.keys, bundleID: settings.apns.bundleID,
                                                                  stateTTLSeconds: settings.activityTTLSeconds,
-                                                                 startsPerSecond: settings.startsPerSecond),
+                                                                 startsPerSecond: settings.startsPerSecond, group: settings.group,
+                                                                 sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
+                                                                 leaseMillis: Int(settings.sliceLease.components.seconds * 1000
+                                                                     + settings.sliceLease.components.attoseconds / 1_000_000_000_000_000)),
                                 logger: logger)
             } catch {
                 setupError = "\(error)"
             }
         }
         self.sender = sender
+        let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
+        self.slices = sender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: redis, logger: logger, stop: stopSignal, stats: workerStats) }
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
@@ -140,8 +147,13 @@ public final class Worker: Sendable {
         let (completions, completed) = AsyncStream<Int>.makeStream()
         var iterator = completions.makeAsyncIterator()
         // A stop request wakes the loop wherever it waits.
-        stop.onStop { completed.yield(-1) }
+        stop.onStop { [sender] in
+            sender?.beginStopping()
+            completed.yield(-1)
+        }
         var nextClaim = ContinuousClock.now
+
+        let sliceLoop = slices.map { taker in Task { await taker.run() } }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
@@ -226,6 +238,8 @@ public final class Worker: Sendable {
             while inFlight.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline, await iterator.next() != nil {}
             timer.cancel()
         }
+        await sliceLoop?.value
+        await slices?.drain(until: deadline)
         if inFlight.load(ordering: .relaxed) > 0 {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         }

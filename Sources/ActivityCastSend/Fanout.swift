@@ -1,0 +1,393 @@
+import ActivityCastCore
+import Foundation
+import RedisClient
+
+/// One slice of one fan-out: the tokens of `key` whose place in Redis's scan order of
+/// `{key}:tokens` falls in the slice's range (see `SliceMath`). Any worker can take it.
+public struct SliceRef: Sendable, Equatable, CustomStringConvertible {
+    public var key: ActivityKey
+    /// The fan-out (generation) it belongs to.
+    public var gen: String
+    public var index: Int
+    public var count: Int
+
+    public init(key: ActivityKey, gen: String, index: Int, count: Int) {
+        self.key = key
+        self.gen = gen
+        self.index = index
+        self.count = count
+    }
+
+    public var description: String { "\(key) \(gen) slice \(index + 1)/\(count)" }
+
+    /// The fields of its entry in the slices stream.
+    public var fields: [String] { ["key", key.description, "gen", gen, "slice", "\(index)", "of", "\(count)"] }
+
+    /// From a slices-stream entry's fields; nil when they aren't one.
+    public init?(fields: [[UInt8]]) {
+        var values: [String: String] = [:]
+        var i = 0
+        while i + 1 < fields.count {
+            values[String(decoding: fields[i], as: UTF8.self)] = String(decoding: fields[i + 1], as: UTF8.self)
+            i += 2
+        }
+        guard let k = values["key"], let key = ActivityKey(parsing: k), let gen = values["gen"], !gen.isEmpty,
+              let index = values["slice"].flatMap(Int.init), let count = values["of"].flatMap(Int.init),
+              count >= 1, count <= SliceMath.maxSlices, index >= 0, index < count else { return nil }
+        self.init(key: key, gen: gen, index: index, count: count)
+    }
+}
+
+/// How an audience is cut into slices. Redis's `HSCAN` visits a hash's buckets in reverse-binary
+/// order of their index: reversing a cursor's 32 low bits gives its place in `[0, 2^32)`, which
+/// only grows during a scan and doesn't depend on the table's size (that is what lets SCAN
+/// survive rehashing). A slice is a range of that space: slice `j` of `n` (a power of two)
+/// covers `[j·2^32/n, (j+1)·2^32/n)`. Every bucket belongs to exactly one slice, so the slices
+/// partition the audience without anyone reading it first; `FanoutScripts.step` scans one range.
+public enum SliceMath {
+    public static let space: UInt64 = 1 << 32
+    public static let maxSlices = 1 << 16
+
+    /// Slices for an audience of `tokens`: the smallest power of two that keeps each slice at
+    /// about `sliceSize` tokens or fewer (hash buckets spread tokens evenly over the space).
+    public static func count(tokens: Int, sliceSize: Int) -> Int {
+        var n = 1
+        while n * max(1, sliceSize) < tokens, n < maxSlices { n *= 2 }
+        return n
+    }
+
+    public static func bounds(index: Int, count: Int) -> (lo: UInt64, hi: UInt64) {
+        let width = space / UInt64(count)
+        return (UInt64(index) * width, UInt64(index + 1) * width)
+    }
+
+    /// A cursor's place in scan order: its 32 low bits reversed.
+    public static func place(cursor: UInt64) -> UInt64 {
+        var x = cursor & 0xFFFF_FFFF, r: UInt64 = 0
+        for _ in 0..<32 { r = (r << 1) | (x & 1); x >>= 1 }
+        return r
+    }
+}
+
+/// The Redis side of fan-outs. Per key, in its hash slot:
+/// - `<prefix>:{key}:gen` (hash): `name`, `millis` of the newest fan-out: an older one still
+///   running is superseded;
+/// - `<prefix>:{key}:fan:<gen>` (hash): `left` slices without a final outcome, `n` slices, `p`
+///   the payload, `pri`, `live` (environments whose channel had the push), `stream`/`entry` of
+///   the event to acknowledge, `b` broadcast done, `q` slices queued, `s<j>` each slice's progress:
+///   `<place>` (done below it), `<from> <to> <last>` (a batch in flight) or `done`;
+/// - `<prefix>:{key}:inflight` (sorted set): `<gen>|<j>` of every batch in flight, scored by the
+///   time its lease ends. A batch of a newer fan-out waits until no older batch is in flight, so
+///   no device gets an older state after a newer one.
+public enum FanoutScripts {
+    static let common = """
+    local TWO32 = 4294967296
+    local function rev32(x)
+      local r = 0
+      for _ = 1, 32 do r = r * 2 + (x % 2); x = math.floor(x / 2) end
+      return r
+    end
+    local function lowbit(x)
+      local b = 1
+      while x % (b * 2) == 0 do b = b * 2 end
+      return b
+    end
+    """
+
+    /// KEYS: gen hash (`{key}:gen`), fan hash, tokens. ARGV: gen, millis, slice size, max slices,
+    /// ttl s, payload, priority, live envs, stream, entry id.
+    /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
+    public static let create = RedisScript(common + """
+
+    local cur = redis.call('HMGET', KEYS[1], 'name', 'millis')
+    if cur[1] == ARGV[1] then
+      local f = redis.call('HMGET', KEYS[2], 'left', 'n', 'b', 'q')
+      if not f[1] then return {'exists', 0, 0, '1', '1'} end
+      return {'exists', tonumber(f[1]), tonumber(f[2]), f[3] or '', f[4] or ''}
+    end
+    if cur[2] and tonumber(ARGV[2]) < tonumber(cur[2]) then return {'older'} end
+    local tokens = redis.call('HLEN', KEYS[3])
+    local n = 1
+    if tokens > 0 and redis.call('OBJECT', 'ENCODING', KEYS[3]) == 'hashtable' then
+      local size, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+      while n * size < tokens and n < limit do n = n * 2 end
+    end
+    local ttl = tonumber(ARGV[5])
+    redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
+               'millis', ARGV[2])
+    redis.call('EXPIRE', KEYS[2], ttl)
+    return {'new', n, tokens}
+    """)
+
+    /// Gives a slice its final outcome without sending it (its attempts ran out).
+    /// KEYS: fan hash, inflight zset. ARGV: gen, j, keep s. Returns the slices left, or -1 when
+    /// the slice was already final.
+    public static let abandon = RedisScript("""
+    if not redis.call('HGET', KEYS[1], 'left') then return -1 end
+    local f = 's' .. ARGV[2]
+    if redis.call('HGET', KEYS[1], f) == 'done' then return -1 end
+    redis.call('HSET', KEYS[1], f, 'done')
+    redis.call('ZREM', KEYS[2], ARGV[1] .. '|' .. ARGV[2])
+    local left = redis.call('HINCRBY', KEYS[1], 'left', -1)
+    if left <= 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
+    return left
+    """)
+
+    /// One step of a slice: confirms the caller's last batch, then hands out the next one.
+    /// KEYS: gen hash, fan hash, inflight zset, tokens, meta. ARGV: gen, j, n, want, now ms,
+    /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end).
+    /// Returns {status, left, confirm, resent, activity1, token1, meta1, …}; status is `send`,
+    /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
+    /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
+    /// (an older fan-out's batch is in flight) or `gone` (the fan-out is over and cleared).
+    public static let step = RedisScript(common + """
+
+    local gen, j, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+    local want, now, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+    local member = gen .. '|' .. j
+    local f = 's' .. j
+    local meta = redis.call('HMGET', KEYS[2], 'left', f)
+    if not meta[1] then return {'gone', 0} end
+    local left, st = tonumber(meta[1]), meta[2]
+    if st == 'done' then return {'done', left} end
+    local function final()
+      redis.call('HSET', KEYS[2], f, 'done')
+      redis.call('ZREM', KEYS[3], member)
+      left = redis.call('HINCRBY', KEYS[2], 'left', -1)
+      if left <= 0 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[8])) end
+      return left
+    end
+    local width = TWO32 / n
+    local lo, hi = j * width, (j + 1) * width
+    local pos, from, to, last = lo, nil, nil, nil
+    if st then
+      local a, b, c = string.match(st, '^(%d+) (%d+) (%d)$')
+      if a then from, to, last = tonumber(a), tonumber(b), c else pos = tonumber(st) end
+    end
+    if from and ARGV[7] == (from .. ' ' .. to) then
+      redis.call('ZREM', KEYS[3], member)
+      if last == '1' then return {'finished', final()} end
+      redis.call('HSET', KEYS[2], f, to)
+      pos, from = to, nil
+    end
+    if want == 0 then return {'paused', left} end
+    if redis.call('HGET', KEYS[1], 'name') ~= gen then return {'superseded', final()} end
+    local resent = 0
+    if from then
+      local lease_end = redis.call('ZSCORE', KEYS[3], member)
+      if lease_end and tonumber(lease_end) > now then return {'busy', tonumber(lease_end) - now} end
+      -- Its worker stopped with a batch in flight: send that batch again (APNs may have had some of it).
+      pos, resent = from, 1
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
+      if string.sub(m, 1, #gen + 1) ~= gen .. '|' then return {'wait', left} end
+    end
+    -- Scan the slice's range from pos. A call with COUNT c visits at most 10c+1 buckets; est
+    -- (the lowest bit of the places seen, never below a bucket's width) bounds c so that no call
+    -- runs past hi. Near hi, COUNT 1 stops at the first non-empty bucket: if a scan from hi
+    -- itself reaches the same bucket, that bucket is the next slice's.
+    local start = pos
+    local acts, toks, n_out, est, ended = {}, {}, 0, nil, false
+    while true do
+      if pos >= hi then ended = true break end
+      if n_out >= want then break end
+      local count = 1
+      if est then
+        local c = math.floor(((hi - pos) / est - 1) / 10)
+        if c > want - n_out then c = want - n_out end
+        if c > 1 then count = c end
+      end
+      local r = redis.call('HSCAN', KEYS[4], rev32(pos), 'COUNT', count)
+      local nc = tonumber(r[1])
+      local place = TWO32
+      if nc ~= 0 then
+        place = rev32(nc)
+        local lb = lowbit(place)
+        if not est or lb < est then est = lb end
+      end
+      local keep = true
+      if place > hi then
+        ended = true
+        local probe = redis.call('HSCAN', KEYS[4], rev32(hi), 'COUNT', 1)
+        if tonumber(probe[1]) == nc then keep = false end
+      elseif place == hi then
+        ended = true
+      end
+      if keep then
+        local e = r[2]
+        for i = 1, #e, 2 do
+          n_out = n_out + 1
+          acts[n_out] = e[i]
+          toks[n_out] = e[i + 1]
+        end
+      end
+      pos = place
+      if ended then break end
+    end
+    if n_out == 0 and ended then return {'finished', final()} end
+    local range = start .. ' ' .. pos
+    redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
+    redis.call('ZADD', KEYS[3], now + lease, member)
+    redis.call('PEXPIRE', KEYS[3], lease + 3600000)
+    local out = {'send', left, range, resent}
+    local metas = {}
+    if n_out > 0 then metas = redis.call('HMGET', KEYS[5], unpack(acts)) end
+    for i = 1, n_out do
+      out[#out + 1] = acts[i]
+      out[#out + 1] = toks[i]
+      out[#out + 1] = metas[i] or ''
+    end
+    return out
+    """)
+}
+
+/// What `FanoutScripts.create` said.
+enum FanoutCreation {
+    case new(slices: Int, tokens: Int)
+    case exists(left: Int, slices: Int, broadcastDone: Bool, queued: Bool)
+    case older
+
+    init(_ reply: RESPValue) throws {
+        guard let parts = reply.array, let status = parts.first?.string else {
+            throw SendFailure("fan-out create: unexpected reply \(reply.errorMessage ?? "")")
+        }
+        func int(_ i: Int) -> Int { i < parts.count ? Int(parts[i].int ?? 0) : 0 }
+        switch status {
+        case "new": self = .new(slices: max(1, int(1)), tokens: int(2))
+        case "exists": self = .exists(left: int(1), slices: max(1, int(2)), broadcastDone: parts.count > 3 && parts[3].string == "1",
+                                      queued: parts.count > 4 && parts[4].string == "1")
+        case "older": self = .older
+        default: throw SendFailure("fan-out create: unexpected status \(status)")
+        }
+    }
+}
+
+/// How taking a slice ended.
+public enum SliceResult: Sendable, Equatable {
+    /// The slice has its final outcome (sent, or superseded); `left` slices of its fan-out remain.
+    case final(left: Int)
+    /// The fan-out is over and cleared (a redelivered slice of a finished fan-out).
+    case gone
+    /// Another worker is sending a batch of it right now: leave it for later.
+    case busy
+    /// Stopped between batches (the worker is stopping): the rest is for another worker.
+    case paused
+}
+
+extension Sender {
+    /// Sends one slice, a batch at a time; each step records the last batch as done and hands
+    /// out the next (see `FanoutScripts.step`). When this is the fan-out's last slice, the event's
+    /// entry is acknowledged. Throws (leaving the slice to be taken again) when a batch's sends
+    /// keep failing.
+    public func runSlice(_ slice: SliceRef, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+        var summary = SendSummary()
+        return try await runSlice(slice, summary: &summary, shouldStop: shouldStop)
+    }
+
+    /// A slice whose attempts ran out: final without being sent (recorded as a send failure).
+    public func abandonSlice(_ slice: SliceRef, reason: String) async throws {
+        let fan = fanKey(slice.key, slice.gen)
+        let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
+        let left = try await redis.send(.script(FanoutScripts.abandon, keys: [fan, inflightKey(slice.key)], args: [slice.gen, slice.index, 3600]))
+        guard let n = left.int, n >= 0 else { return }
+        try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
+        _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
+        let e = entry.array ?? []
+        if n == 0, e.count == 2 { try await acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")") }
+    }
+
+    func runSlice(_ slice: SliceRef, summary: inout SendSummary, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+        let fan = fanKey(slice.key, slice.gen)
+        let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
+        let h = head.array ?? []
+        guard h.count == 5, let bytes = h[0].bytes, let priority = h[1].string.flatMap(Int.init) else { return .gone }
+        let live = Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) })
+        let plan = Plan(key: slice.key, event: .update, priority: priority == 10 ? .critical : .routine, timestampMillis: 0, audience: .activity(slice.key))
+        let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.tokens(slice.key), keys.meta(slice.key)]
+        let entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
+        var confirm = ""
+        var waitedSince: ContinuousClock.Instant?
+        while true {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let stopping = shouldStop()
+            let reply = try await redis.send(.script(FanoutScripts.step, keys: keysList, args: [
+                slice.gen, slice.index, slice.count, stopping ? 0 : configuration.sliceBatch, now, configuration.leaseMillis, confirm, 3600,
+            ]))
+            guard let parts = reply.array, parts.count >= 2, let status = parts[0].string else {
+                throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
+            }
+            let left = Int(parts[1].int ?? 0)
+            switch status {
+            case "send":
+                guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }
+                confirm = range
+                waitedSince = nil
+                var triples: [(activity: String, token: String, meta: String)] = []
+                triples.reserveCapacity((parts.count - 4) / 3)
+                var i = 4
+                while i + 2 < parts.count {
+                    triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].string ?? ""))
+                    i += 3
+                }
+                if parts[3].int == 1 {
+                    // A worker stopped with this batch in flight: APNs may already have had some of it.
+                    stats.tokensResent.add(triples.count, ordering: .relaxed)
+                    _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
+                    logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
+                }
+                let rows = try await tokenRows(triples)
+                var byEnv: [APNsEnvironment: [TokenRow]] = [:]
+                for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
+                for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                    try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary)
+                }
+            case "finished", "superseded":
+                if status == "superseded" {
+                    stats.slicesSuperseded.add(1, ordering: .relaxed)
+                    _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_superseded", 1))
+                } else {
+                    stats.slicesFinished.add(1, ordering: .relaxed)
+                }
+                if left <= 0 { try await acknowledge(entry: entry) }
+                return .final(left: left)
+            case "done":
+                if left <= 0 { try await acknowledge(entry: entry) }
+                return .final(left: left)
+            case "gone":
+                return .gone
+            case "paused":
+                return .paused
+            case "busy":
+                return .busy
+            case "wait":
+                // An older fan-out of the key still has a batch in flight: it ends within its lease.
+                let since = waitedSince ?? .now
+                waitedSince = since
+                if ContinuousClock.now - since > .milliseconds(configuration.leaseMillis * 2) { return .busy }
+                try await Task.sleep(for: .milliseconds(2))
+            default:
+                throw SendFailure("slice step: unexpected status \(status)")
+            }
+        }
+    }
+
+    /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
+    /// finished it; `XACK` works for any consumer of the group).
+    func acknowledge(entry: String) async throws {
+        let (stream, id) = Self.split(entry: entry)
+        guard !stream.isEmpty, !id.isEmpty else { return }
+        _ = try await redis.pipeline([
+            .xack(stream: stream, group: configuration.group, ids: [id]),
+            RedisCommand("HDEL", "\(keys.prefix):errors:\(stream)", id, "\(id)#n"),
+        ])
+    }
+
+    /// `stream/id` → (stream, id); entry ids have no `/`.
+    static func split(entry: String) -> (String, String) {
+        guard let slash = entry.lastIndex(of: "/") else { return ("", entry) }
+        return (String(entry[..<slash]), String(entry[entry.index(after: slash)...]))
+    }
+}

@@ -1,0 +1,204 @@
+import ActivityCastCore
+import ActivityCastSend
+import Foundation
+import Logging
+import RedisClient
+import Synchronization
+
+/// Takes fan-out slices from `<prefix>:slices` through the worker's consumer group, at most
+/// `fanout.slices_in_hand` at a time: a worker reads a slice only when it has room for it, so a
+/// hot key's slices spread over the fleet instead of piling up behind one worker. Slices idle
+/// longer than the visibility timeout (their worker died) are claimed like feed entries; a slice
+/// whose attempts run out is dead-lettered and counted as final, so its event is still
+/// acknowledged.
+final class SliceTaker: Sendable {
+    let settings: Settings
+    let consumer: String
+    let sender: Sender
+    let redis: RedisConnection
+    let reader: RedisConnection
+    let logger: Logger
+    let stop: StopSignal
+    let stats: WorkerStats
+    /// Slices in hand.
+    let active = Atomic<Int>(0)
+    private let wake: AsyncStream<Void>.Continuation
+    private let wakes: AsyncStream<Void>
+
+    var stream: String { settings.keys.slices }
+    var errorsKey: String { "\(settings.prefix):errors:\(stream)" }
+
+    init(settings: Settings, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal, stats: WorkerStats) {
+        self.settings = settings
+        self.consumer = consumer
+        self.sender = sender
+        self.redis = redis
+        var config = settings.redisConfiguration
+        config.clientName = "activitycast-slices-\(consumer)"
+        self.reader = RedisConnection(configuration: config)
+        self.logger = logger
+        self.stop = stop
+        self.stats = stats
+        (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    deinit { reader.close() }
+
+    /// Runs until the stop signal; then waits (within the caller's deadline) for slices in hand,
+    /// which stop between batches and hand the rest back to the stream.
+    func run() async {
+        var wakeups = wakes.makeAsyncIterator()
+        let token = stop.onStop { [wake] in wake.yield() }
+        defer { stop.forget(token) }
+        await ensureGroup()
+        var nextClaim = ContinuousClock.now
+        var failures = 0
+        while !stop.isStopped {
+            let room = settings.slicesInHand - active.load(ordering: .relaxed)
+            if room <= 0 {
+                _ = await wakeups.next()
+                continue
+            }
+            if ContinuousClock.now >= nextClaim {
+                await claimIdle(room: room)
+                nextClaim = ContinuousClock.now + settings.claimInterval
+                continue
+            }
+            let reader = self.reader, group = settings.group, consumer = self.consumer, stream = self.stream
+            let block = min(settings.block, settings.claimInterval)
+            let read = Task { () -> Result<[StreamRead], Error> in
+                do {
+                    let reply = try await reader.pipeline([.xreadgroup(group: group, consumer: consumer, count: room, block: block,
+                                                                       streams: [(stream, ">")])], blocking: block)[0]
+                    return .success(try StreamReplies.read(reply))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            guard let result = await stop.race({ await read.value }) else { break }
+            switch result {
+            case .success(let reads):
+                failures = 0
+                for entry in reads.flatMap(\.entries) { take(entry, redelivered: false) }
+            case .failure(let error):
+                failures += 1
+                if (error as? RedisError)?.message.contains("NOGROUP") == true { await ensureGroup() }
+                if failures == 1 || failures % 50 == 0 {
+                    logger.warning("reading slices failed; retrying", metadata: ["stream": "\(stream)", "error": "\(error)"])
+                }
+                await stop.sleep(for: .milliseconds(min(100 * failures, 2000)))
+            }
+        }
+    }
+
+    /// Waits until no slice is in hand or `deadline` passes.
+    func drain(until deadline: ContinuousClock.Instant) async {
+        while active.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    private func ensureGroup() async {
+        var attempt = 0
+        while !stop.isStopped {
+            do {
+                let reply = try await redis.send(RedisCommand("XGROUP", "CREATE", stream, settings.group, "0", "MKSTREAM"))
+                if let e = reply.errorMessage, !e.hasPrefix("BUSYGROUP") { throw RedisError(.server, e) }
+                return
+            } catch {
+                attempt += 1
+                if attempt == 1 { logger.warning("cannot create the slices group yet; retrying", metadata: ["error": "\(error)"]) }
+                await stop.sleep(for: .milliseconds(min(100 * attempt, 2000)))
+            }
+        }
+    }
+
+    private func claimIdle(room: Int) async {
+        guard let reply = try? await redis.send(.xautoclaim(stream: stream, group: settings.group, consumer: consumer,
+                                                            minIdle: settings.visibilityTimeout, start: "0-0", count: room)),
+              let claim = try? StreamReplies.autoclaim(reply) else { return }
+        if !claim.entries.isEmpty {
+            stats.claimed.add(claim.entries.count, ordering: .relaxed)
+            logger.info("claimed idle slices", metadata: ["count": "\(claim.entries.count)"])
+        }
+        for entry in claim.entries { take(entry, redelivered: true) }
+    }
+
+    private func take(_ entry: StreamEntry, redelivered: Bool) {
+        active.add(1, ordering: .relaxed)
+        stats.read.add(1, ordering: .relaxed)
+        Task {
+            await self.process(entry, redelivered: redelivered)
+            self.active.subtract(1, ordering: .relaxed)
+            self.wake.yield()
+        }
+    }
+
+    private func process(_ entry: StreamEntry, redelivered: Bool) async {
+        guard let fields = entry.fields else {
+            _ = try? await redis.pipeline([.xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id)])
+            return
+        }
+        guard let slice = SliceRef(fields: fields) else {
+            await deadLetter(entry, reason: "not a slice (fields key, gen, slice, of)", slice: nil)
+            return
+        }
+        var attempts: Int64 = 0
+        if redelivered {
+            guard let n = try? await redis.send(RedisCommand("HINCRBY", errorsKey, "\(entry.id)#n", 1)).int else { return }
+            attempts = n
+            if n + 1 > Int64(settings.maxDeliveries) {
+                let last = (try? await redis.send(RedisCommand("HGET", errorsKey, entry.id)).string) ?? "no error was recorded"
+                await deadLetter(entry, reason: "slice delivered \(n + 1) times without a final outcome (max \(settings.maxDeliveries)); last error: \(last)", slice: slice)
+                return
+            }
+        }
+        let stop = self.stop
+        do {
+            let result = try await sender.runSlice(slice, shouldStop: { stop.isStopped })
+            switch result {
+            case .final, .gone:
+                await finish(entry)
+                stats.acked.add(1, ordering: .relaxed)
+            case .paused:
+                // The rest of the slice goes back to the stream for another worker, now.
+                _ = try await redis.pipeline([
+                    RedisCommand("XADD", [stream, "*"] + slice.fields),
+                    .xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id),
+                    RedisCommand("HDEL", errorsKey, entry.id, "\(entry.id)#n"),
+                ])
+            case .busy:
+                // Another worker has a batch of it in flight: not this delivery's failure.
+                if attempts > 0 { _ = try? await redis.send(RedisCommand("HINCRBY", errorsKey, "\(entry.id)#n", -1)) }
+            }
+        } catch {
+            stats.failed.add(1, ordering: .relaxed)
+            logger.warning("slice left pending after a failure", metadata: ["slice": "\(slice)", "error": "\(error)"])
+            _ = try? await redis.pipeline([RedisCommand("HSET", errorsKey, entry.id, String("\(error)".prefix(300))),
+                                           RedisCommand("EXPIRE", errorsKey, 7 * 86_400)])
+        }
+    }
+
+    private func finish(_ entry: StreamEntry) async {
+        _ = try? await redis.pipeline([
+            .xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id),
+            RedisCommand("HDEL", errorsKey, entry.id, "\(entry.id)#n"),
+        ])
+    }
+
+    private func deadLetter(_ entry: StreamEntry, reason: String, slice: SliceRef?) async {
+        do {
+            if let slice { try await sender.abandonSlice(slice, reason: reason) }
+            var args: [any RedisArgument] = [settings.deadLetterStream, "MAXLEN", "~", settings.deadLetterMaxLength, "*",
+                                              "reason", String(reason.prefix(1000)), "stream", stream, "id", entry.id, "consumer", consumer,
+                                              "at", Int64(Date().timeIntervalSince1970 * 1000)]
+            for (i, f) in (entry.fields ?? []).prefix(16).enumerated() { args.append(i % 2 == 0 ? Array("f:".utf8) + f : f) }
+            _ = try await redis.send(RedisCommand("XADD", args))
+            await finish(entry)
+            stats.deadLettered.add(1, ordering: .relaxed)
+            logger.warning("dead letter", metadata: ["entry": "\(stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
+        } catch {
+            logger.warning("dead-lettering a slice failed; it stays pending", metadata: ["entry": "\(stream)/\(entry.id)", "error": "\(error)"])
+        }
+    }
+}
