@@ -256,6 +256,10 @@ public final class Worker: Sendable {
             metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
             metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
             metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
+            metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
+            metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
+            metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
+            metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
         }
         logger.info("worker stopped", metadata: metadata)
         return snapshot
