@@ -1,0 +1,225 @@
+import ActivityCastCore
+import ActivityCastSend
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// Slices: the pure maths, and the step script on a real Redis — the slices of a hash partition
+/// it exactly, progress survives a worker that stops mid-batch, and a newer fan-out supersedes.
+@Suite struct SliceTests {
+    @Test func sliceCountsArePowersOfTwoAndRangesTileTheScanOrder() {
+        #expect(SliceMath.count(tokens: 0, sliceSize: 4096) == 1)
+        #expect(SliceMath.count(tokens: 4096, sliceSize: 4096) == 1)
+        #expect(SliceMath.count(tokens: 4097, sliceSize: 4096) == 2)
+        #expect(SliceMath.count(tokens: 1_000_000, sliceSize: 4096) == 256)
+        #expect(SliceMath.count(tokens: Int.max / 2, sliceSize: 1) == SliceMath.maxSlices)
+        for n in [1, 2, 8, 256] {
+            var next: UInt64 = 0
+            for j in 0..<n {
+                let (lo, hi) = SliceMath.bounds(index: j, count: n)
+                #expect(lo == next)
+                next = hi
+            }
+            #expect(next == SliceMath.space)
+        }
+        // Reversed bits: cursor 1 is the middle of the order, 2 a quarter, 3 three quarters.
+        #expect(SliceMath.place(cursor: 0) == 0)
+        #expect(SliceMath.place(cursor: 1) == 1 << 31)
+        #expect(SliceMath.place(cursor: 2) == 1 << 30)
+        #expect(SliceMath.place(cursor: 3) == (1 << 31) + (1 << 30))
+    }
+
+    @Test func sliceEntriesRoundTripAndBadOnesAreRefused() {
+        let ref = SliceRef(key: ActivityKey(parsing: "match:1")!, gen: "ac:feed:sports/1-0", index: 3, count: 8)
+        #expect(SliceRef(fields: ref.fields.map { Array($0.utf8) }) == ref)
+        #expect(SliceRef(fields: ["key", "match:1", "gen", "g", "slice", "8", "of", "8"].map { Array($0.utf8) }) == nil)
+        #expect(SliceRef(fields: ["key", "match:1", "gen", "", "slice", "0", "of", "1"].map { Array($0.utf8) }) == nil)
+        #expect(SliceRef(fields: ["key", "nonsense", "gen", "g", "slice", "0", "of", "1"].map { Array($0.utf8) }) == nil)
+    }
+
+    struct Fixture {
+        let redis: RedisConnection
+        let key = ActivityKey(parsing: "match:9")!
+        var tokens: String { "ac:{match:9}:tokens" }
+        var meta: String { "ac:{match:9}:meta" }
+        var gen: String { "ac:{match:9}:gen" }
+        func fan(_ g: String) -> String { "ac:{match:9}:fan:\(g)" }
+        var inflight: String { "ac:{match:9}:inflight" }
+
+        func fill(_ range: Range<Int>, prefix: String = "a") async throws {
+            var start = range.lowerBound
+            while start < range.upperBound {
+                let end = min(range.upperBound, start + 1000)
+                var args: [any RedisArgument] = [tokens]
+                var metaArgs: [any RedisArgument] = [meta]
+                for i in start..<end {
+                    args += ["\(prefix)\(i)", "tok\(i)"]
+                    metaArgs += ["\(prefix)\(i)", "1 d\(i) development standard 0"]
+                }
+                _ = try await redis.pipeline([RedisCommand("HSET", args), RedisCommand("HSET", metaArgs)])
+                start = end
+            }
+        }
+
+        /// Creates a fan-out; returns its slice count.
+        func create(_ g: String, millis: Int64, sliceSize: Int) async throws -> Int {
+            let reply = try await redis.send(.script(FanoutScripts.create, keys: [gen, fan(g), tokens], args: [
+                g, millis, sliceSize, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "1-0",
+            ]))
+            let parts = reply.array ?? []
+            #expect(parts.first?.string == "new", "\(reply)")
+            return Int(parts.count > 1 ? parts[1].int ?? 0 : 0)
+        }
+
+        struct Step {
+            var status: String
+            var left: Int
+            var confirm: String
+            var resent: Bool
+            var activities: [String]
+        }
+
+        func step(_ g: String, _ j: Int, of n: Int, want: Int = 100, confirm: String = "", now: Int64 = 1_000_000, lease: Int = 1000) async throws -> Step {
+            let reply = try await redis.send(.script(FanoutScripts.step, keys: [gen, fan(g), inflight, tokens, meta], args: [
+                g, j, n, want, now, lease, confirm, 3600,
+            ]))
+            let p = reply.array ?? []
+            #expect(p.count >= 2, "\(reply)")
+            var acts: [String] = []
+            var i = 4
+            while i + 2 < p.count { acts.append(p[i].string ?? ""); i += 3 }
+            return Step(status: p.first?.string ?? "?", left: Int(p[1].int ?? 0), confirm: p.count > 2 ? p[2].string ?? "" : "",
+                        resent: p.count > 3 && p[3].int == 1, activities: acts)
+        }
+
+        /// Runs slice j to its end; returns every activity handed out.
+        func drain(_ g: String, _ j: Int, of n: Int, want: Int = 100, between: (() async throws -> Void)? = nil) async throws -> [String] {
+            var confirm = ""
+            var out: [String] = []
+            while true {
+                let s = try await step(g, j, of: n, want: want, confirm: confirm)
+                switch s.status {
+                case "send":
+                    out += s.activities
+                    confirm = s.confirm
+                    try await between?()
+                case "finished", "done", "superseded", "gone": return out
+                default:
+                    Issue.record("unexpected step \(s.status)")
+                    return out
+                }
+            }
+        }
+    }
+
+    /// Hashes of many sizes cut into 1…64 slices: every token handed out exactly once, also
+    /// small hashes (listpack-encoded, one slice) and a hash that grows while it is sent (every
+    /// token present throughout is handed out; SCAN may repeat none here as the table only grows).
+    @Test func slicesPartitionTheAudienceExactly() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        for (size, sliceSize) in [(10, 16), (100, 16), (5000, 16), (20_000, 1000), (20_000, 300), (60_000, 2000)] {
+            _ = try await redis.send(RedisCommand("FLUSHALL"))
+            try await f.fill(0..<size)
+            let g = "g\(size)-\(sliceSize)"
+            let n = try await f.create(g, millis: 1, sliceSize: sliceSize)
+            if size <= 100 { #expect(n == 1, "a small (listpack) hash is one slice") } else { #expect(n == SliceMath.count(tokens: size, sliceSize: sliceSize)) }
+            var seen: [String: Int] = [:]
+            var perSlice: [Int] = []
+            for j in 0..<n {
+                let got = try await f.drain(g, j, of: n, want: 97)
+                perSlice.append(got.count)
+                for a in got { seen[a, default: 0] += 1 }
+            }
+            #expect(seen.count == size, "size \(size) slices \(n): \(size - seen.count) never handed out")
+            #expect(seen.values.allSatisfy { $0 == 1 }, "size \(size) slices \(n): \(seen.values.filter { $0 > 1 }.count) handed out twice")
+            if n > 1 {
+                // Slices are about even: none more than twice the mean.
+                #expect(perSlice.max()! <= 2 * size / n + 64, "\(perSlice)")
+            }
+            #expect(try await redis.send(RedisCommand("HGET", f.fan(g), "left")).string == "0")
+        }
+
+        // Growing while it is being sent: registrations arriving between batches.
+        _ = try await redis.send(RedisCommand("FLUSHALL"))
+        try await f.fill(0..<30_000)
+        let n = try await f.create("grow", millis: 1, sliceSize: 1000)
+        var seen = Set<String>()
+        var added = 0
+        for j in 0..<n {
+            for a in try await f.drain("grow", j, of: n, want: 200, between: {
+                try await f.fill(30_000 + added..<30_000 + added + 50, prefix: "b")
+                added += 50
+            }) { seen.insert(a) }
+        }
+        let missing = (0..<30_000).filter { !seen.contains("a\($0)") }.count
+        #expect(missing == 0, "\(missing) tokens present throughout were never handed out")
+    }
+
+    /// A worker that stops with a batch in flight: while its lease lasts the slice is busy for
+    /// others; then the batch is handed out again, marked as re-sent; a confirmed batch never is.
+    @Test func aBatchInFlightIsTakenOverAfterItsLeaseAndNothingConfirmedIsRepeated() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        try await f.fill(0..<3000)
+        let n = try await f.create("g", millis: 1, sliceSize: 1000)
+        #expect(n == 4)
+        let first = try await f.step("g", 1, of: n, now: 1_000_000)
+        #expect(first.status == "send" && !first.resent)
+        let second = try await f.step("g", 1, of: n, confirm: first.confirm, now: 1_000_010)
+        #expect(second.status == "send")
+        #expect(Set(first.activities).isDisjoint(with: second.activities))
+        // The second batch's worker dies. Within the lease: busy.
+        #expect(try await f.step("g", 1, of: n, now: 1_000_500).status == "busy")
+        // After it: the same batch again, marked re-sent.
+        let again = try await f.step("g", 1, of: n, now: 1_002_000)
+        #expect(again.status == "send" && again.resent)
+        #expect(again.activities == second.activities)
+        // A stale confirm (the dead worker's) changes nothing; the new owner's goes on.
+        var confirm = again.confirm
+        var rest: [String] = []
+        while true {
+            let s = try await f.step("g", 1, of: n, confirm: confirm, now: 1_003_000)
+            if s.status != "send" { #expect(s.status == "finished"); break }
+            #expect(!s.resent)
+            rest += s.activities
+            confirm = s.confirm
+        }
+        #expect(Set(rest).isDisjoint(with: first.activities + second.activities))
+    }
+
+    /// A newer fan-out of the key: the older one's slices end as superseded at their next step,
+    /// and the newer one's batches wait while an older batch is in flight.
+    @Test func aNewerFanoutSupersedesAndWaitsForTheOlderBatchInFlight() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        try await f.fill(0..<3000)
+        let n = try await f.create("old", millis: 1000, sliceSize: 1000)
+        let inFlight = try await f.step("old", 0, of: n, now: 1_000_000)
+        #expect(inFlight.status == "send")
+        let m = try await f.create("new", millis: 2000, sliceSize: 1000)
+        // An older event after it is refused.
+        let older = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("older"), f.tokens], args: [
+            "older", 1500, 1000, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "2-0",
+        ]))
+        #expect(older.array?.first?.string == "older")
+        // The new fan-out waits while the old batch is in flight …
+        #expect(try await f.step("new", 0, of: m, now: 1_000_100).status == "wait")
+        // … the old slice's next step: superseded, and so are the others, without sending.
+        let next = try await f.step("old", 0, of: n, confirm: inFlight.confirm, now: 1_000_200)
+        #expect(next.status == "superseded")
+        for j in 1..<n { #expect(try await f.step("old", j, of: n, now: 1_000_300).status == "superseded") }
+        #expect(try await redis.send(RedisCommand("HGET", f.fan("old"), "left")).string == "0")
+        // Now the new one goes.
+        var total = 0
+        for j in 0..<m { total += try await f.drain("new", j, of: m).count }
+        #expect(total == 3000)
+    }
+}
