@@ -146,12 +146,14 @@ public struct Inspector: Sendable {
     public func report(latest: Int = 5) async throws -> InspectReport {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var streams: [InspectReport.Stream] = []
-        for feed in settings.inputStreams {
+        // The feeds, and the slices of fan-outs under way (finished slices are deleted: its
+        // length is the slices not yet finished, its pending ones are in some worker's hands).
+        for (name, kind) in settings.inputStreams.map({ ($0.stream, $0.kind.rawValue) }) + [(settings.keys.slices, "slices")] {
             do {
-                streams.append(try await stream(feed.stream, kind: feed.kind.rawValue))
+                streams.append(try await stream(name, kind: kind))
             } catch {
-                let why = try await sectionError(error, key: feed.stream, expected: "stream")
-                streams.append(.init(name: feed.stream, kind: feed.kind.rawValue, exists: true, length: 0, firstID: nil, lastID: nil,
+                let why = try await sectionError(error, key: name, expected: "stream")
+                streams.append(.init(name: name, kind: kind, exists: true, length: 0, firstID: nil, lastID: nil,
                                      groups: [], error: why))
             }
         }
