@@ -299,7 +299,10 @@ extension Sender {
         if n == 0, e.count == 2 { try await acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")") }
     }
 
-    func runSlice(_ slice: SliceRef, summary: inout SendSummary, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+    /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
+    /// first slice, sent by the worker processing the entry, which acknowledges it itself).
+    func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true,
+                  shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         let fan = fanKey(slice.key, slice.gen)
         let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
         let h = head.array ?? []
@@ -351,10 +354,10 @@ extension Sender {
                 } else {
                     stats.slicesFinished.add(1, ordering: .relaxed)
                 }
-                if left <= 0 { try await acknowledge(entry: entry) }
+                if left <= 0, acknowledges { try await acknowledge(entry: entry) }
                 return .final(left: left)
             case "done":
-                if left <= 0 { try await acknowledge(entry: entry) }
+                if left <= 0, acknowledges { try await acknowledge(entry: entry) }
                 return .final(left: left)
             case "gone":
                 return .gone

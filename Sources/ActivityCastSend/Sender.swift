@@ -264,7 +264,7 @@ public final class Sender: Sendable {
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
         if finishEnd, plan.event == .end { try await finish(plan) }
-        let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary,
+        let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
                                        shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch first {
         case .final(let left) where left <= 0: return .done(summary)
