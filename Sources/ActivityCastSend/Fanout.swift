@@ -116,7 +116,7 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
     redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
-               'millis', ARGV[2])
+               'millis', ARGV[2], 'b', 1)
     redis.call('EXPIRE', KEYS[2], ttl)
     return {'new', n, tokens}
     """)
@@ -242,6 +242,18 @@ public enum FanoutScripts {
     end
     return out
     """)
+}
+
+/// What an earlier delivery of the entry left: its fan-out's `left` and whether it broadcast.
+struct FanoutPrior {
+    var left: Int?
+    var broadcastDone: Bool
+
+    init(_ reply: RESPValue) {
+        let v = reply.array ?? []
+        left = v.first?.string.flatMap(Int.init)
+        broadcastDone = v.count > 1 && v[1].string == "1"
+    }
 }
 
 /// What `FanoutScripts.create` said.

@@ -132,9 +132,12 @@ public final class Sender: Sendable {
                                          event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
                                          contentState: plan.contentState),
             channels.statesCommand(plan.key, apns.environments),
+            // This entry's fan-out, if an earlier delivery started it (so its broadcast isn't repeated).
+            RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
         ])
         var merged = try KeyStateScripts.parse(replies[0])
         let known = try channels.states(replies[1], apns.environments)
+        let prior = FanoutPrior(replies[2])
         var summary = SendSummary()
         if merged.stale, plan.event == .start {
             // A start processed after a newer event of its key (another worker was faster): the
@@ -182,7 +185,7 @@ public final class Sender: Sendable {
                 return .rejected(e.description)
             }
         case .update, .end:
-            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true,
+            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, prior: prior,
                                             channelStates: channelStates)
         }
         return .done(summary)
@@ -193,6 +196,7 @@ public final class Sender: Sendable {
     /// slices stream for the fleet. `.handedOff` while other slices are still under way: the
     /// worker that finishes the last one acknowledges the entry.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
+                                prior known0: FanoutPrior? = nil,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> SendOutcome {
         var summary = summary
         let payload = PushBuilder.payload(plan, contentState: state)
@@ -204,56 +208,58 @@ public final class Sender: Sendable {
         let priority = PushBuilder.priority(plan)
         let gen = entry
         let (stream, entryID) = Self.split(entry: entry)
-        let created = try await redis.send(.script(FanoutScripts.create, keys: [genKey(plan.key), fanKey(plan.key, gen), keys.tokens(plan.key)], args: [
-            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes, priority, "",
-            stream, entryID,
-        ]))
-        let fan = try FanoutCreation(created)
-        let slices: Int
-        var broadcastDone = false, queued = false
-        switch fan {
-        case .older:
-            // A newer event's fan-out is already under way: this state is out of date.
-            summary.stale = true
-            stats.stale.add(1, ordering: .relaxed)
-            return .done(summary)
-        case .exists(let left, let n, let b, let q):
-            if left == 0 { return .done(summary) }
-            slices = n
-            broadcastDone = b
-            queued = q
-        case .new(let n, _):
-            slices = n
-            stats.fanouts.add(1, ordering: .relaxed)
-        }
-        if !broadcastDone {
+        let fan = fanKey(plan.key, gen)
+        var prior = known0
+        if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
+        if prior?.left == 0 { return .done(summary) }
+        // The broadcast first (its latency is what broadcast devices see), then the fan-out record.
+        var live: [APNsEnvironment] = []
+        if prior?.broadcastDone != true {
             var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
             if known == nil {
                 let envs = apns.environments
                 channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
             // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
-            let live = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+            let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
             let broadcasts: [(APNsEnvironment, Bool)]
-            if live.count == 1 {
-                broadcasts = [(live[0].0, try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1))]
+            if channelsLive.count == 1 {
+                broadcasts = [(channelsLive[0].0, try await broadcast(plan, bytes, priority: priority, env: channelsLive[0].0, record: channelsLive[0].1))]
             } else {
                 broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
-                    for (env, record) in live {
+                    for (env, record) in channelsLive {
                         group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
                     }
                     return try await group.reduce(into: []) { $0.append($1) }
                 }
             }
-            let delivered = broadcasts.filter(\.1).map(\.0)
-            summary.broadcasts += delivered.count
-            // Devices on a channel that had the push get nothing per token; recorded with the
-            // broadcast itself so a redelivered entry doesn't broadcast again.
-            var commands = [RedisCommand("HSET", fanKey(plan.key, gen), "b", 1, "live", delivered.map(\.rawValue).joined(separator: " "))]
-            commands += delivered.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
-            _ = try await redis.pipeline(commands)
+            live = broadcasts.filter(\.1).map(\.0)
+            summary.broadcasts += live.count
+        }
+        // Devices on a channel that had the push get nothing per token; `b` records the broadcast
+        // so a redelivered entry doesn't broadcast again.
+        var createCommands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(plan.key), fan, keys.tokens(plan.key)], args: [
+            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes, priority,
+            live.map(\.rawValue).joined(separator: " "), stream, entryID,
+        ])]
+        createCommands += live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
+        let slices: Int
+        var queued = false
+        switch try FanoutCreation(try await redis.pipeline(createCommands)[0]) {
+        case .older:
+            // A newer event's fan-out is already under way: this state is out of date.
+            summary.stale = true
+            stats.stale.add(1, ordering: .relaxed)
+            return .done(summary)
+        case .exists(let left, let n, _, let q):
+            if left == 0 { return .done(summary) }
+            slices = n
+            queued = q
+        case .new(let n, _):
+            slices = n
+            stats.fanouts.add(1, ordering: .relaxed)
         }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
