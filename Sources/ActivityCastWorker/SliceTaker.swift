@@ -102,8 +102,9 @@ final class SliceTaker: Sendable {
         var attempt = 0
         while !stop.isStopped {
             do {
-                let reply = try await redis.send(RedisCommand("XGROUP", "CREATE", stream, settings.group, "0", "MKSTREAM"))
-                if let e = reply.errorMessage, !e.hasPrefix("BUSYGROUP") { throw RedisError(.server, e) }
+                // `ensureGroup` reads the reply itself: `send` would throw on BUSYGROUP (the group
+                // exists: every worker but the first to start), and the worker would never take a slice.
+                try await redis.ensureGroup(stream: stream, group: settings.group)
                 return
             } catch {
                 attempt += 1
