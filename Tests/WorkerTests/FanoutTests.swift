@@ -1,0 +1,442 @@
+import ActivityCastCore
+import ActivityCastWorker
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// Fan-outs at scale (issue 9): real worker processes, a real `redis-server` and the APNs sandbox
+/// over TLS and HTTP/2. What each device received is read from the sandbox's delivery log, every
+/// delivery of the test (the sandbox runs with a log big enough for all of them).
+@Suite(.serialized) struct FanoutTests {
+    // MARK: The rig
+
+    /// Redis, the sandbox and a fleet of workers that can be killed and replaced. Every process
+    /// is a `ChildProcess`, stopped by its PID: by `stopAll()`, else when the rig goes away (even
+    /// when a test fails), else by the test process's exit hook.
+    final class Rig: @unchecked Sendable {
+        let server: RedisServer
+        let redis: RedisConnection
+        let sandbox: SandboxProcess
+        let settings: Settings
+        let workerSettings: [String: String]
+        // Guarded by `lock`.
+        private let lock = NSLock()
+        private var running: [String: ChildProcess] = [:]
+        private var exited: [(name: String, child: ChildProcess)] = []
+
+        init(redisArguments: [String] = [], deliveryLog: Int, sandbox sandboxArguments: [String] = [], worker extra: [String: String]) async throws {
+            server = try await RedisServer(extraArguments: redisArguments)
+            sandbox = try await SandboxProcess(arguments: ["--delivery-log", String(deliveryLog)] + sandboxArguments)
+            settings = try testSettings(server)
+            redis = server.connection()
+            var env = sandbox.settings
+            env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200",
+                       "worker.visibility_timeout_ms": "5000", "worker.shutdown_deadline_ms": "5000"]) { _, new in new }
+            env.merge(extra) { _, new in new }
+            workerSettings = env
+        }
+
+        deinit {
+            redis.close()
+            for c in lock.withLock({ Array(running.values) + exited.map(\.child) }) { c.removeLogs() }
+        }
+
+        @discardableResult
+        func startWorker(_ name: String) throws -> ChildProcess {
+            let child = try startActivitycast(["worker", "--consumer", name], redis: server, settings: workerSettings, logName: name)
+            lock.withLock { running[name] = child }
+            return child
+        }
+
+        var workers: [(name: String, child: ChildProcess)] {
+            lock.withLock { running.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+        }
+
+        /// SIGKILL, as a node or container dying would: the worker gets no chance to hand anything back.
+        func kill(_ name: String) async -> Int32? {
+            guard let child = lock.withLock({ running.removeValue(forKey: name) }) else { return nil }
+            child.kill(signal: SIGKILL)
+            let status = await child.waitForExit(timeout: .seconds(5))
+            lock.withLock { exited.append((name, child)) }
+            return status
+        }
+
+        /// Stops every running worker (SIGTERM, then SIGKILL after the grace): their exit statuses.
+        func stopAll() async -> [String: Int32?] {
+            var out: [String: Int32?] = [:]
+            for (name, child) in workers {
+                out[name] = await child.stop(grace: .seconds(10))
+                lock.withLock {
+                    running.removeValue(forKey: name)
+                    exited.append((name, child))
+                }
+            }
+            return out
+        }
+
+        /// The `worker stopped` line of every worker that stopped gracefully.
+        var stopLines: [String: [String: String]] {
+            var out: [String: [String: String]] = [:]
+            for (name, child) in lock.withLock({ exited }) {
+                if let line = jsonLogLines(child.stderr).last(where: { $0["msg"] == "worker stopped" }) { out[name] = line }
+            }
+            return out
+        }
+
+        var allChildren: [(String, ChildProcess)] { lock.withLock { exited.map { ($0.name, $0.child) } } }
+
+        var sports: String { settings.feeds[0].stream }
+
+        func add(_ stream: String, _ fields: [(String, String)]) async throws -> String {
+            try await xadd(redis, stream, fields)
+        }
+
+        func score(_ match: String, _ home: Int, _ away: Int, ts: Int64, clock: String) async throws -> String {
+            try await add(sports, [("type", "match.score"), ("ts", String(ts)), ("match", match), ("home_score", String(home)),
+                                   ("away_score", String(away)), ("clock", clock), ("period", "second_half")])
+        }
+
+        func fullTime(_ match: String, _ home: Int, _ away: Int, ts: Int64) async throws -> String {
+            try await add(sports, [("type", "match.full_time"), ("ts", String(ts)), ("match", match), ("home_score", String(home)),
+                                   ("away_score", String(away))])
+        }
+
+        /// Every input stream delivered and acknowledged (a feed entry is acknowledged only when its
+        /// fan-out's last slice is final), and no slice left in the slices stream.
+        func drained() async -> Bool {
+            for s in settings.inputStreams.map(\.stream) where !(await WorkerTests.drained(redis, s)) { return false }
+            guard let slices = try? await redis.send(RedisCommand("XLEN", settings.keys.slices)).int, slices == 0 else { return false }
+            let group = try? await groupState(redis, stream: settings.keys.slices)
+            return (group?.pending ?? 0) == 0
+        }
+
+        func counter(_ field: String) async throws -> Int {
+            Int(try await redis.send(RedisCommand("HGET", settings.keys.counters, field)).string ?? "0") ?? 0
+        }
+
+        /// Writes `count` activity tokens for `key` in the documented schema (docs/schema.md, "How
+        /// registrations are kept in Redis") exactly as the `activity.token` registration
+        /// `device d<i>, activity A<i>, token, env development, tier standard, broadcast false` at
+        /// `ts` leaves them: the key's `tokens` and `meta` hashes, the device's hash (`act:<key>
+        /// <activity>` and its settings) and the key's place in `keys`. Going through the
+        /// registrations stream is the real interface (tested in RegistrationTests); here it would
+        /// spend most of a test's time on intake, so the writes are pipelined directly.
+        func seedTokens(_ tokens: [String], key: String, ts: Int64) async throws {
+            let activityTTL = 12 * 3600, deviceTTL = 90 * 86_400
+            let tokensKey = "\(settings.prefix):{\(key)}:tokens", metaKey = "\(settings.prefix):{\(key)}:meta"
+            var i = 0
+            while i < tokens.count {
+                let chunk = i..<min(tokens.count, i + 2000)
+                var tokenArgs: [any RedisArgument] = [tokensKey], metaArgs: [any RedisArgument] = [metaKey]
+                var commands: [RedisCommand] = []
+                for k in chunk {
+                    tokenArgs += ["A\(k)", tokens[k]]
+                    metaArgs += ["A\(k)", "\(ts) d\(k) development standard 0"]
+                    let device = settings.keys.device("d\(k)")
+                    commands.append(RedisCommand("HSET", device, "act:\(key) A\(k)", "\(ts) 1", "ts", ts, "env", "development",
+                                                 "tier", "standard", "broadcast", "0"))
+                    commands.append(RedisCommand("EXPIRE", device, deviceTTL))
+                }
+                commands += [RedisCommand("HSET", tokenArgs), RedisCommand("HSET", metaArgs)]
+                let replies = try await redis.pipeline(commands)
+                if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "seeding tokens: \(bad)") }
+                i = chunk.upperBound
+            }
+            _ = try await redis.pipeline([
+                RedisCommand("EXPIRE", tokensKey, activityTTL), RedisCommand("EXPIRE", metaKey, activityTTL),
+                RedisCommand("ZADD", settings.keys.keysIndex, "GT", ts, key),
+            ])
+        }
+
+        /// Device pushes the sandbox accepted so far.
+        func devicePushes() async -> Int {
+            ((try? await sandbox.get("/sandbox/stats"))?["devicePushes"] as? Int) ?? 0
+        }
+
+        /// Entries pending in any group of any stream the workers read (feeds, registrations, slices).
+        func pendingEverywhere() async throws -> [String: Int64] {
+            var out: [String: Int64] = [:]
+            for s in settings.inputStreams.map(\.stream) + [settings.keys.slices] {
+                if let p = try await groupState(redis, stream: s)?.pending, p > 0 { out[s] = p }
+            }
+            return out
+        }
+
+        /// Every delivery in the sandbox's log, oldest first (paged, `GET /sandbox/deliveries?since=`).
+        /// Fails if the log overwrote any (the sandbox's `--delivery-log` was too small).
+        func deliveries() async throws -> [Delivered] {
+            var out: [Delivered] = []
+            var since = 0
+            let file = sandbox.directory.path + "/deliveries-page.json"
+            while true {
+                let curl = try ChildProcess(executable: "/usr/bin/curl",
+                                            arguments: ["-s", "--http2", "--cacert", "\(sandbox.directory.path)/cert.pem", "-o", file,
+                                                        "-w", "%{http_code}", "https://127.0.0.1:\(sandbox.port)/sandbox/deliveries?since=\(since)&limit=50000"],
+                                            logName: "curl")
+                defer { curl.removeLogs() }
+                guard await curl.waitForExit(timeout: .seconds(60)) == 0, curl.stdout == "200" else {
+                    throw RedisServerError(description: "GET /sandbox/deliveries failed: \(curl.stdout) \(curl.stderr)")
+                }
+                let data = try Data(contentsOf: URL(fileURLWithPath: file))
+                guard let page = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+                      let list = page["deliveries"] as? [[String: Any]], let last = page["last"] as? Int else {
+                    throw RedisServerError(description: "GET /sandbox/deliveries: not a page")
+                }
+                let overwritten = page["overwritten"] as? Int ?? 0
+                if overwritten > 0 { throw RedisServerError(description: "the sandbox's delivery log overwrote \(overwritten) deliveries: raise --delivery-log") }
+                for d in list {
+                    guard let sequence = d["sequence"] as? Int else { continue }
+                    since = sequence
+                    guard d["kind"] as? String == "device", let target = d["target"] as? String else { continue }
+                    out.append(Delivered(target: target, timestamp: (d["timestamp"] as? NSNumber)?.doubleValue ?? -1,
+                                         event: d["event"] as? String ?? ""))
+                }
+                if list.isEmpty || since >= last { break }
+            }
+            try? FileManager.default.removeItem(atPath: file)
+            return out
+        }
+    }
+
+    /// One device push the sandbox accepted: to whom, the push's `aps.timestamp` (seconds; each
+    /// event of a test has its own) and its Live Activity event.
+    struct Delivered {
+        var target: String
+        var timestamp: Double
+        var event: String
+    }
+
+    /// What every token received, in the order the sandbox accepted it.
+    struct Received {
+        /// token → the `aps.timestamp`s it received, in delivery order.
+        var byToken: [String: [Double]] = [:]
+        var total = 0
+
+        init(_ deliveries: [Delivered]) {
+            byToken.reserveCapacity(deliveries.count)
+            for d in deliveries {
+                byToken[d.target, default: []].append(d.timestamp)
+                total += 1
+            }
+        }
+
+        /// Tokens of `tokens` that did not receive `final` exactly once.
+        func notFinalExactlyOnce(_ tokens: [String], final: Double) -> [String] {
+            tokens.filter { t in (byToken[t] ?? []).lazy.filter { $0 == final }.count != 1 }
+        }
+
+        /// Tokens of `tokens` whose last delivery isn't `final`.
+        func notEndingOn(_ tokens: [String], final: Double) -> [String] {
+            tokens.filter { byToken[$0]?.last != final }
+        }
+
+        var histogram: String {
+            var h: [Double: Int] = [:]
+            for list in byToken.values { for t in list { h[t, default: 0] += 1 } }
+            return h.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
+        }
+
+        /// Deliveries of a state a token had already received (token and timestamp repeated).
+        var duplicates: Int {
+            byToken.values.reduce(0) { sum, list in sum + list.count - Set(list).count }
+        }
+
+        /// Tokens that received a state older than one they had already received.
+        var regressions: [String] {
+            byToken.compactMap { token, list in zip(list, list.dropFirst()).contains { $1 < $0 } ? token : nil }
+        }
+    }
+
+    func tokens(_ count: Int, base: Int) -> [String] { (0..<count).map { String(format: "%064x", base + $0) } }
+
+    /// A whole second, some minutes ago: events of a test are whole seconds apart, because a push's
+    /// `aps.timestamp` is in seconds and tells the states apart in the delivery log.
+    func secondsAgo(_ s: Int64) -> Int64 { (Int64(Date().timeIntervalSince1970) - s) * 1000 }
+
+    func seconds(_ d: Duration) -> String { String(format: "%.1f s", Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18) }
+
+    // MARK: Tests
+
+    /// 100,000 tokens, three workers, slices of 2,048 (64 slices): three score updates and the
+    /// final whistle. Every token receives the final state exactly once, no token ever receives an
+    /// older state after a newer one, and every worker sent slices.
+    @Test func aHundredThousandTokensReachTheFinalStateExactlyOnce() async throws {
+        let count = 100_000
+        let r = try await Rig(deliveryLog: 600_000, worker: ["fanout.slice_size": "2048"])
+        let all = tokens(count, base: 0x100000)
+        let t0 = secondsAgo(600)
+        let seeding = ContinuousClock.now
+        try await r.seedTokens(all, key: "match:f1", ts: t0)
+        print("fan-out 100k: seeded \(count) tokens in \(seconds(ContinuousClock.now - seeding))")
+        for n in 1...3 { try r.startWorker("w\(n)") }
+
+        let started = ContinuousClock.now
+        var ts = t0
+        for (home, away) in [(1, 0), (2, 0), (2, 1)] {
+            ts += 1000
+            _ = try await r.score("f1", home, away, ts: ts, clock: "\(60 + home * 10 + away)'")
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        ts += 1000
+        _ = try await r.fullTime("f1", 3, 1, ts: ts)
+        let final = Double(ts) / 1000
+        #expect(await eventually(timeout: .seconds(120)) { await r.drained() })
+        let took = ContinuousClock.now - started
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+
+        let reading = ContinuousClock.now
+        let received = Received(try await r.deliveries())
+        print("fan-out 100k: read \(received.total) deliveries in \(seconds(ContinuousClock.now - reading))")
+        let notOnce = received.notFinalExactlyOnce(all, final: final)
+        #expect(notOnce.isEmpty, "\(notOnce.count) tokens did not receive the final state exactly once, e.g. \(notOnce.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        if !notOnce.isEmpty {
+            print(received.histogram)
+            for (name, line) in r.stopLines { print(name, line) }
+            for (name, c) in r.allChildren { print("== \(name)"); print(jsonLogLines(c.stderr).filter { ($0["msg"] ?? "") != "plan" }.map { "\($0)" }.joined(separator: "\n")) }
+        }
+        #expect(received.notEndingOn(all, final: final).count == 0)
+        #expect(received.regressions.isEmpty, "\(received.regressions.count) tokens received an older state after a newer one")
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        let lines = r.stopLines
+        let finished = lines.mapValues { Int($0["slices_finished"] ?? "") ?? 0 }
+        #expect(finished.count == 3 && finished.values.allSatisfy { $0 > 0 }, "slices finished per worker: \(finished)")
+        print("fan-out 100k: 4 events to \(count) tokens in \(seconds(took)): \(received.total) pushes, \(received.duplicates) duplicates, "
+              + "slices finished \(finished.sorted { $0.key < $1.key }), superseded \(try await r.counter("fanout_slices_superseded"))")
+    }
+
+
+    /// 200,000 tokens, three workers, APNs answering in 100 ms, and one of the three SIGKILLed every
+    /// 2 s (and replaced) while the final whistle fans out. A dead worker's batches in flight are
+    /// taken over after their lease and the visibility timeout (1 s each here) and sent again.
+    /// What the design guarantees: nothing is lost (every device ends on the final state), and the
+    /// duplicates are no more than the tokens counted as re-sent (`fanout_tokens_resent`).
+    @Test func killingWorkersDuringAFanOutLosesNothingAndCountsItsDuplicates() async throws {
+        let count = 200_000
+        let r = try await Rig(deliveryLog: 600_000, sandbox: ["--slow-rate", "1", "--slow-ms", "100"], worker: [
+            "fanout.slice_size": "2048", "fanout.lease_ms": "1000",
+            "worker.visibility_timeout_ms": "1000", "worker.claim_interval_ms": "200",
+        ])
+        let all = tokens(count, base: 0x200000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:f2", ts: t0)
+        var generation = [1, 1, 1]
+        for slot in 0..<3 { try r.startWorker("w\(slot)-1") }
+
+        let started = ContinuousClock.now
+        _ = try await r.fullTime("f2", 2, 2, ts: t0 + 1000)
+        let final = Double(t0 + 1000) / 1000
+        var kills = 0
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            try await Task.sleep(for: .seconds(2))
+            if await r.drained() { break }
+            let slot = kills % 3
+            let status = await r.kill("w\(slot)-\(generation[slot])")
+            #expect(status == 128 + SIGKILL)
+            kills += 1
+            generation[slot] += 1
+            try r.startWorker("w\(slot)-\(generation[slot])")
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await r.drained() })
+        let took = ContinuousClock.now - started
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        #expect(kills >= 3, "the fan-out was over after \(kills) kills")
+
+        let received = Received(try await r.deliveries())
+        let lost = received.notEndingOn(all, final: final)
+        #expect(lost.count == 0, "\(lost.count) devices not on the final state, e.g. \(lost.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        let resent = try await r.counter("fanout_tokens_resent")
+        let duplicates = received.duplicates
+        #expect(duplicates <= resent, "\(duplicates) duplicates, \(resent) tokens counted as re-sent")
+        #expect(try await r.pendingEverywhere() == [:])
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        print("fan-out 200k with \(kills) SIGKILLs: \(seconds(took)), \(received.total) pushes, \(duplicates) duplicates "
+              + "(\(String(format: "%.3f", Double(duplicates) * 100 / Double(count))) % of \(count) tokens), \(resent) counted as re-sent")
+    }
+
+    /// Redis (AOF, appendfsync always) killed and restarted while the final whistle fans out to
+    /// 100,000 tokens: the workers reconnect and finish; every device ends on the final state,
+    /// every entry is acknowledged and nothing is pending in any group.
+    @Test func aRedisRestartInTheMiddleOfAFanOutLosesNothing() async throws {
+        let count = 100_000
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let r = try await Rig(redisArguments: ["--appendonly", "yes", "--appendfsync", "always", "--dir", dir.path], deliveryLog: 400_000,
+                              sandbox: ["--slow-rate", "1", "--slow-ms", "50"], worker: [
+                                  "fanout.slice_size": "2048", "worker.visibility_timeout_ms": "2000",
+                                  "redis.command_timeout_ms": "1000",
+                              ])
+        let all = tokens(count, base: 0x300000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:f3", ts: t0)
+        for n in 1...3 { try r.startWorker("w\(n)") }
+
+        let started = ContinuousClock.now
+        let entry = try await r.fullTime("f3", 1, 0, ts: t0 + 1000)
+        let final = Double(t0 + 1000) / 1000
+        #expect(await eventually(timeout: .seconds(30)) { await r.devicePushes() >= count / 4 })
+        let before = await r.devicePushes()
+        await r.server.crash()
+        try await Task.sleep(for: .milliseconds(500))
+        try await r.server.start()
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        let took = ContinuousClock.now - started
+        #expect(r.workers.allSatisfy { $0.child.isRunning })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+
+        let received = Received(try await r.deliveries())
+        let lost = received.notEndingOn(all, final: final)
+        #expect(lost.count == 0, "\(lost.count) devices not on the final state, e.g. \(lost.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        #expect(try await r.pendingEverywhere() == [:])
+        let sports = try #require(try await groupState(r.redis, stream: r.sports))
+        #expect(sports.lag == 0 && sports.pending == 0)
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.keys.slices)).int == 0)
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        print("fan-out 100k, Redis restarted after \(before) pushes: \(seconds(took)), \(received.total) pushes, "
+              + "\(received.duplicates) duplicates, \(try await r.counter("fanout_tokens_resent")) counted as re-sent; entry \(entry)")
+    }
+
+    /// A newer score arrives while the previous one is fanning out to 100,000 tokens (APNs answering
+    /// in 100 ms; a visibility timeout of 1 s, shorter than the fan-out, as a million-token fan-out
+    /// is longer than the default 30 s, so the older entry is claimed again meanwhile). The older
+    /// fan-out's remaining slices are skipped, no token receives the older state after the newer
+    /// one, and every token ends on the newer.
+    @Test func aNewerUpdateSupersedesAFanOutUnderWay() async throws {
+        let count = 100_000
+        let r = try await Rig(deliveryLog: 400_000, sandbox: ["--slow-rate", "1", "--slow-ms", "100"], worker: [
+            "fanout.slice_size": "2048", "worker.visibility_timeout_ms": "1000", "worker.claim_interval_ms": "200",
+        ])
+        let all = tokens(count, base: 0x400000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:f4", ts: t0)
+        for n in 1...3 { try r.startWorker("w\(n)") }
+
+        let started = ContinuousClock.now
+        _ = try await r.score("f4", 1, 0, ts: t0 + 1000, clock: "80'")
+        #expect(await eventually(timeout: .seconds(30)) { await r.devicePushes() >= count / 5 })
+        let older = await r.devicePushes()
+        // The newer event says only the score (a correction without the clock): the clock of the
+        // older one stays the newest clock, so the older entry, claimed again, still brings news.
+        _ = try await r.add(r.sports, [("type", "match.score"), ("ts", String(t0 + 2000)), ("match", "f4"), ("home_score", "2"), ("away_score", "0")])
+        let newest = Double(t0 + 2000) / 1000
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        let took = ContinuousClock.now - started
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+
+        let received = Received(try await r.deliveries())
+        let superseded = try await r.counter("fanout_slices_superseded")
+        #expect(superseded > 0)
+        let regressions = received.regressions
+        #expect(regressions.isEmpty, "\(regressions.count) tokens received the older state after the newer, e.g. \(regressions.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        let notNewest = received.notEndingOn(all, final: newest)
+        #expect(notNewest.count == 0, "\(notNewest.count) tokens not on the newest state, e.g. \(notNewest.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        #expect(try await r.pendingEverywhere() == [:])
+        print("fan-out 100k superseded after \(older) pushes: \(seconds(took)), \(received.total) pushes, \(superseded) slices superseded, "
+              + "\(received.duplicates) duplicates; " + received.histogram)
+    }
+}
