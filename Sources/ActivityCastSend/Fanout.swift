@@ -92,6 +92,11 @@ public enum FanoutScripts {
       while x % (b * 2) == 0 do b = b * 2 end
       return b
     end
+    -- The Redis process: each one seeds its hash function anew, so HSCAN's order (the slices)
+    -- holds only within one process (a restart or a failover gives another).
+    local function runid()
+      return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+    end
     """
 
     /// KEYS: gen hash (`{key}:gen`), fan hash, tokens. ARGV: gen, millis, slice size, max slices,
@@ -116,7 +121,7 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
     redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
-               'millis', ARGV[2], 'b', 1)
+               'millis', ARGV[2], 'b', 1, 'rid', runid())
     redis.call('EXPIRE', KEYS[2], ttl)
     return {'new', n, tokens}
     """)
@@ -138,19 +143,32 @@ public enum FanoutScripts {
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
     /// KEYS: gen hash, fan hash, inflight zset, tokens, meta. ARGV: gen, j, n, want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end).
-    /// Returns {status, left, confirm, resent, activity1, token1, meta1, …}; status is `send`,
+    /// Returns {status, left, confirm, resent, activity1, token1, meta1, …} (resent: 1 after a
+    /// takeover, 2 after a Redis restart, else 0); status is `send`,
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
-    /// (an older fan-out's batch is in flight) or `gone` (the fan-out is over and cleared).
+    /// (an older fan-out's batch is in flight), `gone` (the fan-out is over and cleared) or
+    /// `relaid` (Redis restarted since the fan-out began: every slice starts again; left = the
+    /// slice count; the caller queues the others again).
     public static let step = RedisScript(common + """
 
     local gen, j, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
     local want, now, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local member = gen .. '|' .. j
     local f = 's' .. j
-    local meta = redis.call('HMGET', KEYS[2], 'left', f)
+    local meta = redis.call('HMGET', KEYS[2], 'left', f, 'rid', 'n', 'r')
     if not meta[1] then return {'gone', 0} end
     local left, st = tonumber(meta[1]), meta[2]
+    if left > 0 and meta[3] ~= runid() and redis.call('HGET', KEYS[1], 'name') == gen then
+      -- Redis restarted (or failed over) since the fan-out began: the scan order is another one,
+      -- so every slice's progress now names other tokens. Every slice starts again (its batches
+      -- counted as re-sent) and is queued again by the caller: nothing is lost.
+      local all = tonumber(meta[4])
+      for k = 0, all - 1 do redis.call('HDEL', KEYS[2], 's' .. k) end
+      redis.call('HDEL', KEYS[2], 'q')
+      redis.call('HSET', KEYS[2], 'left', all, 'rid', runid(), 'r', 1)
+      return {'relaid', all}
+    end
     if st == 'done' then return {'done', left} end
     local function final()
       redis.call('HSET', KEYS[2], f, 'done')
@@ -181,6 +199,8 @@ public enum FanoutScripts {
       -- Its worker stopped with a batch in flight: send that batch again (APNs may have had some of it).
       pos, resent = from, 1
     end
+    -- Started again after a Redis restart: any token may have had this state before it.
+    if resent == 0 and meta[5] == '1' then resent = 2 end
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
       if string.sub(m, 1, #gen + 1) ~= gen .. '|' then return {'wait', left} end
@@ -347,11 +367,14 @@ extension Sender {
                     triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].string ?? ""))
                     i += 3
                 }
-                if parts[3].int == 1 {
-                    // A worker stopped with this batch in flight: APNs may already have had some of it.
+                if let resent = parts[3].int, resent > 0 {
+                    // A worker stopped with this batch in flight (1), or the slice started again after
+                    // a Redis restart (2): APNs may already have had some of it.
                     stats.tokensResent.add(triples.count, ordering: .relaxed)
                     _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
-                    logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
+                    if resent == 1 {
+                        logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
+                    }
                 }
                 let rows = try await tokenRows(triples)
                 var byEnv: [APNsEnvironment: [TokenRow]] = [:]
@@ -371,6 +394,19 @@ extension Sender {
             case "done":
                 if left <= 0, acknowledges { try await acknowledge(entry: entry) }
                 return .final(left: left)
+            case "relaid":
+                // Redis restarted since the fan-out began (a new hash seed, so another scan order):
+                // every slice starts again. This one goes on here; the others are queued again, and
+                // `q` set once they are (else the entry's next delivery queues them).
+                logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
+                var commands = (0..<slice.count).filter { $0 != slice.index }.map { j in
+                    RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: slice.key, gen: slice.gen, index: j, count: slice.count).fields)
+                }
+                commands.append(RedisCommand("HSET", fan, "q", 1))
+                commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
+                let replies = try await redis.pipeline(commands)
+                if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
+                confirm = ""
             case "gone":
                 return .gone
             case "paused":

@@ -84,6 +84,14 @@ import TestSupport
             return out
         }
 
+        /// Copies every worker's log to `dir` (to read after a failure).
+        func saveLogs(_ dir: String) {
+            try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            for (name, child) in lock.withLock({ exited + running.map { ($0.key, $0.value) } }) {
+                try? child.stderr.write(toFile: "\(dir)/\(name).log", atomically: true, encoding: .utf8)
+            }
+        }
+
         var allChildren: [(String, ChildProcess)] { lock.withLock { exited.map { ($0.name, $0.child) } } }
 
         var sports: String { settings.feeds[0].stream }
@@ -391,13 +399,15 @@ import TestSupport
         let received = Received(try await r.deliveries())
         let lost = received.notEndingOn(all, final: final)
         #expect(lost.count == 0, "\(lost.count) devices not on the final state, e.g. \(lost.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        let resent = try await r.counter("fanout_tokens_resent")
+        #expect(received.duplicates <= resent, "\(received.duplicates) duplicates, \(resent) tokens counted as re-sent")
         #expect(try await r.pendingEverywhere() == [:])
         let sports = try #require(try await groupState(r.redis, stream: r.sports))
         #expect(sports.lag == 0 && sports.pending == 0)
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.keys.slices)).int == 0)
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
         print("fan-out 100k, Redis restarted after \(before) pushes: \(seconds(took)), \(received.total) pushes, "
-              + "\(received.duplicates) duplicates, \(try await r.counter("fanout_tokens_resent")) counted as re-sent; entry \(entry)")
+              + "\(received.duplicates) duplicates, \(resent) counted as re-sent; entry \(entry)")
     }
 
     /// A newer score arrives while the previous one is fanning out to 100,000 tokens (APNs answering
