@@ -111,6 +111,10 @@ public enum FanoutScripts {
       return {'exists', tonumber(f[1]), tonumber(f[2]), f[3] or '', f[4] or ''}
     end
     if cur[2] and tonumber(ARGV[2]) < tonumber(cur[2]) then return {'older'} end
+    -- This fan-out began before and another has been the key's newest since (its entry, claimed
+    -- again, is now stale): starting it anew would take the key over from the newer one and run on
+    -- its old progress. The newer one's payload was merged after this one's: nothing to send.
+    if redis.call('EXISTS', KEYS[2]) == 1 then return {'older'} end
     local tokens = redis.call('HLEN', KEYS[3])
     local n = 1
     if tokens > 0 and redis.call('OBJECT', 'ENCODING', KEYS[3]) == 'hashtable' then

@@ -267,4 +267,26 @@ import TestSupport
         // Over: another step (a late delivery) starts nothing again.
         #expect(try await f.step("g", 0, of: n).status == "done")
     }
+
+    /// The older fan-out's entry, claimed again after the newer one began, is stale; when it still
+    /// brought a value it goes out again at the newest time — but its own fan-out record exists,
+    /// so it starts nothing: the newer fan-out stays the key's, and the old record isn't reused.
+    @Test func aSupersededFanoutIsNeverStartedAgain() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        try await f.fill(0..<3000)
+        let n = try await f.create("old", millis: 1000, sliceSize: 1000)
+        _ = try await f.drain("old", 0, of: n)
+        _ = try await f.create("new", millis: 2000, sliceSize: 1000)
+        let again = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("old"), f.tokens], args: [
+            "old", 2000, 1000, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "1-0",
+        ]))
+        #expect(again.array?.first?.string == "older", "\(again)")
+        #expect(try await redis.send(RedisCommand("HGET", f.gen, "name")).string == "new")
+        var total = 0
+        for j in 0..<n { total += try await f.drain("new", j, of: n).count }
+        #expect(total == 3000)
+    }
 }

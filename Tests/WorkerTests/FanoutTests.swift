@@ -449,4 +449,38 @@ import TestSupport
         print("fan-out 100k superseded after \(older) pushes: \(seconds(took)), \(received.total) pushes, \(superseded) slices superseded, "
               + "\(received.duplicates) duplicates; " + received.histogram)
     }
+
+    /// The older fan-out's entry stays pending after the newer event arrives (a worker died holding
+    /// some of its slices, which wait for the visibility timeout), so it is claimed again and found
+    /// stale; it carried a value no newer event carries (the clock), so the merged state goes out
+    /// again as the newest event. That must not take the key over from the newer fan-out nor
+    /// restart the older one on its old progress: every token ends on the newest state.
+    @Test func aSupersededEntryClaimedAgainLeavesTheNewerFanOutAlone() async throws {
+        let count = 50_000
+        let r = try await Rig(deliveryLog: 300_000, sandbox: ["--slow-rate", "1", "--slow-ms", "100"], worker: [
+            "fanout.slice_size": "1024", "worker.visibility_timeout_ms": "1000", "worker.claim_interval_ms": "200",
+            "fanout.lease_ms": "1000",
+        ])
+        let all = tokens(count, base: 0x500000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:f5", ts: t0)
+        for n in 1...3 { try r.startWorker("w\(n)") }
+
+        _ = try await r.score("f5", 1, 0, ts: t0 + 1000, clock: "80'")
+        #expect(await eventually(timeout: .seconds(30)) { await r.devicePushes() >= count / 5 })
+        #expect(await r.kill("w1") == 128 + SIGKILL)
+        _ = try await r.add(r.sports, [("type", "match.score"), ("ts", String(t0 + 2000)), ("match", "f5"), ("home_score", "2"), ("away_score", "0")])
+        let newest = Double(t0 + 2000) / 1000
+        #expect(await eventually(timeout: .seconds(60)) { await r.drained() })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+
+        let received = Received(try await r.deliveries())
+        let notNewest = received.notEndingOn(all, final: newest)
+        #expect(notNewest.count == 0, "\(notNewest.count) tokens not on the newest state, e.g. \(notNewest.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        #expect(received.regressions.isEmpty)
+        #expect(try await r.pendingEverywhere() == [:])
+        print("superseded entry claimed again: \(received.total) pushes, \(received.duplicates) duplicates, "
+              + "\(try await r.counter("fanout_slices_superseded")) slices superseded; " + received.histogram)
+    }
 }
