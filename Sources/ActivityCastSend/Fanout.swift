@@ -318,9 +318,13 @@ extension Sender {
     /// out the next (see `FanoutScripts.step`). When this is the fan-out's last slice, the event's
     /// entry is acknowledged. Throws (leaving the slice to be taken again) when a batch's sends
     /// keep failing.
-    public func runSlice(_ slice: SliceRef, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+    /// `attempts`: the hash field that counts the deliveries of the slice's entry; it is cleared
+    /// once a batch is confirmed, so deaths of workers that were making progress don't use up the
+    /// slice's attempts (only deliveries that get nowhere do).
+    public func runSlice(_ slice: SliceRef, attempts: (key: String, field: String)? = nil,
+                         shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var summary = SendSummary()
-        return try await runSlice(slice, summary: &summary, shouldStop: shouldStop)
+        return try await runSlice(slice, summary: &summary, attempts: attempts, shouldStop: shouldStop)
     }
 
     /// A slice whose attempts ran out: final without being sent (recorded as a send failure).
@@ -337,8 +341,9 @@ extension Sender {
 
     /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
     /// first slice, sent by the worker processing the entry, which acknowledges it itself).
-    func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true,
+    func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
                   shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+        var attempts = attempts
         let fan = fanKey(slice.key, slice.gen)
         let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
         let h = head.array ?? []
@@ -359,6 +364,11 @@ extension Sender {
                 throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
             }
             let left = Int(parts[1].int ?? 0)
+            if !confirm.isEmpty, let counter = attempts {
+                // A batch of this delivery was confirmed: it made progress.
+                attempts = nil
+                _ = try? await redis.send(RedisCommand("HDEL", counter.key, counter.field))
+            }
             switch status {
             case "send":
                 guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }

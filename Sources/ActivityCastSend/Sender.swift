@@ -116,11 +116,12 @@ public final class Sender: Sendable {
         try await channels.deleteDue(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
     }
 
-    public func send(_ plan: Plan, entry: String) async throws -> SendOutcome {
-        try await locks.withLock(plan.key) { try await sendLocked(plan, entry: entry) }
+    /// `redelivered`: the entry was delivered before (its attempts are counted; progress clears them).
+    public func send(_ plan: Plan, entry: String, redelivered: Bool = false) async throws -> SendOutcome {
+        try await locks.withLock(plan.key) { try await sendLocked(plan, entry: entry, redelivered: redelivered) }
     }
 
-    private func sendLocked(_ original: Plan, entry: String) async throws -> SendOutcome {
+    private func sendLocked(_ original: Plan, entry: String, redelivered: Bool) async throws -> SendOutcome {
         var plan = original
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a
@@ -160,7 +161,8 @@ public final class Sender: Sendable {
                                audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
             catchUp.staleAfterSeconds = plan.staleAfterSeconds
             catchUp.relevanceScore = plan.relevanceScore
-            return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false)
+            return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false,
+                                            redelivered: redelivered)
         }
         // Channels exist from the key's first event, so app backends can subscribe activities
         // the app starts itself.
@@ -169,7 +171,8 @@ public final class Sender: Sendable {
             channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env])
         }
         guard let event = plan.event else { return .done(summary) }
-        if event == .end, configuration.endSettle > .zero {
+        // The settle is for the first delivery: a redelivered end whose fan-out began has nothing to wait for.
+        if event == .end, configuration.endSettle > .zero, prior.left == nil {
             try await Task.sleep(for: configuration.endSettle)
             // The same merge again (idempotent): the state now has what other workers merged meanwhile.
             merged = try KeyStateScripts.parse(try await redis.send(
@@ -185,7 +188,7 @@ public final class Sender: Sendable {
                 return .rejected(e.description)
             }
         case .update, .end:
-            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, prior: prior,
+            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered, prior: prior,
                                             channelStates: channelStates)
         }
         return .done(summary)
@@ -196,7 +199,7 @@ public final class Sender: Sendable {
     /// slices stream for the fleet. `.handedOff` while other slices are still under way: the
     /// worker that finishes the last one acknowledges the entry.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
-                                prior known0: FanoutPrior? = nil,
+                                redelivered: Bool, prior known0: FanoutPrior? = nil,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> SendOutcome {
         var summary = summary
         let payload = PushBuilder.payload(plan, contentState: state)
@@ -271,6 +274,7 @@ public final class Sender: Sendable {
         }
         if finishEnd, plan.event == .end { try await finish(plan) }
         let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
+                                       attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil,
                                        shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch first {
         case .final(let left) where left <= 0: return .done(summary)

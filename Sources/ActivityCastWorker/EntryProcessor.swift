@@ -251,7 +251,7 @@ struct EntryProcessor: Sendable {
             return nil
         }
         if let sender, !sends.isEmpty {
-            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries) {
+            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries, redelivered: redelivered) {
                 switch result {
                 case .success(.done):
                     break
@@ -412,7 +412,7 @@ struct EntryProcessor: Sendable {
 
     /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
     /// concurrently. Returns each entry's result.
-    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry]) async -> [(Int, Result<SendOutcome, Error>)] {
+    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool) async -> [(Int, Result<SendOutcome, Error>)] {
         var byKey: [ActivityKey: [(Int, Plan)]] = [:]
         for s in sends { byKey[s.1.key, default: []].append(s) }
         let logger = self.logger
@@ -423,7 +423,7 @@ struct EntryProcessor: Sendable {
                     for (index, plan) in plans.sorted(by: { $0.1.timestampMillis < $1.1.timestampMillis }) {
                         let entry = "\(stream)/\(entries[index].id)"
                         do {
-                            let outcome = try await sender.send(plan, entry: entry)
+                            let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered)
                             var summary: SendSummary?
                             switch outcome {
                             case .done(let s), .handedOff(let s): summary = s

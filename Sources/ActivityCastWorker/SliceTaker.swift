@@ -156,7 +156,7 @@ final class SliceTaker: Sendable {
         }
         let stop = self.stop
         do {
-            let result = try await sender.runSlice(slice, shouldStop: { stop.isStopped })
+            let result = try await sender.runSlice(slice, attempts: redelivered ? (errorsKey, "\(entry.id)#n") : nil, shouldStop: { stop.isStopped })
             switch result {
             case .final, .gone:
                 await finish(entry)
