@@ -43,8 +43,9 @@ import TestSupport
         }
 
         @discardableResult
-        func startWorker(_ name: String) throws -> ChildProcess {
-            let child = try startActivitycast(["worker", "--consumer", name], redis: server, settings: workerSettings, logName: name)
+        func startWorker(_ name: String, settings more: [String: String] = [:]) throws -> ChildProcess {
+            let child = try startActivitycast(["worker", "--consumer", name], redis: server,
+                                              settings: workerSettings.merging(more) { _, new in new }, logName: name)
             lock.withLock { running[name] = child }
             return child
         }
@@ -74,6 +75,9 @@ import TestSupport
             }
             return out
         }
+
+        /// Every worker's log so far.
+        var allLogs: [String] { lock.withLock { exited.map(\.child) + Array(running.values) }.map(\.stderr) }
 
         /// The `worker stopped` line of every worker that stopped gracefully.
         var stopLines: [String: [String: String]] {
@@ -310,6 +314,47 @@ import TestSupport
         #expect(finished.count == 3 && finished.values.allSatisfy { $0 > 0 }, "slices finished per worker: \(finished)")
         print("FanoutTests 100k: 4 events to \(count) tokens in \(seconds(took)): \(received.total) pushes, \(received.duplicates) duplicates, "
               + "slices finished \(finished.sorted { $0.key < $1.key }), superseded \(try await r.counter("fanout_slices_superseded"))")
+    }
+
+    /// The ACL in docs/operations.md, read from the document itself, is all a worker needs: two
+    /// workers logged in as that user take a match (channel, broadcast, a fan-out in slices, the
+    /// end) to every device, with nothing dead-lettered or left pending.
+    @Test func theDocumentedACLIsEnoughForAFanOut() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/operations.md"), encoding: .utf8)
+        guard let start = doc.range(of: "ACL SETUSER activitycast"), let end = doc.range(of: "```", range: start.upperBound..<doc.endIndex) else {
+            Issue.record("docs/operations.md has no ACL SETUSER activitycast block")
+            return
+        }
+        let words = doc[start.lowerBound..<end.lowerBound].replacingOccurrences(of: "\\", with: " ").split(whereSeparator: \.isWhitespace).map(String.init)
+        #expect(words.count > 20)
+        let r = try await Rig(deliveryLog: 100_000, worker: ["fanout.slice_size": "256"])
+        // The document's prefix is the default `ac`; the test's streams and keys have their own.
+        let rules = words.dropFirst(3).map { $0 == ">PASSWORD" ? ">pw" : $0 == "~ac:*" ? "~\(r.settings.prefix):*" : $0 }
+        #expect(rules.contains("~\(r.settings.prefix):*"))
+        let set = try await r.redis.send(RedisCommand("ACL", ["SETUSER", "activitycast"] + rules.map { $0 as any RedisArgument }))
+        #expect(set.string == "OK", "\(set)")
+        let count = 5000
+        let all = tokens(count, base: 0x500000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:acl", ts: t0)
+        for n in 1...2 {
+            try r.startWorker("acl\(n)", settings: ["redis.url": "redis://activitycast:pw@127.0.0.1:\(r.server.port)"])
+        }
+        _ = try await r.score("acl", 1, 0, ts: t0 + 1000, clock: "10'")
+        _ = try await r.fullTime("acl", 1, 0, ts: t0 + 2000)
+        #expect(await eventually(timeout: .seconds(60)) { await r.drained() })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        let received = Received(try await r.deliveries())
+        let lost = received.notEndingOn(all, final: Double(t0 + 2000) / 1000)
+        #expect(lost.isEmpty, "\(lost.count) devices not on the final state")
+        let deadLetters = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+", "COUNT", 5))
+        #expect(deadLetters.array?.isEmpty == true, "dead letters: \(deadLetters)")
+        let denied = r.allLogs.flatMap { $0.split(separator: "\n") }.filter { $0.contains("NOPERM") || $0.contains("no permissions") }
+        #expect(denied.isEmpty, "\(denied.count) lines, first: \(denied.first ?? "")")
+        let finished = r.stopLines.values.reduce(0) { $0 + (Int($1["slices_finished"] ?? "") ?? 0) }
+        #expect(finished >= 2 * 32, "slices finished: \(finished)")
     }
 
     /// 200,000 tokens, three workers, APNs answering in 100 ms, and one of the three SIGKILLed every
