@@ -348,7 +348,7 @@ import TestSupport
         #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
         let received = Received(try await r.deliveries())
         let lost = received.notEndingOn(all, final: Double(t0 + 2000) / 1000)
-        #expect(lost.isEmpty, "\(lost.count) devices not on the final state")
+        #expect(lost.count == 0, "\(lost.count) devices not on the final state")
         let deadLetters = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+", "COUNT", 5))
         #expect(deadLetters.array?.isEmpty == true, "dead letters: \(deadLetters)")
         let denied = r.allLogs.flatMap { $0.split(separator: "\n") }.filter { $0.contains("NOPERM") || $0.contains("no permissions") }
