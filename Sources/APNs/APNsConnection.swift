@@ -116,7 +116,10 @@ final class APNsEventLoop: Sendable {
         self.tlsContext = tlsContext
         self.logger = logger
         self.stats = stats
-        let thread = Thread { [self] in LoopState(owner: self, connections: connections).run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("apns-\(id)")
+            LoopState(owner: self, connections: connections).run()
+        }
         thread.name = "apns-\(id)"
         thread.start()
     }

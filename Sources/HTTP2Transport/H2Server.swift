@@ -104,6 +104,7 @@ public final class H2Server: Sendable {
         let wake = acceptWake
         let stopped = self.stopped
         let thread = Thread {
+            nameCurrentThread("h2-accept")
             var next = 0
             var connectionID: UInt64 = 0
             while !stopped.value.load(ordering: .relaxed) {
@@ -151,7 +152,10 @@ final class ServerLoop: Sendable {
         self.tls = tls
         self.maxConcurrentStreams = maxConcurrentStreams
         self.handler = handler
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("h2-loop-\(index)")
+            self.run()
+        }
         thread.name = "h2-loop-\(index)"
         thread.start()
     }
