@@ -102,7 +102,9 @@ final class SliceTaker: Sendable {
         var attempt = 0
         while !stop.isStopped {
             do {
-                let reply = try await redis.send(RedisCommand("XGROUP", "CREATE", stream, settings.group, "0", "MKSTREAM"))
+                // `pipeline`, not `send`: the error reply must come back as a value, since BUSYGROUP (the
+                // group exists: any worker but the first) is success here.
+                let reply = try await redis.pipeline([RedisCommand("XGROUP", "CREATE", stream, settings.group, "0", "MKSTREAM")])[0]
                 if let e = reply.errorMessage, !e.hasPrefix("BUSYGROUP") { throw RedisError(.server, e) }
                 return
             } catch {
