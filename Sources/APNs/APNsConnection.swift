@@ -188,10 +188,12 @@ private final class LoopState {
     /// on one thread (the sandbox did: one of its two loops at ~55%, the other idle), while a
     /// client like h2load keeps every connection busy.
     private func spreadQueued() {
-        let open = connections.filter { $0.session != nil && !$0.draining }
-        guard open.count > 1, queued > open.count else { return }
-        let share = (queued + open.count - 1) / open.count
-        for c in open { c.submit(atMost: share) }
+        guard connections.count > 1 else { return }
+        var open = 0
+        for c in connections where c.session != nil && !c.draining { open += 1 }
+        guard open > 1, queued > open else { return }
+        let share = (queued + open - 1) / open
+        for c in connections where c.session != nil && !c.draining { c.submit(atMost: share) }
     }
 
     /// Takes the next request for a connection with room, if any.
