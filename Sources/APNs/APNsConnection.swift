@@ -116,7 +116,10 @@ final class APNsEventLoop: Sendable {
         self.tlsContext = tlsContext
         self.logger = logger
         self.stats = stats
-        let thread = Thread { [self] in LoopState(owner: self, connections: connections).run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("apns-\(id)")
+            LoopState(owner: self, connections: connections).run()
+        }
         thread.name = "apns-\(id)"
         thread.start()
     }
@@ -160,6 +163,7 @@ private final class LoopState {
     func run() {
         while owner.inbox.take(into: &queue) {
             let now = Deadline.now()
+            spreadQueued()
             for c in connections {
                 if c.pump == nil {
                     if queued > 0 && now >= c.nextConnectAttempt { c.connect() }
@@ -175,6 +179,21 @@ private final class LoopState {
             housekeeping()
         }
         shutdown()
+    }
+
+    /// Gives each open connection an even share of what is queued before any connection takes
+    /// more (the loop below then fills whatever room is left, connection by connection). Without
+    /// it the first connection took everything up to its stream limit (1000) and a fan-out that
+    /// keeps fewer requests in flight than that used one connection, so the server handled it
+    /// on one thread (the sandbox did: one of its two loops at ~55%, the other idle), while a
+    /// client like h2load keeps every connection busy.
+    private func spreadQueued() {
+        guard connections.count > 1 else { return }
+        var open = 0
+        for c in connections where c.session != nil && !c.draining { open += 1 }
+        guard open > 1, queued > open else { return }
+        let share = (queued + open - 1) / open
+        for c in connections where c.session != nil && !c.draining { c.submit(atMost: share) }
     }
 
     /// Takes the next request for a connection with room, if any.
@@ -319,13 +338,15 @@ private final class ConnectionState: HTTP2ClientDelegate {
 
     var name: String { "\(loop.owner.id).\(index)" }
 
-    /// Starts queued requests while there is room.
-    func submit() {
+    /// Starts queued requests while there is room (at most `atMost` of them).
+    func submit(atMost: Int = .max) {
         guard let session, !draining else { return }
         let limit = succeededOnce ? max(1, min(session.remoteMaxConcurrentStreams, config.maxConcurrentStreams)) : 1
         var submitted = false
         var now: Deadline?
-        while session.activeStreams < limit, let request = loop.next() {
+        var taken = 0
+        while taken < atMost, session.activeStreams < limit, let request = loop.next() {
+            taken += 1
             let slot = freeSlots.popLast() ?? { slots.append(nil); return slots.count - 1 }()
             let work = request.work
             do {

@@ -46,7 +46,7 @@ public struct SandboxConfiguration: Sendable {
     public var streamsBeforeAuthentication: Int
     /// Deliveries kept in the recent-deliveries ring.
     public var deliveryLogCapacity: Int
-    /// Device tokens with a view; beyond it, an arbitrary view is forgotten for each new token.
+    /// Device tokens with a view; beyond it, the oldest view is forgotten for each new token.
     public var maxTrackedDevices: Int
     /// Distinct provider tokens whose verification outcome is remembered (each is verified once).
     public var tokenCacheCapacity: Int

@@ -137,7 +137,7 @@ public enum SettingsLoader {
     public static let otherVariables: Set<String> = [
         "ACTIVITYCAST_CONFIG",
         "ACTIVITYCAST_SANDBOX_BENCH", "ACTIVITYCAST_SANDBOX_BENCH_ROUNDS", "ACTIVITYCAST_SANDBOX_BENCH_THREADS",
-        "ACTIVITYCAST_SANDBOX_BENCH_TOKENS",
+        "ACTIVITYCAST_SANDBOX_BENCH_TOKENS", "ACTIVITYCAST_SANDBOX_BENCH_FANOUT_TOKENS",
         "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
         // Test-only failpoint (EntryProcessor): crash on an entry with this field value.
         "ACTIVITYCAST_FAILPOINT_CRASH_ON",

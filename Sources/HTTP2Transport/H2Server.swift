@@ -104,7 +104,7 @@ public final class H2Server: Sendable {
         let wake = acceptWake
         let stopped = self.stopped
         let thread = Thread {
-            var next = 0
+            nameCurrentThread("h2-accept")
             var connectionID: UInt64 = 0
             while !stopped.value.load(ordering: .relaxed) {
                 var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
@@ -116,8 +116,12 @@ public final class H2Server: Sendable {
                 var on: Int32 = 1
                 setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
                 connectionID += 1
-                loops[next % loops.count].adopt(fd: client, connectionID: connectionID)
-                next += 1
+                // The loop with the fewest open connections (the first on a tie). Round robin over
+                // every connection ever accepted let short-lived ones (an admin request, a finished
+                // h2load) decide where a sender's connections went: both of a worker's landed on
+                // one loop, and the sandbox served its fan-out with one thread.
+                let loop = loops.min { $0.open.load(ordering: .relaxed) < $1.open.load(ordering: .relaxed) }!
+                loop.adopt(fd: client, connectionID: connectionID)
             }
             Glibc.close(fd)
         }
@@ -146,12 +150,17 @@ final class ServerLoop: Sendable {
     let tls: TLSContext?
     let maxConcurrentStreams: Int
     let handler: any H2RequestHandler
+    /// Connections this loop owns or is about to adopt (the accept thread balances on it).
+    let open = Atomic<Int>(0)
 
     init(index: Int, tls: TLSContext?, maxConcurrentStreams: Int, handler: any H2RequestHandler) {
         self.tls = tls
         self.maxConcurrentStreams = maxConcurrentStreams
         self.handler = handler
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("h2-loop-\(index)")
+            self.run()
+        }
         thread.name = "h2-loop-\(index)"
         thread.start()
     }
@@ -162,7 +171,11 @@ final class ServerLoop: Sendable {
     }
 
     func adopt(fd: Int32, connectionID: UInt64) {
-        if !incoming.post([Adopted(fd: fd, connectionID: connectionID)]) { Glibc.close(fd) }
+        open.add(1, ordering: .relaxed)
+        if !incoming.post([Adopted(fd: fd, connectionID: connectionID)]) {
+            open.subtract(1, ordering: .relaxed)
+            Glibc.close(fd)
+        }
     }
 
     func stop() { incoming.close() }
@@ -175,6 +188,7 @@ final class ServerLoop: Sendable {
                 if let c = ServerConnection(fd: a.fd, id: a.connectionID, tls: tls, maxConcurrentStreams: maxConcurrentStreams, handler: handler) {
                     connections.append(c)
                 } else {
+                    open.subtract(1, ordering: .relaxed)
                     Glibc.close(a.fd)
                 }
             }
@@ -194,6 +208,7 @@ final class ServerLoop: Sendable {
             }
             for i in closed.reversed() {
                 let c = connections.remove(at: i)
+                open.subtract(1, ordering: .relaxed)
                 c.close()
                 handler.connectionClosed(connectionID: c.id)
             }

@@ -33,7 +33,7 @@ public final class RedisConnection: Sendable {
         self.queue = JobQueue()
         self.counters = Counters()
         let io = IOThreadState(configuration: configuration, queue: queue, counters: counters)
-        let thread = Thread { io.run() }
+        let thread = Thread { nameCurrentThread("redis-io"); io.run() }
         thread.name = "redis-io"
         thread.start()
     }

@@ -110,6 +110,27 @@ import Testing
         #expect((admin(s, "GET", "/sandbox/deliveries?limit=1").json?["deliveries"] as? [[String: Any]])?.first?["sequence"] as? Int == 6)
     }
 
+    /// `/sandbox/stats` says how many device pushes were accepted and when the newest of them had
+    /// arrived (the latest receipt time, even if pushes are handled out of order); rejected pushes
+    /// and broadcasts leave that time alone.
+    @Test func statsCarryTheLastDevicePushReceipt() throws {
+        let s = f.sandbox { $0.deliveryLogCapacity = 0 }
+        #expect(admin(s, "GET", "/sandbox/stats").json?["lastDevicePushMicros"] as? Int == 0)
+        let base = Fixture.now * 1000
+        for (i, micros) in [base + 30, base + 10].enumerated() {
+            let token = String(repeating: i == 0 ? "a1" : "b2", count: 32)
+            #expect(s.handle(try f.devicePush(token: token), nowMicros: micros).status == 200)
+        }
+        // Refused (bad token) and a broadcast: not device pushes that arrived.
+        #expect(s.handle(try f.devicePush(token: "zz"), nowMicros: base + 50).status == 400)
+        let channel = try f.createChannel(s, policy: 0)
+        #expect(s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel)), nowMicros: base + 60).status == 200)
+        let stats = try #require(admin(s, "GET", "/sandbox/stats").json)
+        #expect(stats["devicePushes"] as? Int == 2)
+        #expect(stats["lastDevicePushMicros"] as? Int == Int(base + 30))
+        #expect(s.stats.lastDevicePushMicros == base + 30)
+    }
+
     @Test func channelViewsWithPercentEncodedIDs() throws {
         let s = f.sandbox()
         var id = ""

@@ -25,6 +25,21 @@ import Testing
         return r
     }
 
+    /// Past `maxTrackedDevices` the view made first is forgotten for each new token (a push to a
+    /// token it already has keeps its place), and the pushes themselves are still accepted.
+    @Test func theOldestViewIsForgottenPastTheTrackedLimit() throws {
+        let s = f.sandbox { $0.maxTrackedDevices = 3 }
+        let tokens = ["a1", "b2", "c3", "d4", "e5"].map { String(repeating: $0, count: 32) }
+        for t in tokens.prefix(4) { #expect(try send(s, update(timestamp: 100), token: t).status == 200) }
+        #expect(s.deviceView(token: tokens[0]) == nil)
+        #expect(tokens[1...3].allSatisfy { s.deviceView(token: $0) != nil })
+        #expect(try send(s, update(timestamp: 101), token: tokens[1]).status == 200)
+        #expect(try send(s, update(timestamp: 100), token: tokens[4]).status == 200)
+        #expect(s.deviceView(token: tokens[1]) == nil)
+        #expect([2, 3, 4].allSatisfy { s.deviceView(token: tokens[$0]) != nil })
+        #expect(s.stats.devicePushes == 6)
+    }
+
     @Test func successCarriesApnsIDAndUniqueIDInDevelopment() throws {
         let s = f.sandbox()
         let given = "6f1c63b5-9f0c-4d2c-9a4e-3b1d3b9e2a10"

@@ -84,6 +84,36 @@ struct SandboxBench {
     }
 }
 
+extension SandboxBench {
+    /// A fan-out to more distinct tokens than the sandbox keeps views of
+    /// (`maxTrackedDevices`, 100,000): every push past it makes a view and forgets another.
+    /// Prints µs per push for each block of 100,000 distinct tokens; the later blocks should cost
+    /// what the first did. (`ACTIVITYCAST_SANDBOX_BENCH_FANOUT_TOKENS`, default 400,000.)
+    @Test func devicePushesBeyondTheTrackedDevices() throws {
+        let f = try Fixture()
+        let headers = try f.deviceHeaders()
+        let total = ProcessInfo.processInfo.environment["ACTIVITYCAST_SANDBOX_BENCH_FANOUT_TOKENS"].flatMap { Int($0) } ?? 400_000
+        let s = f.sandbox()
+        let body = update(timestamp: 1_732_233_600, state: ["home": 2, "away": 1, "clock": "67'", "period": "second_half"])
+        let block = 100_000
+        var rng = SplitMix64(seed: 7)
+        for b in 0..<(total / block) {
+            let requests = try (0..<block).map { _ -> SandboxRequest in
+                let token = (0..<4).map { _ in String(rng.next(), radix: 16).leftPadded(to: 16) }.joined()
+                return try f.devicePush(token: token, headers: headers, body: body, connection: 1)
+            }
+            let cpu0 = processCPUSeconds()
+            var ok = 0
+            requests.withUnsafeBufferPointer { batch in
+                for r in batch where s.handle(r, nowMillis: Fixture.now).status == 200 { ok += 1 }
+            }
+            let cpu = processCPUSeconds() - cpu0
+            #expect(ok == block)
+            print("SandboxBench: distinct tokens \(b * block + 1)…\((b + 1) * block): \(String(format: "%.2f", cpu / Double(block) * 1e6)) µs CPU per push")
+        }
+    }
+}
+
 /// User + system CPU time of the whole process.
 func processCPUSeconds() -> Double {
     var usage = rusage()

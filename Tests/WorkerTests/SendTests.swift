@@ -187,6 +187,38 @@ import TestSupport
         #expect(await w.stop() == 0)
     }
 
+    /// A worker that starts when the slices group already exists (every worker but the fleet's
+    /// first, and any restart) takes slices too: an audience cut into many slices reaches every
+    /// device. (It used to retry creating the group forever on BUSYGROUP and never read a slice,
+    /// so only slice 0 went out.)
+    @Test func aWorkerJoiningAnExistingSlicesGroupTakesSlices() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        _ = try await r.redis.send(RedisCommand("XGROUP", "CREATE", r.settings.keys.slices, r.settings.group, "0", "MKSTREAM"))
+        let w = try r.worker("w", ["fanout.slice_size": "64", "fanout.batch": "16"])
+        defer { w.removeLogs() }
+        let key = ActivityKey(kind: .match, id: "m9")
+        let t = now() - 10_000
+        // 600 tokens straight into the audience hashes (docs/schema.md): 16 slices of about 40
+        // (a hash small enough for Redis's listpack encoding, up to 512 entries here, is one slice).
+        var tokens: [any RedisArgument] = [r.settings.keys.tokens(key)], meta: [any RedisArgument] = [r.settings.keys.meta(key)]
+        for i in 0..<600 {
+            let hex = String(i, radix: 16)
+            tokens += ["a\(i)", String(repeating: "c", count: 64 - hex.count) + hex]
+            meta += ["a\(i)", "\(t) d\(i) development standard 0"]
+        }
+        _ = try await r.redis.pipeline([RedisCommand("HSET", tokens), RedisCommand("HSET", meta)])
+        try await score(r, "m9", 1, 0, ts: t + 1000)
+        let slices = r.settings.keys.slices
+        #expect(await eventually {
+            guard await r.drainedAll() else { return false }
+            return await drained(r.redis, slices)
+        })
+        #expect(try await r.sandbox.get("/sandbox/stats")?["devicePushes"] as? Int == 600)
+        #expect(await w.stop() == 0)
+        #expect(!w.stderr.contains("cannot create the slices group"))
+    }
+
     /// 410 from APNs: the token is forgotten (its registration was older than the 410's time) and
     /// gets nothing more; the other device goes on.
     @Test func aGoneTokenIsPruned() async throws {

@@ -132,6 +132,8 @@ extension SandboxStore {
                                          contentState: payload.contentState.map { RawJSON(source: c.body, range: $0) }))
         counters.delivered += 1
         counters.devicePushes += 1
+        // Receipt times are taken before the lock, so a later push may carry an earlier time.
+        if nowMicros > counters.lastDevicePushMicros { counters.lastDevicePushMicros = nowMicros }
         if !effect.displayed { counters.notDisplayed += 1 }
         if effect.overBudget { counters.overBudget += 1 }
         return finish(Outcome(status: 200), effects: effects)

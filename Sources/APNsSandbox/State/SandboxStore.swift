@@ -10,6 +10,13 @@ struct SandboxStore {
     /// Verdicts by `authorization` value bytes.
     var tokenCache: [[UInt8]: ProviderTokenCheck] = [:]
     var devices: [TokenKey: DeviceRecord] = [:]
+    /// The tracked tokens in the order their views were made, a ring of `maxTrackedDevices`
+    /// (`deviceOrderNext` is the oldest once it is full): past the limit the oldest view is
+    /// forgotten, in O(1). (Forgetting `devices.startIndex` instead piled the remaining entries
+    /// up at the end of the hash table: past a few hundred thousand tokens each new one cost
+    /// tens of µs of probing, under the lock.)
+    var deviceOrder: [TokenKey] = []
+    var deviceOrderNext = 0
     var channels: [String: ChannelRecord] = [:]
     /// Bundle → channels not deleted.
     var activeChannels: [String: Int] = [:]
@@ -230,7 +237,13 @@ struct SandboxStore {
     /// bound to another app (`DeviceTokenNotForTopic`: a token belongs to one app).
     mutating func deviceRecord(_ token: TokenKey, bundle: Int, settings: SandboxSettings, nowMillis: Int64) -> DeviceRecord? {
         if let record = devices[token] { return record.bundle == bundle ? record : nil }
-        if devices.count >= settings.maxTrackedDevices { devices.remove(at: devices.startIndex) }
+        if devices.count >= settings.maxTrackedDevices, !deviceOrder.isEmpty {
+            devices.removeValue(forKey: deviceOrder[deviceOrderNext])
+            deviceOrder[deviceOrderNext] = token
+            deviceOrderNext = deviceOrderNext + 1 == deviceOrder.count ? 0 : deviceOrderNext + 1
+        } else {
+            deviceOrder.append(token)
+        }
         let c = settings.configuration
         let tier = tierOverrides.isEmpty ? c.defaultTier : tierOverrides[token] ?? c.defaultTier
         let record = DeviceRecord(DeviceView(kind: .device, id: token.hex, bundleID: settings.bundleNames[bundle], tier: tier,

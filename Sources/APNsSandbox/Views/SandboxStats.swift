@@ -7,6 +7,10 @@ public struct SandboxStats: Sendable, Equatable {
     /// Pushes accepted with 200 (device and broadcast).
     public var delivered = 0
     public var devicePushes = 0
+    /// When the newest accepted device push had arrived whole (µs since 1970, the wall clock; 0
+    /// before the first): with `devicePushes`, "N pushes received, the last at T" in one cheap
+    /// read (bench fanout times a fan-out to its last receipt with it).
+    public var lastDevicePushMicros: Int64 = 0
     public var broadcasts = 0
     /// Requests answered with an error reason.
     public var rejected = 0
@@ -33,7 +37,8 @@ public struct SandboxStats: Sendable, Equatable {
     public var json: JSONValue {
         .object([
             "requests": .int(Int64(requests)), "delivered": .int(Int64(delivered)),
-            "devicePushes": .int(Int64(devicePushes)), "broadcasts": .int(Int64(broadcasts)),
+            "devicePushes": .int(Int64(devicePushes)), "lastDevicePushMicros": .int(lastDevicePushMicros),
+            "broadcasts": .int(Int64(broadcasts)),
             "rejected": .int(Int64(rejected)),
             "byReason": .object(byReason.mapValues { .int(Int64($0)) }),
             "byStatus": .object(Dictionary(uniqueKeysWithValues: byStatus.map { (String($0.key), JSONValue.int(Int64($0.value))) })),
