@@ -146,8 +146,9 @@ public enum FanoutScripts {
 
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
     /// KEYS: gen hash, fan hash, inflight zset, tokens, meta. ARGV: gen, j, n, want, now ms,
-    /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end).
-    /// Returns {status, left, confirm, resent, activity1, token1, meta1, …} (resent: 1 after a
+    /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
+    /// width (from the caller's last `send`, or 0).
+    /// Returns {status, left, confirm, resent, width, activity1, token1, meta1, …} (resent: 1 after a
     /// takeover, 2 after a Redis restart, else 0); status is `send`,
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
@@ -213,14 +214,20 @@ public enum FanoutScripts {
     -- (the lowest bit of the places seen, never below a bucket's width) bounds c so that no call
     -- runs past hi. Near hi, COUNT 1 stops at the first non-empty bucket: if a scan from hi
     -- itself reaches the same bucket, that bucket is the next slice's.
+    -- The caller passes the width its last step saw (ARGV[9]), so a step starts with a wide COUNT
+    -- instead of COUNT 1. It comes from an earlier call: if the table shrank since, a wide call may
+    -- run past hi, and then its tokens are kept (the next slice sends those again: duplicates,
+    -- never a loss).
     local start = pos
+    local hint = tonumber(ARGV[9] or '') or 0
     local acts, toks, n_out, est, ended = {}, {}, 0, nil, false
     while true do
       if pos >= hi then ended = true break end
       if n_out >= want then break end
       local count = 1
-      if est then
-        local c = math.floor(((hi - pos) / est - 1) / 10)
+      local width = est or (hint > 0 and hint or nil)
+      if width then
+        local c = math.floor(((hi - pos) / width - 1) / 10)
         if c > want - n_out then c = want - n_out end
         if c > 1 then count = c end
       end
@@ -235,8 +242,10 @@ public enum FanoutScripts {
       local keep = true
       if place > hi then
         ended = true
-        local probe = redis.call('HSCAN', KEYS[4], rev32(hi), 'COUNT', 1)
-        if tonumber(probe[1]) == nc then keep = false end
+        if count == 1 then
+          local probe = redis.call('HSCAN', KEYS[4], rev32(hi), 'COUNT', 1)
+          if tonumber(probe[1]) == nc then keep = false end
+        end
       elseif place == hi then
         ended = true
       end
@@ -256,7 +265,7 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
     redis.call('ZADD', KEYS[3], now + lease, member)
     redis.call('PEXPIRE', KEYS[3], lease + 3600000)
-    local out = {'send', left, range, resent}
+    local out = {'send', left, range, resent, est or hint}
     local metas = {}
     if n_out > 0 then metas = redis.call('HMGET', KEYS[5], unpack(acts)) end
     for i = 1, n_out do
@@ -353,12 +362,13 @@ extension Sender {
         let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.tokens(slice.key), keys.meta(slice.key)]
         let entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
         var confirm = ""
+        var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
         while true {
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let stopping = shouldStop()
             let reply = try await redis.send(.script(FanoutScripts.step, keys: keysList, args: [
-                slice.gen, slice.index, slice.count, stopping ? 0 : configuration.sliceBatch, now, configuration.leaseMillis, confirm, 3600,
+                slice.gen, slice.index, slice.count, stopping ? 0 : configuration.sliceBatch, now, configuration.leaseMillis, confirm, 3600, width,
             ]))
             guard let parts = reply.array, parts.count >= 2, let status = parts[0].string else {
                 throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
@@ -375,8 +385,9 @@ extension Sender {
                 confirm = range
                 waitedSince = nil
                 var triples: [(activity: String, token: String, meta: String)] = []
-                triples.reserveCapacity((parts.count - 4) / 3)
-                var i = 4
+                width = parts.count > 4 ? parts[4].int ?? 0 : 0
+                triples.reserveCapacity((parts.count - 5) / 3)
+                var i = 5
                 while i + 2 < parts.count {
                     triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].string ?? ""))
                     i += 3

@@ -77,32 +77,36 @@ import TestSupport
             var left: Int
             var confirm: String
             var resent: Bool
+            var width: Int64
             var activities: [String]
         }
 
-        func step(_ g: String, _ j: Int, of n: Int, want: Int = 100, confirm: String = "", now: Int64 = 1_000_000, lease: Int = 1000) async throws -> Step {
+        func step(_ g: String, _ j: Int, of n: Int, want: Int = 100, confirm: String = "", now: Int64 = 1_000_000, lease: Int = 1000,
+                  width: Int64 = 0) async throws -> Step {
             let reply = try await redis.send(.script(FanoutScripts.step, keys: [gen, fan(g), inflight, tokens, meta], args: [
-                g, j, n, want, now, lease, confirm, 3600,
+                g, j, n, want, now, lease, confirm, 3600, width,
             ]))
             let p = reply.array ?? []
             #expect(p.count >= 2, "\(reply)")
             var acts: [String] = []
-            var i = 4
+            var i = 5
             while i + 2 < p.count { acts.append(p[i].string ?? ""); i += 3 }
             return Step(status: p.first?.string ?? "?", left: Int(p[1].int ?? 0), confirm: p.count > 2 ? p[2].string ?? "" : "",
-                        resent: p.count > 3 && (p[3].int ?? 0) > 0, activities: acts)
+                        resent: p.count > 3 && (p[3].int ?? 0) > 0, width: p.count > 4 ? p[4].int ?? 0 : 0, activities: acts)
         }
 
         /// Runs slice j to its end; returns every activity handed out.
         func drain(_ g: String, _ j: Int, of n: Int, want: Int = 100, between: (() async throws -> Void)? = nil) async throws -> [String] {
             var confirm = ""
+            var width: Int64 = 0
             var out: [String] = []
             while true {
-                let s = try await step(g, j, of: n, want: want, confirm: confirm)
+                let s = try await step(g, j, of: n, want: want, confirm: confirm, width: width)
                 switch s.status {
                 case "send":
                     out += s.activities
                     confirm = s.confirm
+                    width = s.width
                     try await between?()
                 case "finished", "done", "superseded", "gone": return out
                 default:
