@@ -234,6 +234,7 @@ import TestSupport
         var rng = SplitMix64(seed: seed)
         var checked = 0
         var seen: [String: Int] = [:]
+        var byKind: [String: Int] = [:]
         sequences: for round in 0..<400 {
             let capacity = Int.random(in: 1...6, using: &rng)
             let policy = AudiencePolicy(
@@ -244,23 +245,27 @@ import TestSupport
             var now = Int64.random(in: 1_700_000_000_000...1_800_000_000_000, using: &rng)
             var base = Int64.random(in: 0...1_000_000, using: &rng)
             var model: BudgetState?
-            for step in 0..<Int.random(in: 1...40, using: &rng) {
+            let length = Int.random(in: 1...40, using: &rng)
+            for step in 0..<length {
                 switch Int.random(in: 0..<100, using: &rng) {
                 case 0..<5: break
                 case 5..<10: now -= Int64.random(in: 1...3000, using: &rng)  // another worker's clock lags
                 case 10..<80: now += Int64.random(in: 1...5000, using: &rng)
                 default: now += Int64.random(in: 5000...900_000, using: &rng)
                 }
+                var millis = base
                 switch Int.random(in: 0..<100, using: &rng) {
-                case 0..<15: base -= Int64.random(in: 1...10_000, using: &rng)  // out of order
-                case 15..<20: break
-                default: base += Int64.random(in: 1...3000, using: &rng)
+                case 0..<12: millis -= Int64.random(in: 1...10_000, using: &rng)  // out of order
+                case 12..<18: break  // the same time again (a redelivery)
+                default: base += Int64.random(in: 1...3000, using: &rng); millis = base
                 }
+                // Ends come mostly last (everything after an end is stale), sometimes earlier or twice.
                 let event: BudgetEvent
-                switch Int.random(in: 0..<100, using: &rng) {
-                case 0..<35: event = .update(millis: base, priority: .critical)
-                case 35..<72: event = .update(millis: base, priority: .routine)
-                case 72..<78: event = .end(millis: base)
+                let last = step == length - 1 && Bool.random(using: &rng)
+                switch last ? 0 : Int.random(in: 0..<100, using: &rng) {
+                case 0..<2: event = .end(millis: millis)
+                case 2..<40: event = .update(millis: millis, priority: .critical)
+                case 40..<85: event = .update(millis: millis, priority: .routine)
                 default: event = .flush
                 }
                 let (expected, next) = decide(model, event, nowMillis: now, policy: policy)
@@ -272,6 +277,9 @@ import TestSupport
                 let got = try BudgetScripts.parse(replies[0])
                 let stored = BudgetScripts.state(fromHash: replies[1])
                 seen["\(expected)".prefix { $0 != "(" }.description, default: 0] += 1
+                let kindName: String
+                switch event { case .update(_, let p): kindName = p.rawValue; case .end: kindName = "end"; case .flush: kindName = "flush" }
+                byKind["\(kindName)→\("\(expected)".prefix { $0 != "(" })", default: 0] += 1
                 guard got.decision == expected, got.nowMillis == now, stored == next else {
                     Issue.record("""
                     seed \(seed), sequence \(round), event \(step): \(event) at \(now), policy \(policy)
@@ -283,9 +291,14 @@ import TestSupport
                 checked += 1
             }
         }
-        print("BudgetTests: \(checked) decisions agreed (seed \(seed)): \(seen.sorted { $0.key < $1.key })")
-        // Every outcome was exercised.
-        for outcome in ["priority10", "priority5", "coalesce", "stale"] { #expect(seen[outcome, default: 0] > 50, "\(seen)") }
+        print("BudgetTests: \(checked) decisions agreed (seed \(seed)): \(byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        // Every path was exercised: each outcome of each kind of event (a repeated end over budget is rare).
+        for path in ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",
+                     "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale"] {
+            #expect(byKind[path, default: 0] >= 20, "\(path): \(byKind)")
+        }
+        #expect(byKind["end→priority5", default: 0] >= 1, "\(byKind)")
+        #expect(seen.count == 4)
     }
 
     /// Without a clock from the caller the script uses Redis's, and says which it used.
