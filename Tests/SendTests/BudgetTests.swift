@@ -233,6 +233,7 @@ import TestSupport
         let seed = UInt64.random(in: 0...UInt64.max)
         var rng = SplitMix64(seed: seed)
         var checked = 0
+        var mismatch = false
         var seen: [String: Int] = [:]
         var byKind: [String: Int] = [:]
         sequences: for round in 0..<400 {
@@ -286,12 +287,14 @@ import TestSupport
                       script: \(got.decision), \(String(describing: stored))
                       model:  \(expected), \(next)
                     """)
+                    mismatch = true
                     break sequences
                 }
                 checked += 1
             }
         }
         print("BudgetTests: \(checked) decisions agreed (seed \(seed)): \(byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        if mismatch { return }
         // Every path was exercised: each outcome of each kind of event (a repeated end over budget is rare).
         for path in ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",
                      "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale"] {
