@@ -1,0 +1,497 @@
+import ActivityCastCore
+import RedisClient
+
+/// A token bucket's size: `capacity` tokens at most, refilled continuously at `refillPerHour`.
+/// In any hour a bucket grants at most `capacity + refillPerHour` tokens, which is what the
+/// defaults are measured against (docs/budgets.md).
+public struct BucketPolicy: Equatable, Sendable {
+    public var capacity: Int
+    public var refillPerHour: Int
+
+    public init(capacity: Int, refillPerHour: Int) {
+        self.capacity = capacity
+        self.refillPerHour = refillPerHour
+    }
+
+    /// Bounds that keep every tick count exact in Lua's doubles (below 2^53): capacity ticks
+    /// ≤ 3.6·10^10 and (elapsed ms clamped to that) × refill ≤ 3.6·10^15.
+    public static let capacityRange = 1...10_000
+    public static let refillRange = 0...100_000
+
+    /// The bucket's size in ticks (one token is `BudgetState.ticksPerToken` ticks).
+    public var capacityTicks: Int64 { Int64(capacity) * BudgetState.ticksPerToken }
+    /// Ticks added per millisecond: a refill of R tokens per hour is exactly R ticks per ms.
+    public var ticksPerMillisecond: Int64 { Int64(refillPerHour) }
+}
+
+/// The budget of one audience of a key: its priority-10 bucket, the minimum spacing between
+/// routine updates (closer ones coalesce), and the tokens kept back so the end always goes out
+/// at priority 10.
+public struct AudiencePolicy: Equatable, Sendable {
+    public var bucket: BucketPolicy
+    /// Routine updates closer than this to the previous send coalesce (0: never).
+    public var minSpacingMillis: Int64
+    /// Tokens a critical update may not spend: the end's reserve. Must be below the capacity.
+    public var endReserve: Int
+
+    public init(bucket: BucketPolicy, minSpacingMillis: Int64, endReserve: Int) {
+        self.bucket = bucket
+        self.minSpacingMillis = minSpacingMillis
+        self.endReserve = endReserve
+    }
+
+    public static let spacingRange: ClosedRange<Int64> = 0...3_600_000
+
+    public var reserveTicks: Int64 { Int64(endReserve) * BudgetState.ticksPerToken }
+}
+
+/// Who a budget decision is for: a key's broadcast channel (budget by its storage policy), or
+/// the key's per-token devices of one tier. Devices of both tiers on one key each spend their
+/// own tier's budget, never the most restrictive one for all.
+public enum BudgetAudience: Hashable, Sendable, CustomStringConvertible {
+    case channel(ChannelStoragePolicy)
+    case tier(Tier)
+
+    /// The last part of the budget hash's name. A key has one channel (its storage policy is
+    /// fixed at creation), so the policy isn't part of the name.
+    public var name: String {
+        switch self {
+        case .channel: "channel"
+        case .tier(let tier): tier.rawValue
+        }
+    }
+
+    public var description: String { name }
+}
+
+/// Every budget number. Apple publishes none: the defaults come from the community's
+/// measurements and err on the safe side (docs/budgets.md gives the sources). All of them are
+/// configuration (`budgets.*`).
+public struct BudgetPolicy: Equatable, Sendable {
+    public var standard: AudiencePolicy
+    public var frequent: AudiencePolicy
+    /// A channel with storage policy 0 (no storage: frequent updates, a match).
+    public var channelNoStorage: AudiencePolicy
+    /// A channel with storage policy 1 (latest message kept: infrequent updates, a trip).
+    public var channelLatestMessage: AudiencePolicy
+    /// Push-to-start per device.
+    public var pushToStart: BucketPolicy
+
+    public init(standard: AudiencePolicy, frequent: AudiencePolicy, channelNoStorage: AudiencePolicy,
+                channelLatestMessage: AudiencePolicy, pushToStart: BucketPolicy) {
+        self.standard = standard
+        self.frequent = frequent
+        self.channelNoStorage = channelNoStorage
+        self.channelLatestMessage = channelLatestMessage
+        self.pushToStart = pushToStart
+    }
+
+    /// The defaults. In any hour each grants at most capacity + refill priority-10 pushes:
+    /// standard 12 (community: about 15, some report fewer), frequent 70 (community: "far more",
+    /// sub-minute), channels 14 and 6 (a broadcast may reach standard-tier devices), starts 8
+    /// (about 10 in a short window, unconfirmed).
+    public static let `default` = BudgetPolicy(
+        standard: AudiencePolicy(bucket: BucketPolicy(capacity: 4, refillPerHour: 8), minSpacingMillis: 30_000, endReserve: 1),
+        frequent: AudiencePolicy(bucket: BucketPolicy(capacity: 10, refillPerHour: 60), minSpacingMillis: 15_000, endReserve: 1),
+        channelNoStorage: AudiencePolicy(bucket: BucketPolicy(capacity: 4, refillPerHour: 10), minSpacingMillis: 10_000, endReserve: 1),
+        channelLatestMessage: AudiencePolicy(bucket: BucketPolicy(capacity: 2, refillPerHour: 4), minSpacingMillis: 60_000, endReserve: 1),
+        pushToStart: BucketPolicy(capacity: 4, refillPerHour: 4))
+
+    public func audience(_ audience: BudgetAudience) -> AudiencePolicy {
+        switch audience {
+        case .tier(.standard): standard
+        case .tier(.frequent): frequent
+        case .channel(.noStorage): channelNoStorage
+        case .channel(.latestMessage): channelLatestMessage
+        }
+    }
+
+    /// What is wrong with the numbers, one line each with the setting's proposed name; empty
+    /// when they are usable.
+    public var problems: [String] {
+        var out: [String] = []
+        func bucket(_ name: String, _ b: BucketPolicy) {
+            if !BucketPolicy.capacityRange.contains(b.capacity) {
+                out.append("budgets.\(name).capacity must be \(BucketPolicy.capacityRange.lowerBound)…\(BucketPolicy.capacityRange.upperBound), got \(b.capacity)")
+            }
+            if !BucketPolicy.refillRange.contains(b.refillPerHour) {
+                out.append("budgets.\(name).refill_per_hour must be \(BucketPolicy.refillRange.lowerBound)…\(BucketPolicy.refillRange.upperBound), got \(b.refillPerHour)")
+            }
+        }
+        for (name, a) in [("standard", standard), ("frequent", frequent), ("channel_no_storage", channelNoStorage),
+                          ("channel_latest_message", channelLatestMessage)] {
+            bucket(name, a.bucket)
+            if !AudiencePolicy.spacingRange.contains(a.minSpacingMillis) {
+                out.append("budgets.\(name).spacing_ms must be 0…3600000, got \(a.minSpacingMillis)")
+            }
+            if a.endReserve < 0 || a.endReserve >= a.bucket.capacity {
+                out.append("budgets.\(name).end_reserve must be 0 or more and below the capacity (\(a.bucket.capacity)), got \(a.endReserve)")
+            }
+        }
+        bucket("start", pushToStart)
+        return out
+    }
+}
+
+/// A continuous token bucket in integer ticks: one token is 3,600,000 ticks, so a refill of R
+/// tokens per hour adds exactly R ticks per millisecond — no fractions, no drift between Swift
+/// and Lua, whatever the call pattern (refilling in two steps gives what one step gives).
+public struct TokenBucket: Equatable, Sendable {
+    public var ticks: Int64
+    /// The time (ms) up to which `ticks` has been refilled; it never goes back, so a worker
+    /// whose clock lags can't refill the same interval twice.
+    public var refilledAt: Int64
+
+    public init(ticks: Int64, refilledAt: Int64) {
+        self.ticks = ticks
+        self.refilledAt = refilledAt
+    }
+
+    /// A full bucket at `now`.
+    public static func full(_ policy: BucketPolicy, at now: Int64) -> TokenBucket {
+        TokenBucket(ticks: policy.capacityTicks, refilledAt: now)
+    }
+
+    /// Brings the bucket up to `now`. Elapsed time is clamped to the capacity in ticks before
+    /// multiplying (a refill of at least one tick per ms fills the bucket by then), which keeps
+    /// every product below 2^53.
+    public mutating func refill(to now: Int64, _ policy: BucketPolicy) {
+        let cap = policy.capacityTicks
+        if now > refilledAt {
+            let elapsed = min(now - refilledAt, cap)
+            ticks = min(cap, ticks + elapsed * policy.ticksPerMillisecond)
+            refilledAt = now
+        }
+        ticks = max(0, min(cap, ticks))  // a smaller capacity configured since
+    }
+
+    /// Takes one token if at least `keep` ticks stay; true when taken.
+    public mutating func take(keeping keep: Int64 = 0) -> Bool {
+        guard ticks - BudgetState.ticksPerToken >= keep else { return false }
+        ticks -= BudgetState.ticksPerToken
+        return true
+    }
+}
+
+/// What a worker asks the budget about one key and audience.
+public enum BudgetEvent: Equatable, Sendable {
+    /// An update at the source event's time (ms), critical (may spend priority-10 budget) or
+    /// routine (priority 5, spaced).
+    case update(millis: Int64, priority: PriorityClass)
+    /// The activity's end: always priority 10 (the reserve pays for it).
+    case end(millis: Int64)
+    /// The shared schedule says the key's coalesced state is due: send it if it is.
+    case flush
+}
+
+/// The outcome of one decision.
+public enum BudgetDecision: Equatable, Sendable {
+    /// Send now at priority 10 (spends one token).
+    case priority10
+    /// Send now at priority 5, without an alert: a routine update, a critical one over budget
+    /// (downgraded), or a due coalesced state.
+    case priority5
+    /// Don't send now: only the newest state is kept, and it is due at this time (ms).
+    case coalesce(dueAtMillis: Int64)
+    /// Nothing to send: older than what was already sent for the key (or an update after the
+    /// end), or a flush that found nothing pending.
+    case stale
+}
+
+/// One (key, audience)'s budget: its bucket, what was sent and what waits. The pure model of
+/// `BudgetScripts.decide`; tests check the two agree on generated sequences.
+public struct BudgetState: Equatable, Sendable {
+    /// Ticks per token: 3,600,000 (one per millisecond of an hour).
+    public static let ticksPerToken: Int64 = 3_600_000
+
+    public var bucket: TokenBucket
+    /// The newest event time (ms) sent for the key; an older event is stale.
+    public var lastMillis: Int64?
+    /// When the last push went out (ms, the decider's clock): spacing counts from it.
+    public var lastSentAt: Int64?
+    /// The newest coalesced event waiting to be flushed (ms); nil when nothing waits.
+    public var pendingMillis: Int64?
+    /// The time of the end sent for the key; updates after it are stale.
+    public var endedMillis: Int64?
+    public var counters: Counters
+
+    /// Every decision, counted (`inspect` shows them).
+    public struct Counters: Equatable, Sendable {
+        public var priority10 = 0
+        /// Every priority-5 send: routine updates, downgrades, flushes.
+        public var priority5 = 0
+        /// Critical events (or a repeated end) sent at 5 because the budget was spent.
+        public var downgraded = 0
+        /// Events kept as the pending state instead of sent.
+        public var coalesced = 0
+        /// Pending states sent by a flush.
+        public var flushed = 0
+        public var stale = 0
+        /// Flushes that found nothing to send (not yet due, or already flushed by another worker).
+        public var idleFlushes = 0
+
+        public init() {}
+    }
+
+    public init(bucket: TokenBucket, lastMillis: Int64? = nil, lastSentAt: Int64? = nil, pendingMillis: Int64? = nil,
+                endedMillis: Int64? = nil, counters: Counters = Counters()) {
+        self.bucket = bucket
+        self.lastMillis = lastMillis
+        self.lastSentAt = lastSentAt
+        self.pendingMillis = pendingMillis
+        self.endedMillis = endedMillis
+        self.counters = counters
+    }
+
+    /// When the pending state may be flushed: spacing after the last send.
+    public func dueAt(_ policy: AudiencePolicy) -> Int64? {
+        guard pendingMillis != nil else { return nil }
+        return (lastSentAt ?? 0) + policy.minSpacingMillis
+    }
+}
+
+/// The decision for one event of one (key, audience). `state` nil: the first event (the bucket
+/// starts full). `nowMillis` is the decider's clock; event times are the source's.
+public func decide(_ state: BudgetState?, _ event: BudgetEvent, nowMillis now: Int64,
+                   policy: AudiencePolicy) -> (BudgetDecision, BudgetState) {
+    var s = state ?? BudgetState(bucket: .full(policy.bucket, at: now))
+    s.bucket.refill(to: now, policy.bucket)
+
+    func send(_ decision: BudgetDecision, millis: Int64) -> (BudgetDecision, BudgetState) {
+        s.lastMillis = max(s.lastMillis ?? millis, millis)
+        s.lastSentAt = max(s.lastSentAt ?? now, now)
+        // The push carries the whole merged state: a pending state no newer than it is sent too.
+        if let p = s.pendingMillis, p <= millis { s.pendingMillis = nil }
+        if decision == .priority10 { s.counters.priority10 += 1 } else { s.counters.priority5 += 1 }
+        return (decision, s)
+    }
+
+    switch event {
+    case .flush:
+        guard let pending = s.pendingMillis, let due = s.dueAt(policy) else {
+            s.counters.idleFlushes += 1
+            return (.stale, s)
+        }
+        guard now >= due else {
+            s.counters.idleFlushes += 1
+            return (.coalesce(dueAtMillis: due), s)
+        }
+        s.counters.flushed += 1
+        return send(.priority5, millis: pending)
+
+    case .end(let millis):
+        if let last = s.lastMillis, millis < last {
+            s.counters.stale += 1
+            return (.stale, s)
+        }
+        s.pendingMillis = nil  // the end carries the merged state; nothing is sent after it
+        if s.endedMillis == nil {
+            // The first end always goes at 10: the reserve keeps a token for it (with no
+            // reserve configured it still goes, and the bucket floors at zero).
+            s.endedMillis = millis
+            if !s.bucket.take() { s.bucket.ticks = 0 }
+            return send(.priority10, millis: millis)
+        }
+        // A later end (a corrected final state): like a critical update, reserve included.
+        s.endedMillis = max(s.endedMillis!, millis)
+        if s.bucket.take() { return send(.priority10, millis: millis) }
+        s.counters.downgraded += 1
+        return send(.priority5, millis: millis)
+
+    case .update(let millis, let priority):
+        if let last = s.lastMillis, millis < last {
+            s.counters.stale += 1
+            return (.stale, s)
+        }
+        if s.endedMillis != nil {
+            // After the end the device takes no more updates: nothing is worth a push.
+            s.counters.stale += 1
+            return (.stale, s)
+        }
+        switch priority {
+        case .critical:
+            if s.bucket.take(keeping: policy.reserveTicks) { return send(.priority10, millis: millis) }
+            s.counters.downgraded += 1
+            return send(.priority5, millis: millis)
+        case .routine:
+            if let pending = s.pendingMillis, millis < pending, let due = s.dueAt(policy) {
+                // Older than the state already waiting, which carries its values: absorbed.
+                s.counters.coalesced += 1
+                return (.coalesce(dueAtMillis: due), s)
+            }
+            if let sent = s.lastSentAt, now < sent + policy.minSpacingMillis {
+                s.pendingMillis = max(s.pendingMillis ?? millis, millis)
+                s.counters.coalesced += 1
+                return (.coalesce(dueAtMillis: sent + policy.minSpacingMillis), s)
+            }
+            return send(.priority5, millis: millis)
+        }
+    }
+}
+
+extension RedisKeys {
+    /// One (key, audience)'s budget hash, in the key's slot: `ac:{match:4711}:budget:standard`.
+    public func budget(_ key: ActivityKey, _ audience: BudgetAudience) -> String { "\(prefix):{\(key)}:budget:\(audience.name)" }
+}
+
+/// What `BudgetScripts.decide` answered.
+public struct BudgetReply: Equatable, Sendable {
+    public var decision: BudgetDecision
+    /// The clock the decision used (the caller's, or Redis's `TIME`).
+    public var nowMillis: Int64
+}
+
+/// The Redis side of `decide`: one hash per (key, audience), `<prefix>:{key}:budget:<audience>`,
+/// shared by every worker. Fields: `ticks`, `refilled_at`, `last_ms`, `sent_at`, `pending_ms`,
+/// `ended_ms` (absent when nil) and the counters `p10`, `p5`, `downgraded`, `coalesced`,
+/// `flushed`, `stale`, `idle_flushes`. Integers are written with `%.0f`: Lua 5.1's numbers are
+/// doubles, exact below 2^53, which the policy's bounds keep every value under.
+public enum BudgetScripts {
+    /// KEYS[1] = budget hash. ARGV: kind (`critical`, `routine`, `end`, `flush`), event ms (''
+    /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
+    /// spacing ms, ttl s. Returns {decision (`p10`, `p5`, `coalesce`, `stale`), due ms (0 unless
+    /// coalesce), now ms}.
+    public static let decide = RedisScript("""
+    local TOKEN = 3600000
+    local function fmt(x) return string.format('%.0f', x) end
+    local kind, ms, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local cap, rate, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+    local spacing, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms')
+    local ticks, at = tonumber(h[1]), tonumber(h[2])
+    local last, sent, pending, ended = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
+    if not ticks or not at then ticks, at = cap, now end
+    -- Continuous refill in ticks (a token is 3,600,000; R per hour is R per ms). Elapsed time is
+    -- clamped to the capacity first, so the product stays exact; refilled_at never goes back.
+    if now > at then
+      local elapsed = now - at
+      if elapsed > cap then elapsed = cap end
+      ticks = math.min(cap, ticks + elapsed * rate)
+      at = now
+    end
+    if ticks > cap then ticks = cap end
+    if ticks < 0 then ticks = 0 end
+    local counts = {}
+    local decision, due = 'stale', 0
+    local function count(f) counts[#counts + 1] = f end
+    local function take(keep)
+      if ticks - TOKEN >= keep then ticks = ticks - TOKEN return true end
+      return false
+    end
+    local function send(d, m)
+      if last == nil or m > last then last = m end
+      if sent == nil or now > sent then sent = now end
+      -- The push carries the whole merged state: a pending state no newer than it goes too.
+      if pending ~= nil and pending <= m then pending = nil end
+      count(d)
+      decision = d
+    end
+    local function dueat() return (sent or 0) + spacing end
+    if kind == 'flush' then
+      if pending == nil then
+        count('idle_flushes')
+      elseif now < dueat() then
+        count('idle_flushes')
+        decision, due = 'coalesce', dueat()
+      else
+        count('flushed')
+        send('p5', pending)
+      end
+    elseif kind == 'end' then
+      if last ~= nil and ms < last then
+        count('stale')
+      else
+        pending = nil
+        if ended == nil then
+          -- The first end always goes at 10: the reserve kept a token for it.
+          ended = ms
+          if not take(0) then ticks = 0 end
+          send('p10', ms)
+        else
+          if ms > ended then ended = ms end
+          if take(0) then send('p10', ms) else count('downgraded') send('p5', ms) end
+        end
+      end
+    elseif (last ~= nil and ms < last) or ended ~= nil then
+      count('stale')
+    elseif kind == 'critical' then
+      if take(reserve) then send('p10', ms) else count('downgraded') send('p5', ms) end
+    elseif pending ~= nil and ms < pending then
+      count('coalesced')
+      decision, due = 'coalesce', dueat()
+    elseif sent ~= nil and now < sent + spacing then
+      if pending == nil or ms > pending then pending = ms end
+      count('coalesced')
+      decision, due = 'coalesce', sent + spacing
+    else
+      send('p5', ms)
+    end
+    local set, del = {'ticks', fmt(ticks), 'refilled_at', fmt(at)}, {}
+    local opt = {{'last_ms', last}, {'sent_at', sent}, {'pending_ms', pending}, {'ended_ms', ended}}
+    for _, f in ipairs(opt) do
+      if f[2] ~= nil then set[#set + 1] = f[1] set[#set + 1] = fmt(f[2]) else del[#del + 1] = f[1] end
+    end
+    redis.call('HSET', KEYS[1], unpack(set))
+    if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
+    for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
+    redis.call('EXPIRE', KEYS[1], ttl)
+    return {decision, fmt(due), fmt(now)}
+    """)
+
+    /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet).
+    public static func decideCommand(budgetKey: String, event: BudgetEvent, nowMillis: Int64?, policy: AudiencePolicy,
+                                     ttlSeconds: Int) -> RedisCommand {
+        let kind: String, millis: String
+        switch event {
+        case .update(let ms, let priority): (kind, millis) = (priority == .critical ? "critical" : "routine", String(ms))
+        case .end(let ms): (kind, millis) = ("end", String(ms))
+        case .flush: (kind, millis) = ("flush", "")
+        }
+        return .script(decide, keys: [budgetKey], args: [
+            kind, millis, nowMillis.map { String($0) } ?? "-", policy.bucket.capacityTicks, policy.bucket.ticksPerMillisecond,
+            policy.reserveTicks, policy.minSpacingMillis, ttlSeconds,
+        ])
+    }
+
+    public static func parse(_ reply: RESPValue) throws -> BudgetReply {
+        if let e = reply.errorMessage { throw RedisError(.server, "budget decide: \(e)") }
+        guard let items = reply.array, items.count == 3, let name = items[0].string, let due = items[1].int, let now = items[2].int else {
+            throw RedisError(.unexpectedReply, "budget decide: unexpected reply")
+        }
+        let decision: BudgetDecision
+        switch name {
+        case "p10": decision = .priority10
+        case "p5": decision = .priority5
+        case "coalesce": decision = .coalesce(dueAtMillis: due)
+        case "stale": decision = .stale
+        default: throw RedisError(.unexpectedReply, "budget decide: unknown decision \(name)")
+        }
+        return BudgetReply(decision: decision, nowMillis: now)
+    }
+
+    /// A budget hash (`HGETALL`) as the model's state; nil when it holds none.
+    public static func state(fromHash reply: RESPValue) -> BudgetState? {
+        guard let items = reply.array, !items.isEmpty else { return nil }
+        var f: [String: Int64] = [:]
+        var i = 0
+        while i + 1 < items.count {
+            if let name = items[i].string, let v = items[i + 1].int { f[name] = v }
+            i += 2
+        }
+        guard let ticks = f["ticks"], let at = f["refilled_at"] else { return nil }
+        var c = BudgetState.Counters()
+        c.priority10 = Int(f["p10"] ?? 0)
+        c.priority5 = Int(f["p5"] ?? 0)
+        c.downgraded = Int(f["downgraded"] ?? 0)
+        c.coalesced = Int(f["coalesced"] ?? 0)
+        c.flushed = Int(f["flushed"] ?? 0)
+        c.stale = Int(f["stale"] ?? 0)
+        c.idleFlushes = Int(f["idle_flushes"] ?? 0)
+        return BudgetState(bucket: TokenBucket(ticks: ticks, refilledAt: at), lastMillis: f["last_ms"], lastSentAt: f["sent_at"],
+                           pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], counters: c)
+    }
+}
