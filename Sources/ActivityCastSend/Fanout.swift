@@ -384,12 +384,12 @@ extension Sender {
                 guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }
                 confirm = range
                 waitedSince = nil
-                var triples: [(activity: String, token: String, meta: String)] = []
+                var triples: [(activity: String, token: String, meta: [UInt8])] = []
                 width = parts.count > 4 ? parts[4].int ?? 0 : 0
                 triples.reserveCapacity((parts.count - 5) / 3)
                 var i = 5
                 while i + 2 < parts.count {
-                    triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].string ?? ""))
+                    triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].bytes ?? []))
                     i += 3
                 }
                 if let resent = parts[3].int, resent > 0 {
@@ -465,5 +465,40 @@ extension Sender {
     static func split(entry: String) -> (String, String) {
         guard let slash = entry.lastIndex(of: "/") else { return ("", entry) }
         return (String(entry[..<slash]), String(entry[entry.index(after: slash)...]))
+    }
+}
+
+/// One `{key}:meta` value, `ts device env tier broadcast` (`-` where the registration gave none;
+/// `ts -` is a tombstone), read from its bytes.
+public struct RegistrationMeta: Equatable, Sendable {
+    public var millis: Int64?
+    public var device: String
+    /// nil: not given (`-`) or not one we know: the device's setting applies.
+    public var env: APNsEnvironment?
+    public var broadcast: Bool?
+
+    /// nil for a tombstone or a value of another shape.
+    public init?(_ bytes: [UInt8]) {
+        var fields: [Range<Int>] = []
+        var start = 0
+        for (i, b) in bytes.enumerated() where b == UInt8(ascii: " ") {
+            fields.append(start..<i)
+            start = i + 1
+        }
+        fields.append(start..<bytes.count)
+        guard fields.count >= 5 else { return nil }
+        var ms: Int64 = 0
+        var digits = 0
+        for b in bytes[fields[0]] {
+            guard b >= 48, b <= 57, digits < 18 else { ms = -1; break }
+            ms = ms * 10 + Int64(b - 48)
+            digits += 1
+        }
+        millis = ms >= 0 && digits > 0 ? ms : nil
+        device = String(decoding: bytes[fields[1]], as: UTF8.self)
+        let e = bytes[fields[2]]
+        env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
+        let b = bytes[fields[4]]
+        broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
     }
 }

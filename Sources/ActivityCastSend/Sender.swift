@@ -334,21 +334,19 @@ public final class Sender: Sendable {
     }
 
     /// Token rows from `(activity, token, meta)` where meta is the `{key}:meta` value, with the
-    /// device's own settings where the registration gave none.
-    func tokenRows(_ triples: [(activity: String, token: String, meta: String)]) async throws -> [TokenRow] {
+    /// device's own settings where the registration gave none. Meta is read as bytes (a fan-out
+    /// reads it for every token).
+    func tokenRows(_ triples: [(activity: String, token: String, meta: [UInt8])]) async throws -> [TokenRow] {
         var rows: [TokenRow] = []
         rows.reserveCapacity(triples.count)
         // Rows whose registration left env or broadcast to the device's settings.
         var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool)] = []
         for t in triples {
-            let f = t.meta.split(separator: " ")
             // `ts device env tier broadcast`; `ts -` is a tombstone (then there is no token either).
-            guard f.count >= 5 else { continue }
-            let env = APNsEnvironment(rawValue: String(f[2]))
-            let broadcast = f[4] == "1" ? true : f[4] == "0" ? false : nil
-            rows.append(TokenRow(activity: t.activity, token: t.token, env: env ?? .production, onBroadcast: broadcast ?? false,
-                                 registeredMillis: Int64(f[0])))
-            if env == nil || broadcast == nil { needDevice.append((rows.count - 1, String(f[1]), env == nil, broadcast == nil)) }
+            guard let m = RegistrationMeta(t.meta) else { continue }
+            rows.append(TokenRow(activity: t.activity, token: t.token, env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
+                                 registeredMillis: m.millis))
+            if m.env == nil || m.broadcast == nil { needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil)) }
         }
         if !needDevice.isEmpty {
             let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast") })
@@ -379,6 +377,7 @@ public final class Sender: Sendable {
             var retry: [TokenRow] = []
             var delay = Duration.zero
             var delivered: [TokenRow] = []
+            var deliveredCount = 0
             // Dead tokens and permanent failures of the whole batch: written in one go, not per token.
             var dead: [(row: TokenRow, reason: String)] = []
             var failures: [(target: String, reason: String)] = []
@@ -387,7 +386,8 @@ public final class Sender: Sendable {
             for (row, result) in zip(pending, results) {
                 switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
                 case .delivered:
-                    delivered.append(row)
+                    deliveredCount += 1
+                    if onDelivered != nil { delivered.append(row) }
                 case .forget(let reason):
                     dead.append((row, reason))
                 case .retry(let after, let reason):
@@ -410,8 +410,8 @@ public final class Sender: Sendable {
                 try await recordFailures(plan.key, kind: kind.rawValue, failures, entry: entry)
             }
             switch kind {
-            case .start: summary.starts += delivered.count
-            default: summary.tokens += delivered.count
+            case .start: summary.starts += deliveredCount
+            default: summary.tokens += deliveredCount
             }
             if let onDelivered, !delivered.isEmpty { try await onDelivered(delivered) }
             attempt += 1

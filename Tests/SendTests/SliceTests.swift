@@ -30,6 +30,22 @@ import TestSupport
         #expect(SliceMath.place(cursor: 3) == (1 << 31) + (1 << 30))
     }
 
+    @Test func registrationMetaIsReadFromItsBytes() {
+        func meta(_ s: String) -> RegistrationMeta? { RegistrationMeta(Array(s.utf8)) }
+        #expect(meta("1700000000000 d-1 development standard 1") == RegistrationMeta(Array("1700000000000 d-1 development standard 1".utf8)))
+        let m = meta("1700000000000 d-1 development standard 1")
+        #expect(m?.millis == 1_700_000_000_000 && m?.device == "d-1" && m?.env == .development && m?.broadcast == true)
+        let n = meta("5 d-2 - frequent -")
+        #expect(n?.millis == 5 && n?.env == nil && n?.broadcast == nil)
+        #expect(meta("5 d-3 production standard 0")?.env == .production)
+        #expect(meta("5 d-3 production standard 0")?.broadcast == false)
+        #expect(meta("5 d-3 staging standard 0")?.env == nil, "an unknown environment leaves it to the device")
+        #expect(meta("x d-3 production standard 0")?.millis == nil)
+        #expect(meta("99999999999999999999 d production standard 0")?.millis == nil, "too long to be a time")
+        #expect(meta("1700000000000 -") == nil, "a tombstone")
+        #expect(meta("") == nil)
+    }
+
     @Test func sliceEntriesRoundTripAndBadOnesAreRefused() {
         let ref = SliceRef(key: ActivityKey(parsing: "match:1")!, gen: "ac:feed:sports/1-0", index: 3, count: 8)
         #expect(SliceRef(fields: ref.fields.map { Array($0.utf8) }) == ref)
