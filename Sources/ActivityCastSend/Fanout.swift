@@ -350,17 +350,32 @@ extension Sender {
 
     /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
     /// first slice, sent by the worker processing the entry, which acknowledges it itself).
+    /// What a slice needs of its fan-out, when the caller has it (the worker that just created
+    /// the fan-out): saves reading it back.
+    struct SliceHead {
+        var payload: [UInt8]
+        var priority: Int
+        var live: Set<APNsEnvironment>
+        var entry: String
+    }
+
     func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
-                  shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+                  known: SliceHead? = nil, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         let fan = fanKey(slice.key, slice.gen)
-        let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
-        let h = head.array ?? []
-        guard h.count == 5, let bytes = h[0].bytes, let priority = h[1].string.flatMap(Int.init) else { return .gone }
-        let live = Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) })
+        let bytes: [UInt8], priority: Int, live: Set<APNsEnvironment>, entry: String
+        if let known {
+            (bytes, priority, live, entry) = (known.payload, known.priority, known.live, known.entry)
+        } else {
+            let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
+            let h = head.array ?? []
+            guard h.count == 5, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
+            (bytes, priority) = (b, p)
+            live = Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) })
+            entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
+        }
         let plan = Plan(key: slice.key, event: .update, priority: priority == 10 ? .critical : .routine, timestampMillis: 0, audience: .activity(slice.key))
         let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.tokens(slice.key), keys.meta(slice.key)]
-        let entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
         var confirm = ""
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?

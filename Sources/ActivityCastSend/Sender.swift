@@ -250,6 +250,7 @@ public final class Sender: Sendable {
         createCommands += live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
         let slices: Int
         var queued = false
+        var head: SliceHead?
         switch try FanoutCreation(try await redis.pipeline(createCommands)[0]) {
         case .older:
             // A newer event's fan-out is already under way: this state is out of date.
@@ -263,6 +264,7 @@ public final class Sender: Sendable {
         case .new(let n, _):
             slices = n
             stats.fanouts.add(1, ordering: .relaxed)
+            head = SliceHead(payload: bytes, priority: priority, live: Set(live), entry: entry)
         }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
@@ -274,7 +276,7 @@ public final class Sender: Sendable {
         }
         if finishEnd, plan.event == .end { try await finish(plan) }
         let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
-                                       attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil,
+                                       attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil, known: head,
                                        shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch first {
         case .final(let left) where left <= 0: return .done(summary)
