@@ -148,7 +148,7 @@ public enum FanoutScripts {
     /// KEYS: gen hash, fan hash, inflight zset, tokens, meta. ARGV: gen, j, n, want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
     /// width (from the caller's last `send`, or 0).
-    /// Returns {status, left, confirm, resent, width, activity1, token1, meta1, …} (resent: 1 after a
+    /// Returns {status, left, confirm, resent, width, {{activity1, token1, …}, …}, {meta1, …}} (resent: 1 after a
     /// takeover, 2 after a Redis restart, else 0); status is `send`,
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
@@ -220,7 +220,7 @@ public enum FanoutScripts {
     -- never a loss).
     local start = pos
     local hint = tonumber(ARGV[9] or '') or 0
-    local acts, toks, n_out, est, ended = {}, {}, 0, nil, false
+    local acts, chunks, n_out, est, ended = {}, {}, 0, nil, false
     while true do
       if pos >= hi then ended = true break end
       if n_out >= want then break end
@@ -251,10 +251,10 @@ public enum FanoutScripts {
       end
       if keep then
         local e = r[2]
+        if #e > 0 then chunks[#chunks + 1] = e end
         for i = 1, #e, 2 do
           n_out = n_out + 1
           acts[n_out] = e[i]
-          toks[n_out] = e[i + 1]
         end
       end
       pos = place
@@ -265,15 +265,11 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
     redis.call('ZADD', KEYS[3], now + lease, member)
     redis.call('PEXPIRE', KEYS[3], lease + 3600000)
-    local out = {'send', left, range, resent, est or hint}
+    -- The scan's own replies go back as they came (activity, token, …), with the batch's meta
+    -- values in the same order: no per-token work in Lua beyond the list for HMGET.
     local metas = {}
     if n_out > 0 then metas = redis.call('HMGET', KEYS[5], unpack(acts)) end
-    for i = 1, n_out do
-      out[#out + 1] = acts[i]
-      out[#out + 1] = toks[i]
-      out[#out + 1] = metas[i] or ''
-    end
-    return out
+    return {'send', left, range, resent, est or hint, chunks, metas}
     """)
 }
 
@@ -399,13 +395,19 @@ extension Sender {
                 guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }
                 confirm = range
                 waitedSince = nil
-                var triples: [(activity: String, token: String, meta: [UInt8])] = []
                 width = parts.count > 4 ? parts[4].int ?? 0 : 0
-                triples.reserveCapacity((parts.count - 5) / 3)
-                var i = 5
-                while i + 2 < parts.count {
-                    triples.append((parts[i].string ?? "", parts[i + 1].string ?? "", parts[i + 2].bytes ?? []))
-                    i += 3
+                let chunks = parts.count > 5 ? parts[5].array ?? [] : []
+                let metas = parts.count > 6 ? parts[6].array ?? [] : []
+                var triples: [(activity: String, token: String, meta: [UInt8])] = []
+                triples.reserveCapacity(metas.count)
+                for chunk in chunks {
+                    let pairs = chunk.array ?? []
+                    var i = 0
+                    while i + 1 < pairs.count {
+                        let meta = triples.count < metas.count ? metas[triples.count].bytes ?? [] : []
+                        triples.append((pairs[i].string ?? "", pairs[i + 1].string ?? "", meta))
+                        i += 2
+                    }
                 }
                 if let resent = parts[3].int, resent > 0 {
                     // A worker stopped with this batch in flight (1), or the slice started again after

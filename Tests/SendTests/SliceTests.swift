@@ -105,8 +105,12 @@ import TestSupport
             let p = reply.array ?? []
             #expect(p.count >= 2, "\(reply)")
             var acts: [String] = []
-            var i = 5
-            while i + 2 < p.count { acts.append(p[i].string ?? ""); i += 3 }
+            for chunk in (p.count > 5 ? p[5].array ?? [] : []) {
+                let pairs = chunk.array ?? []
+                var i = 0
+                while i + 1 < pairs.count { acts.append(pairs[i].string ?? ""); i += 2 }
+            }
+            if p.first?.string == "send" { #expect((p.count > 6 ? p[6].array?.count : nil) == acts.count, "a meta value per token") }
             return Step(status: p.first?.string ?? "?", left: Int(p[1].int ?? 0), confirm: p.count > 2 ? p[2].string ?? "" : "",
                         resent: p.count > 3 && (p[3].int ?? 0) > 0, width: p.count > 4 ? p[4].int ?? 0 : 0, activities: acts)
         }
