@@ -372,6 +372,14 @@ extension Sender {
         }
         let plan = Plan(key: slice.key, event: .update, priority: priority == 10 ? .critical : .routine, timestampMillis: 0, audience: .activity(slice.key))
         let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.tokens(slice.key), keys.meta(slice.key)]
+        // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
+        // so no other worker takes the batch over while this one is still sending it.
+        let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
+        let renewLease: (Duration) async throws -> Void = { [redis] wait in
+            let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + wait.components.seconds * 1000
+                + wait.components.attoseconds / 1_000_000_000_000_000
+            _ = try await redis.send(RedisCommand("ZADD", inflight, "XX", until, member))
+        }
         var confirm = ""
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
@@ -422,7 +430,8 @@ extension Sender {
                 var byEnv: [APNsEnvironment: [TokenRow]] = [:]
                 for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
                 for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                    try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary)
+                    try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary,
+                                        beforeRetry: renewLease)
                 }
             case "finished", "superseded":
                 if status == "superseded" {

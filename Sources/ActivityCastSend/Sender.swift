@@ -365,7 +365,8 @@ public final class Sender: Sendable {
     /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
     /// forgets dead tokens, records permanent failures. Throws when retries run out.
     func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
-                           entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil) async throws {
+                           entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil,
+                           beforeRetry: ((Duration) async throws -> Void)? = nil) async throws {
         guard let client = apns.push(env) else {
             let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
             try await recordFailures(plan.key, kind: kind.rawValue, rows.map { ($0.token, reason) }, entry: entry)
@@ -421,7 +422,11 @@ public final class Sender: Sendable {
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)")
             }
             pending = retry
-            if !pending.isEmpty { try await Task.sleep(for: min(delay, .seconds(30))) }
+            if !pending.isEmpty {
+                let wait = min(delay, .seconds(30))
+                try await beforeRetry?(wait)
+                try await Task.sleep(for: wait)
+            }
         }
     }
 

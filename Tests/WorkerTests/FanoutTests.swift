@@ -316,6 +316,40 @@ import TestSupport
               + "slices finished \(finished.sorted { $0.key < $1.key }), superseded \(try await r.counter("fanout_slices_superseded"))")
     }
 
+    /// APNs answering 503 to 30 % of the pushes: a batch waits to retry (100 ms doubling) longer
+    /// than its 1 s lease, and the slice's entry is claimed by the other worker meanwhile. The
+    /// sending worker extends its lease before each wait, so the claim finds the slice busy: a
+    /// batch is taken over only after its worker gave up on it (six attempts), never from a
+    /// worker still sending it. Nothing is lost.
+    @Test func aBatchWaitingToRetryKeepsItsSlice() async throws {
+        let r = try await Rig(deliveryLog: 100_000, worker: [
+            "fanout.slice_size": "256", "fanout.lease_ms": "1000",
+            "worker.visibility_timeout_ms": "300", "worker.claim_interval_ms": "100",
+        ])
+        let count = 3000
+        let all = tokens(count, base: 0x700000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:retry", ts: t0)
+        for n in 1...2 { try r.startWorker("r\(n)") }
+        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":0.3}"#)
+        _ = try await r.score("retry", 1, 0, ts: t0 + 1000, clock: "10'")
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        let received = Received(try await r.deliveries())
+        let lost = received.notEndingOn(all, final: Double(t0 + 1000) / 1000)
+        #expect(lost.count == 0, "\(lost.count) devices without the update")
+        let lines = r.allLogs.flatMap { $0.split(separator: "\n") }
+        let takeovers = lines.filter { $0.contains("slice taken over") }.count
+        let gaveUp = lines.filter { $0.contains("slice left pending after a failure") || $0.contains("sending failed; the entry stays pending") }.count
+        let claimed = r.stopLines.values.reduce(0) { $0 + (Int($1["claimed"] ?? "") ?? 0) }
+        r.keepLogs(if: takeovers > gaveUp, "retry")
+        #expect(claimed > 0, "the slices were never claimed while waiting: the test proves nothing")
+        #expect(takeovers <= gaveUp, "\(takeovers) batches taken over, only \(gaveUp) given up by their worker")
+        print("FanoutTests retries: \(count) tokens, 30 % answered 503: \(received.total) accepted, \(claimed) claims, "
+              + "\(takeovers) takeovers after \(gaveUp) batches given up, \(received.duplicates) duplicates")
+    }
+
     /// The ACL in docs/operations.md, read from the document itself, is all a worker needs: two
     /// workers logged in as that user take a match (channel, broadcast, a fan-out in slices, the
     /// end) to every device, with nothing dead-lettered or left pending.
