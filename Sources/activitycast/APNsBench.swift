@@ -88,7 +88,7 @@ struct APNsBench: AsyncParsableCommand {
             let c0 = cpuSeconds(RUSAGE_CHILDREN)
             let server = ServerProbe(pid: serverPid)
             let h0 = ContinuousClock.now
-            let output = try runH2load([
+            let output = try runCapturingOutput(h2load, [
                 "-n", String(requests), "-c", String(connections), "-m", String(streams), "-t", "1",
                 "-H", "apns-push-type: liveactivity", "-H", "apns-topic: \(topic)", "-H", "apns-priority: 10",
                 "-H", "authorization: bearer \(jwt.value)", "-d", payloadFile,
@@ -138,18 +138,6 @@ struct APNsBench: AsyncParsableCommand {
         }
     }
 
-    private func runH2load(_ arguments: [String]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: h2load)
-        p.arguments = arguments
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
-    }
 
     /// "finished in 1.23s, 162601.22 req/s, …"
     private func h2loadRate(_ output: String) -> Double? {

@@ -638,7 +638,7 @@ final class Bench: @unchecked Sendable {
         let server = ServerProbe(pid: sandboxPid)
         let host = HostProbe()
         let t0 = ContinuousClock.now
-        let output = try runProcess(binary, [
+        let output = try runCapturingOutput(binary, [
             "-n", String(n), "-c", String(connections), "-m", String(streams), "-t", "1",
             "-H", "apns-push-type: liveactivity", "-H", "apns-topic: \(topic)", "-H", "apns-priority: \(priority)",
             "-H", "authorization: bearer \(jwt.value)", "-d", payloadFile, "-i", uriFile])
@@ -690,16 +690,4 @@ final class Bench: @unchecked Sendable {
         return Double(part.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
     }
 
-    private func runProcess(_ path: String, _ arguments: [String]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = arguments
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
-    }
 }
