@@ -99,7 +99,7 @@ public enum FanoutScripts {
     end
     """
 
-    /// KEYS: gen hash (`{key}:gen`), fan hash, tokens. ARGV: gen, millis, slice size, max slices,
+    /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
     /// ttl s, payload, priority, live envs, stream, entry id.
     /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
     public static let create = RedisScript(common + """
@@ -145,10 +145,10 @@ public enum FanoutScripts {
     """)
 
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
-    /// KEYS: gen hash, fan hash, inflight zset, tokens, meta. ARGV: gen, j, n, want, now ms,
+    /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n, want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
     /// width (from the caller's last `send`, or 0).
-    /// Returns {status, left, confirm, resent, width, {{activity1, token1, …}, …}, {meta1, …}} (resent: 1 after a
+    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}} (resent: 1 after a
     /// takeover, 2 after a Redis restart, else 0); status is `send`,
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
@@ -265,11 +265,9 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
     redis.call('ZADD', KEYS[3], now + lease, member)
     redis.call('PEXPIRE', KEYS[3], lease + 3600000)
-    -- The scan's own replies go back as they came (activity, token, …), with the batch's meta
-    -- values in the same order: no per-token work in Lua beyond the list for HMGET.
-    local metas = {}
-    if n_out > 0 then metas = redis.call('HMGET', KEYS[5], unpack(acts)) end
-    return {'send', left, range, resent, est or hint, chunks, metas}
+    -- The scan's own replies go back as they came (activity, meta, …): meta ends with the token,
+    -- so nothing else is read per token.
+    return {'send', left, range, resent, est or hint, chunks}
     """)
 }
 
@@ -371,7 +369,7 @@ extension Sender {
             entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
         }
         let plan = Plan(key: slice.key, event: .update, priority: priority == 10 ? .critical : .routine, timestampMillis: 0, audience: .activity(slice.key))
-        let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.tokens(slice.key), keys.meta(slice.key)]
+        let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.meta(slice.key)]
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
         let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
@@ -405,15 +403,13 @@ extension Sender {
                 waitedSince = nil
                 width = parts.count > 4 ? parts[4].int ?? 0 : 0
                 let chunks = parts.count > 5 ? parts[5].array ?? [] : []
-                let metas = parts.count > 6 ? parts[6].array ?? [] : []
-                var triples: [(activity: String, token: String, meta: [UInt8])] = []
-                triples.reserveCapacity(metas.count)
+                var triples: [(activity: String, meta: [UInt8])] = []
                 for chunk in chunks {
                     let pairs = chunk.array ?? []
+                    triples.reserveCapacity(triples.count + pairs.count / 2)
                     var i = 0
                     while i + 1 < pairs.count {
-                        let meta = triples.count < metas.count ? metas[triples.count].bytes ?? [] : []
-                        triples.append((pairs[i].string ?? "", pairs[i + 1].string ?? "", meta))
+                        triples.append((pairs[i].string ?? "", pairs[i + 1].bytes ?? []))
                         i += 2
                     }
                 }
@@ -426,7 +422,7 @@ extension Sender {
                         logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
                     }
                 }
-                let rows = try await tokenRows(triples)
+                let rows = try await tokenRows(slice.key, triples)
                 var byEnv: [APNsEnvironment: [TokenRow]] = [:]
                 for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
                 for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
@@ -494,14 +490,17 @@ extension Sender {
     }
 }
 
-/// One `{key}:meta` value, `ts device env tier broadcast` (`-` where the registration gave none;
-/// `ts -` is a tombstone), read from its bytes.
+/// One `{key}:meta` value, `ts device env tier broadcast token` (`-` where the registration gave
+/// none; `ts -` is a tombstone; values written before the token was added end at `broadcast`),
+/// read from its bytes.
 public struct RegistrationMeta: Equatable, Sendable {
     public var millis: Int64?
     public var device: String
     /// nil: not given (`-`) or not one we know: the device's setting applies.
     public var env: APNsEnvironment?
     public var broadcast: Bool?
+    /// The activity's update token; nil in values written before it was kept here.
+    public var token: String?
 
     /// nil for a tombstone or a value of another shape.
     public init?(_ bytes: [UInt8]) {
@@ -526,5 +525,6 @@ public struct RegistrationMeta: Equatable, Sendable {
         env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
         let b = bytes[fields[4]]
         broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
+        token = fields.count > 5 && !fields[5].isEmpty ? String(decoding: bytes[fields[5]], as: UTF8.self) : nil
     }
 }

@@ -243,7 +243,7 @@ public final class Sender: Sendable {
         }
         // Devices on a channel that had the push get nothing per token; `b` records the broadcast
         // so a redelivered entry doesn't broadcast again.
-        var createCommands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(plan.key), fan, keys.tokens(plan.key)], args: [
+        var createCommands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(plan.key), fan, keys.meta(plan.key)], args: [
             gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes, priority,
             live.map(\.rawValue).joined(separator: " "), stream, entryID,
         ])]
@@ -335,20 +335,27 @@ public final class Sender: Sendable {
         var registeredMillis: Int64?
     }
 
-    /// Token rows from `(activity, token, meta)` where meta is the `{key}:meta` value, with the
-    /// device's own settings where the registration gave none. Meta is read as bytes (a fan-out
-    /// reads it for every token).
-    func tokenRows(_ triples: [(activity: String, token: String, meta: [UInt8])]) async throws -> [TokenRow] {
+    /// Token rows from `(activity, meta)` pairs of `{key}:meta` (its values end with the token),
+    /// with the device's own settings where the registration gave none. Meta is read as bytes (a
+    /// fan-out reads it for every token). A value written before meta kept the token gets it from
+    /// `{key}:tokens`.
+    func tokenRows(_ key: ActivityKey, _ pairs: [(activity: String, meta: [UInt8])]) async throws -> [TokenRow] {
         var rows: [TokenRow] = []
-        rows.reserveCapacity(triples.count)
+        rows.reserveCapacity(pairs.count)
         // Rows whose registration left env or broadcast to the device's settings.
         var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool)] = []
-        for t in triples {
-            // `ts device env tier broadcast`; `ts -` is a tombstone (then there is no token either).
-            guard let m = RegistrationMeta(t.meta) else { continue }
-            rows.append(TokenRow(activity: t.activity, token: t.token, env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
+        var needToken: [Int] = []
+        for p in pairs {
+            // A tombstone (`ts -`) has no token: nothing to send.
+            guard let m = RegistrationMeta(p.meta) else { continue }
+            rows.append(TokenRow(activity: p.activity, token: m.token ?? "", env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
                                  registeredMillis: m.millis))
+            if m.token == nil { needToken.append(rows.count - 1) }
             if m.env == nil || m.broadcast == nil { needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil)) }
+        }
+        if !needToken.isEmpty {
+            let reply = try await redis.send(RedisCommand("HMGET", [keys.tokens(key)] + needToken.map { rows[$0].activity }))
+            for (row, value) in zip(needToken, reply.array ?? []) { rows[row].token = value.string ?? "" }
         }
         if !needDevice.isEmpty {
             let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast") })
@@ -359,7 +366,7 @@ public final class Sender: Sendable {
                 if need.broadcast, values.count > 1 { rows[need.row].onBroadcast = values[1].string == "1" }
             }
         }
-        return rows
+        return rows.filter { !$0.token.isEmpty }
     }
 
     /// Sends one payload to `rows` and acts on every answer: retries what can be retried,

@@ -85,7 +85,8 @@ enum RegistrationScripts {
       if t and t > tonumber(ARGV[3]) then return 0 end
     end
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4])
+    -- The token again at the end of meta: a fan-out reads everything it sends from meta alone.
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2])
     redis.call('EXPIRE', KEYS[1], ARGV[5])
     redis.call('EXPIRE', KEYS[2], ARGV[5])
     return 1

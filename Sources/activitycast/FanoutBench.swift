@@ -337,7 +337,7 @@ struct SandboxStatsReader {
 }
 
 /// Loads audiences in the documented schema: `{key}:tokens` (activity → token) and `{key}:meta`
-/// (activity → `ts device env tier broadcast`), N distinct 64-hex-digit tokens made by a script
+/// (activity → `ts device env tier broadcast token`), N distinct 64-hex-digit tokens made by a script
 /// in Redis (two SHA-1s of a per-key seed and the index), 1,000 per call, calls pipelined.
 enum AudienceLoader {
     static let script = RedisScript("""
@@ -345,10 +345,11 @@ enum AudienceLoader {
     local t, m = {}, {}
     for i = from, to do
       local a = 'a' .. i
+      local token = redis.sha1hex(seed .. ':' .. i) .. string.sub(redis.sha1hex(i .. ':' .. seed), 1, 24)
       t[#t + 1] = a
-      t[#t + 1] = redis.sha1hex(seed .. ':' .. i) .. string.sub(redis.sha1hex(i .. ':' .. seed), 1, 24)
+      t[#t + 1] = token
       m[#m + 1] = a
-      m[#m + 1] = ARGV[5] .. ' d' .. i .. ' ' .. tail
+      m[#m + 1] = ARGV[5] .. ' d' .. i .. ' ' .. tail .. ' ' .. token
     end
     redis.call('HSET', KEYS[1], unpack(t))
     redis.call('HSET', KEYS[2], unpack(m))

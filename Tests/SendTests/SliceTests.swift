@@ -42,6 +42,8 @@ import TestSupport
         #expect(meta("5 d-3 staging standard 0")?.env == nil, "an unknown environment leaves it to the device")
         #expect(meta("x d-3 production standard 0")?.millis == nil)
         #expect(meta("99999999999999999999 d production standard 0")?.millis == nil, "too long to be a time")
+        #expect(meta("5 d-3 production standard 0 abc123")?.token == "abc123")
+        #expect(meta("5 d-3 production standard 0")?.token == nil, "written before meta kept the token")
         #expect(meta("1700000000000 -") == nil, "a tombstone")
         #expect(meta("") == nil)
     }
@@ -71,7 +73,7 @@ import TestSupport
                 var metaArgs: [any RedisArgument] = [meta]
                 for i in start..<end {
                     args += ["\(prefix)\(i)", "tok\(i)"]
-                    metaArgs += ["\(prefix)\(i)", "1 d\(i) development standard 0"]
+                    metaArgs += ["\(prefix)\(i)", "1 d\(i) development standard 0 tok\(i)"]
                 }
                 _ = try await redis.pipeline([RedisCommand("HSET", args), RedisCommand("HSET", metaArgs)])
                 start = end
@@ -80,7 +82,7 @@ import TestSupport
 
         /// Creates a fan-out; returns its slice count.
         func create(_ g: String, millis: Int64, sliceSize: Int) async throws -> Int {
-            let reply = try await redis.send(.script(FanoutScripts.create, keys: [gen, fan(g), tokens], args: [
+            let reply = try await redis.send(.script(FanoutScripts.create, keys: [gen, fan(g), meta], args: [
                 g, millis, sliceSize, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "1-0",
             ]))
             let parts = reply.array ?? []
@@ -99,7 +101,7 @@ import TestSupport
 
         func step(_ g: String, _ j: Int, of n: Int, want: Int = 100, confirm: String = "", now: Int64 = 1_000_000, lease: Int = 1000,
                   width: Int64 = 0) async throws -> Step {
-            let reply = try await redis.send(.script(FanoutScripts.step, keys: [gen, fan(g), inflight, tokens, meta], args: [
+            let reply = try await redis.send(.script(FanoutScripts.step, keys: [gen, fan(g), inflight, meta], args: [
                 g, j, n, want, now, lease, confirm, 3600, width,
             ]))
             let p = reply.array ?? []
@@ -110,7 +112,6 @@ import TestSupport
                 var i = 0
                 while i + 1 < pairs.count { acts.append(pairs[i].string ?? ""); i += 2 }
             }
-            if p.first?.string == "send" { #expect((p.count > 6 ? p[6].array?.count : nil) == acts.count, "a meta value per token") }
             return Step(status: p.first?.string ?? "?", left: Int(p[1].int ?? 0), confirm: p.count > 2 ? p[2].string ?? "" : "",
                         resent: p.count > 3 && (p[3].int ?? 0) > 0, width: p.count > 4 ? p[4].int ?? 0 : 0, activities: acts)
         }
@@ -230,7 +231,7 @@ import TestSupport
         #expect(inFlight.status == "send")
         let m = try await f.create("new", millis: 2000, sliceSize: 1000)
         // An older event after it is refused.
-        let older = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("older"), f.tokens], args: [
+        let older = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("older"), f.meta], args: [
             "older", 1500, 1000, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "2-0",
         ]))
         #expect(older.array?.first?.string == "older")
@@ -304,7 +305,7 @@ import TestSupport
         let n = try await f.create("old", millis: 1000, sliceSize: 1000)
         _ = try await f.drain("old", 0, of: n)
         _ = try await f.create("new", millis: 2000, sliceSize: 1000)
-        let again = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("old"), f.tokens], args: [
+        let again = try await redis.send(.script(FanoutScripts.create, keys: [f.gen, f.fan("old"), f.meta], args: [
             "old", 2000, 1000, SliceMath.maxSlices, 3600, "{}", 10, "", "s", "1-0",
         ]))
         #expect(again.array?.first?.string == "older", "\(again)")

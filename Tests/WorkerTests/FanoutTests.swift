@@ -145,7 +145,7 @@ import TestSupport
                 var commands: [RedisCommand] = []
                 for k in chunk {
                     tokenArgs += ["A\(k)", tokens[k]]
-                    metaArgs += ["A\(k)", "\(ts) d\(k) development standard 0"]
+                    metaArgs += ["A\(k)", "\(ts) d\(k) development standard 0 \(tokens[k])"]
                     let device = settings.keys.device("d\(k)")
                     commands.append(RedisCommand("HSET", device, "act:\(key) A\(k)", "\(ts) 1", "ts", ts, "env", "development",
                                                  "tier", "standard", "broadcast", "0"))

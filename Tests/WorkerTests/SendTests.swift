@@ -201,6 +201,8 @@ import TestSupport
         let t = now() - 10_000
         // 600 tokens straight into the audience hashes (docs/schema.md): 16 slices of about 40
         // (a hash small enough for Redis's listpack encoding, up to 512 entries here, is one slice).
+        // Their meta values are written as before meta kept the token: the send path reads
+        // those tokens from `{key}:tokens`.
         var tokens: [any RedisArgument] = [r.settings.keys.tokens(key)], meta: [any RedisArgument] = [r.settings.keys.meta(key)]
         for i in 0..<600 {
             let hex = String(i, radix: 16)
