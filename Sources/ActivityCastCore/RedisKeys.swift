@@ -13,7 +13,7 @@ public struct RedisKeys: Sendable, Equatable {
     /// Hash `activity` → update token: `ac:{match:4711}:tokens`.
     public func tokens(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:tokens" }
 
-    /// Hash `activity` → `ts device env tier broadcast` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
+    /// Hash `activity` → `ts device env tier broadcast token` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
     public func meta(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:meta" }
 
     /// Stream of fan-out slices that every worker of the group takes: `ac:slices`.
