@@ -315,3 +315,32 @@ import TestSupport
         #expect(total == 3000)
     }
 }
+
+extension SliceTests {
+    /// A superseded fan-out whose slice has another worker's batch in flight (its stream entry
+    /// claimed again while that worker is still sending): the step must not drop that worker's
+    /// lease, or the newer fan-out goes out while the older batch is still being sent, and a
+    /// device gets the older state after the newer one.
+    @Test func aSupersededSliceKeepsAnotherWorkersBatchInFlightUntilItsLeaseEnds() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        try await f.fill(0..<3000)
+        let n = try await f.create("old", millis: 1000, sliceSize: 1000)
+        // Worker A takes a batch of the old fan-out's slice 1 (lease until 1_010_000).
+        let a = try await f.step("old", 1, of: n, now: 1_000_000, lease: 10_000)
+        #expect(a.status == "send")
+        let m = try await f.create("new", millis: 2000, sliceSize: 1000)
+        // Worker B claims the same slice again while A is still sending.
+        let b = try await f.step("old", 1, of: n, now: 1_001_000, lease: 10_000)
+        #expect(b.status != "send")
+        // A's batch is still in flight: the newer fan-out waits for it.
+        let newer = try await f.step("new", 0, of: m, now: 1_002_000, lease: 10_000)
+        #expect(newer.status == "wait", "the newer fan-out went out while an older batch was in flight: \(newer.status)")
+        // A confirms: its slice ends as superseded, and the newer fan-out goes on.
+        let done = try await f.step("old", 1, of: n, confirm: a.confirm, now: 1_003_000, lease: 10_000)
+        #expect(done.status == "superseded" || done.status == "done")
+        #expect(try await f.step("new", 0, of: m, now: 1_004_000, lease: 10_000).status == "send")
+    }
+}
