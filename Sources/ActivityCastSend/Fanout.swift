@@ -196,11 +196,15 @@ public enum FanoutScripts {
       pos, from = to, nil
     end
     if want == 0 then return {'paused', left} end
-    if redis.call('HGET', KEYS[1], 'name') ~= gen then return {'superseded', final()} end
-    local resent = 0
+    -- Another worker's batch in flight keeps its lease, superseded or not: a newer fan-out waits
+    -- for it (ending the slice here would drop the lease while that batch is still being sent).
     if from then
       local lease_end = redis.call('ZSCORE', KEYS[3], member)
       if lease_end and tonumber(lease_end) > now then return {'busy', tonumber(lease_end) - now} end
+    end
+    if redis.call('HGET', KEYS[1], 'name') ~= gen then return {'superseded', final()} end
+    local resent = 0
+    if from then
       -- Its worker stopped with a batch in flight: send that batch again (APNs may have had some of it).
       pos, resent = from, 1
     end
