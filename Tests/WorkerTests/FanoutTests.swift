@@ -567,4 +567,36 @@ import TestSupport
         print("FanoutTests claimed-again: \(received.total) pushes, \(received.duplicates) duplicates, "
               + "\(try await r.counter("fanout_slices_superseded")) slices superseded; " + received.histogram)
     }
+
+    /// APNs answers slowly (1 s, longer than the 300 ms lease) and half the time 503. The older
+    /// fan-out's batch outlives its lease while its worker waits for the answers; the newer
+    /// fan-out then goes out (nothing of the older one is in flight any more, as far as Redis
+    /// knows). The older batch's worker must not retry its 503s after that: its lease is gone, so
+    /// its retries would bring devices the older state after the newer one.
+    @Test func aBatchThatLostItsLeaseIsNotRetriedAfterANewerFanOut() async throws {
+        let count = 2000
+        let r = try await Rig(deliveryLog: 100_000, worker: [
+            "fanout.slice_size": "256", "fanout.lease_ms": "300", "fanout.batch": "256",
+        ])
+        let all = tokens(count, base: 0x800000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:lease", ts: t0)
+        for n in 1...2 { try r.startWorker("l\(n)") }
+        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":0.5,"slowResponseRate":1,"slowResponseDelayMillis":1000}"#)
+        _ = try await r.score("lease", 1, 0, ts: t0 + 1000, clock: "10'")
+        try await Task.sleep(for: .milliseconds(500))
+        _ = try await r.score("lease", 2, 0, ts: t0 + 2000, clock: "11'")
+        try await Task.sleep(for: .seconds(4))
+        try await r.sandbox.post("/sandbox/faults", json: #"{}"#)
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        let received = Received(try await r.deliveries())
+        let regressions = received.regressions
+        r.keepLogs(if: !regressions.isEmpty, "lease-lost")
+        #expect(regressions.count == 0, "tokens received the older state after the newer, e.g. \(regressions.prefix(3).map { ($0, received.byToken[$0] ?? []) })")
+        let notNewest = received.notEndingOn(all, final: Double(t0 + 2000) / 1000)
+        #expect(notNewest.count == 0, "\(notNewest.count) tokens not on the newest state")
+        print("FanoutTests lease-lost: \(received.total) pushes, \(regressions.count) regressions; " + received.histogram)
+    }
 }
