@@ -144,6 +144,14 @@ public enum FanoutScripts {
     return left
     """)
 
+    /// Renews a batch's lease before its worker retries it, only while the lease is still there.
+    /// KEYS: inflight zset. ARGV: member, lease end (ms). Returns 1, or 0 when the lease is gone.
+    public static let renew = RedisScript("""
+    if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+    return 1
+    """)
+
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
     /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n, want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
@@ -377,10 +385,15 @@ extension Sender {
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
         let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
+        // A lease that is gone (it ended and a newer fan-out's step dropped it, or the slice ended
+        // as superseded) is not renewed: the batch's retries would reach devices after the newer
+        // fan-out's state, so the batch stops here (the slice's next step decides what is left).
         let renewLease: (Duration) async throws -> Void = { [redis] wait in
             let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + wait.components.seconds * 1000
                 + wait.components.attoseconds / 1_000_000_000_000_000
-            _ = try await redis.send(RedisCommand("ZADD", inflight, "XX", until, member))
+            let kept = try await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
+            if let message = kept.errorMessage { throw RedisError(.server, "renewing a slice's lease: \(message)") }
+            guard kept.int == 1 else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
         }
         var confirm = ""
         var width: Int64 = 0
