@@ -144,11 +144,12 @@ public enum FanoutScripts {
     return left
     """)
 
-    /// Renews a batch's lease before its worker retries it, only while the lease is still there.
+    /// Renews a batch's lease (while it is sent, and before its worker retries it), only while the
+    /// lease is still there, and never to an earlier end.
     /// KEYS: inflight zset. ARGV: member, lease end (ms). Returns 1, or 0 when the lease is gone.
     public static let renew = RedisScript("""
     if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+    redis.call('ZADD', KEYS[1], 'GT', ARGV[2], ARGV[1])
     return 1
     """)
 
@@ -442,6 +443,17 @@ extension Sender {
                 let rows = try await tokenRows(slice.key, triples)
                 var byEnv: [APNsEnvironment: [TokenRow]] = [:]
                 for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
+                // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
+                // busy machine) doesn't let a newer fan-out overtake requests still being sent.
+                let heartbeat = Task { [redis] in
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(max(20, lease / 3)))
+                        if Task.isCancelled { break }
+                        let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease)
+                        _ = try? await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
+                    }
+                }
+                defer { heartbeat.cancel() }
                 for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                     try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary,
                                         beforeRetry: renewLease)

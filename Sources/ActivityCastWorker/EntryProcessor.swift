@@ -284,11 +284,11 @@ struct EntryProcessor: Sendable {
                 ackIDs.append(entry.id)
             case .refused(let r)?:
                 refusal = refusal ?? r
-                if redelivered { refunds.append(RedisCommand("HINCRBY", errors, "\(entry.id)#n", -1)) }
+                if redelivered { refunds.append(AttemptScripts.refund(errors, entry.id)) }
             case .handedOff?:
                 // Not a failure: a fan-out in progress doesn't use up the entry's attempts.
                 handedOff += 1
-                if redelivered { refunds.append(RedisCommand("HINCRBY", errors, "\(entry.id)#n", -1)) }
+                if redelivered { refunds.append(AttemptScripts.refund(errors, entry.id)) }
             case .own(let message)?:
                 ownFailures += 1
                 failures += [entry.id, String(message.prefix(300))]
@@ -480,5 +480,20 @@ struct EntryProcessor: Sendable {
             }
         }
         return RedisCommand("XADD", args)
+    }
+}
+
+/// Delivery attempts, counted in `<prefix>:errors:<stream>` as `<id>#n`.
+enum AttemptScripts {
+    /// KEYS[1] = errors hash, ARGV[1] = field. Gives one attempt back, if the count is still
+    /// there: progress (a confirmed fan-out batch) or the entry's end may have cleared it, and a
+    /// refund must not leave a stray `-1` behind.
+    static let refundScript = RedisScript("""
+    if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+    return redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+    """)
+
+    static func refund(_ errorsKey: String, _ id: String) -> RedisCommand {
+        .script(refundScript, keys: [errorsKey], args: ["\(id)#n"])
     }
 }

@@ -170,7 +170,7 @@ final class SliceTaker: Sendable {
                 ])
             case .busy:
                 // Another worker has a batch of it in flight: not this delivery's failure.
-                if attempts > 0 { _ = try? await redis.send(RedisCommand("HINCRBY", errorsKey, "\(entry.id)#n", -1)) }
+                if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
             }
         } catch {
             stats.failed.add(1, ordering: .relaxed)
