@@ -114,10 +114,17 @@ final class SliceTaker: Sendable {
         }
     }
 
+    /// Where the next claim looks: XAUTOCLAIM examines about ten entries per one it may claim, so
+    /// each round goes on from where the last stopped (back to the start after the end), and idle
+    /// slices far down a long pending list are reached too.
+    private let claimCursor = Mutex("0-0")
+
     private func claimIdle(room: Int) async {
+        let start = claimCursor.withLock { $0 }
         guard let reply = try? await redis.send(.xautoclaim(stream: stream, group: settings.group, consumer: consumer,
-                                                            minIdle: settings.visibilityTimeout, start: "0-0", count: room)),
+                                                            minIdle: settings.visibilityTimeout, start: start, count: room)),
               let claim = try? StreamReplies.autoclaim(reply) else { return }
+        claimCursor.withLock { $0 = claim.nextCursor }
         if !claim.entries.isEmpty {
             stats.claimed.add(claim.entries.count, ordering: .relaxed)
             logger.info("claimed idle slices", metadata: ["count": "\(claim.entries.count)"])
