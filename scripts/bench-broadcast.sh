@@ -37,11 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_for_redis "$redis_port"
+start_private_redis "$work"
 
 # The sandbox keeps every broadcast of a run (two per event: a channel per APNs environment) until
 # the bench has read them after the run.

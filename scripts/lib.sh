@@ -18,6 +18,17 @@ wait_for_sandbox() {
   echo "the sandbox did not start; its output:" >&2; cat "$1" >&2; return 1
 }
 
+# Starts a private, non-persistent redis-server on a free loopback port, with its files and log in
+# DIR; sets redis_port and redis_pid, adds the PID to the caller's `pids` array (stopped by its
+# trap), and waits until it answers.
+start_private_redis() {
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$1" >"$1/redis.log" 2>&1 &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  wait_for_redis "$redis_port"
+}
+
 # Waits (up to 5 s) until the redis-server on PORT answers.
 wait_for_redis() {
   for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done

@@ -389,12 +389,15 @@ extension Sender {
         // A lease that is gone (it ended and a newer fan-out's step dropped it, or the slice ended
         // as superseded) is not renewed: the batch's retries would reach devices after the newer
         // fan-out's state, so the batch stops here (the slice's next step decides what is left).
-        let renewLease: (Duration) async throws -> Void = { [redis] wait in
-            let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + wait.components.seconds * 1000
-                + wait.components.attoseconds / 1_000_000_000_000_000
+        // Extends the lease to `extra` past now, only while it still exists: false once it is gone.
+        let renew: @Sendable (Duration) async throws -> Bool = { [redis] extra in
+            let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + extra.milliseconds
             let kept = try await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
             if let message = kept.errorMessage { throw RedisError(.server, "renewing a slice's lease: \(message)") }
-            guard kept.int == 1 else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
+            return kept.int == 1
+        }
+        let renewLease: (Duration) async throws -> Void = { wait in
+            guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
         }
         var confirm = ""
         var width: Int64 = 0
@@ -445,12 +448,11 @@ extension Sender {
                 for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
                 // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
                 // busy machine) doesn't let a newer fan-out overtake requests still being sent.
-                let heartbeat = Task { [redis] in
+                let heartbeat = Task {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .milliseconds(max(20, lease / 3)))
                         if Task.isCancelled { break }
-                        let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease)
-                        _ = try? await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
+                        _ = try? await renew(.zero)
                     }
                 }
                 defer { heartbeat.cancel() }

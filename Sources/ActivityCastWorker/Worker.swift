@@ -84,8 +84,7 @@ public final class Worker: Sendable {
                                                                  stateTTLSeconds: settings.activityTTLSeconds,
                                                                  startsPerSecond: settings.startsPerSecond, group: settings.group,
                                                                  sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
-                                                                 leaseMillis: Int(settings.sliceLease.components.seconds * 1000
-                                                                     + settings.sliceLease.components.attoseconds / 1_000_000_000_000_000)),
+                                                                 leaseMillis: Int(settings.sliceLease.milliseconds)),
                                 logger: logger)
             } catch {
                 setupError = "\(error)"
