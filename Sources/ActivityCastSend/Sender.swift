@@ -117,11 +117,42 @@ public final class Sender: Sendable {
     }
 
     /// `redelivered`: the entry was delivered before (its attempts are counted; progress clears them).
-    public func send(_ plan: Plan, entry: String, redelivered: Bool = false) async throws -> SendOutcome {
-        try await locks.withLock(plan.key) { try await sendLocked(plan, entry: entry, redelivered: redelivered) }
+    /// A place in the line of `key`'s events on this worker, taken now (in the order the entries
+    /// were read) and passed to `send` later. Every ticket taken must be passed to `send`.
+    public func ticket(for key: ActivityKey) -> KeyLocks.Ticket { locks.take(key) }
+
+    /// `ticket`: from `ticket(for:)`, when the caller took the event's place in its key's line
+    /// when it read it; otherwise the event queues now.
+    public func send(_ plan: Plan, entry: String, redelivered: Bool = false, ticket: KeyLocks.Ticket? = nil) async throws -> SendOutcome {
+        // The key's lock covers the merge, the broadcast and the fan-out's creation: what orders
+        // this worker's events of a key. Slice 0 is sent after it, so the key's next event doesn't
+        // wait behind a slice (which may itself wait for an older fan-out's batches in flight):
+        // an event held back that long can find a newer one merged before it, and its catch-up
+        // then sends the whole audience again.
+        let ticket = ticket ?? locks.take(plan.key)
+        precondition(ticket.key == plan.key, "a ticket for another key")
+        switch try await locks.withTicket(ticket, { try await sendLocked(plan, entry: entry, redelivered: redelivered) }) {
+        case .outcome(let outcome):
+            return outcome
+        case .firstSlice(let first):
+            return try await sendFirstSlice(first)
+        }
     }
 
-    private func sendLocked(_ original: Plan, entry: String, redelivered: Bool) async throws -> SendOutcome {
+    /// What the key's lock hands on: an outcome, or the fan-out's slice 0 to send.
+    private enum Locked: Sendable {
+        case outcome(SendOutcome)
+        case firstSlice(FirstSlice)
+    }
+
+    private struct FirstSlice: Sendable {
+        var slice: SliceRef
+        var summary: SendSummary
+        var head: SliceHead?
+        var attempts: (key: String, field: String)?
+    }
+
+    private func sendLocked(_ original: Plan, entry: String, redelivered: Bool) async throws -> Locked {
         var plan = original
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a
@@ -147,7 +178,7 @@ public final class Sender: Sendable {
             guard merged.newestEvent != .end else {
                 summary.stale = true
                 stats.stale.add(1, ordering: .relaxed)
-                return .done(summary)
+                return .outcome(.done(summary))
             }
             plan.timestampMillis = merged.newestMillis
         } else if merged.stale {
@@ -156,7 +187,7 @@ public final class Sender: Sendable {
             // Processed late (another worker sent a newer event first) but it still brought the
             // newest value of some keys: devices get the merged state again, as the newest event
             // and at its time, quietly (priority 5, no alert), so they end on the complete state.
-            guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .done(summary) }
+            guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .outcome(.done(summary)) }
             var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
                                audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
             catchUp.staleAfterSeconds = plan.staleAfterSeconds
@@ -170,7 +201,7 @@ public final class Sender: Sendable {
         for env in apns.environments {
             channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env])
         }
-        guard let event = plan.event else { return .done(summary) }
+        guard let event = plan.event else { return .outcome(.done(summary)) }
         // The settle is for the first delivery: a redelivered end whose fan-out began has nothing to wait for.
         if event == .end, configuration.endSettle > .zero, prior.left == nil {
             try await Task.sleep(for: configuration.endSettle)
@@ -185,13 +216,13 @@ public final class Sender: Sendable {
             do {
                 try await sendStarts(plan, state: merged.contentState, channels: channelStates, entry: entry, summary: &summary)
             } catch let e as PushRejectionError {
-                return .rejected(e.description)
+                return .outcome(.rejected(e.description))
             }
         case .update, .end:
             return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered, prior: prior,
                                             channelStates: channelStates)
         }
-        return .done(summary)
+        return .outcome(.done(summary))
     }
 
     /// An update or end to the key's channel and to the tokens of devices not on it: a fan-out
@@ -200,13 +231,13 @@ public final class Sender: Sendable {
     /// worker that finishes the last one acknowledges the entry.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
                                 redelivered: Bool, prior known0: FanoutPrior? = nil,
-                                channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> SendOutcome {
+                                channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> Locked {
         var summary = summary
         let payload = PushBuilder.payload(plan, contentState: state)
         let bytes: [UInt8]
         switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
         case .success(let b): bytes = b
-        case .failure(let rejection): return .rejected(rejection.description)
+        case .failure(let rejection): return .outcome(.rejected(rejection.description))
         }
         let priority = PushBuilder.priority(plan)
         let gen = entry
@@ -214,7 +245,7 @@ public final class Sender: Sendable {
         let fan = fanKey(plan.key, gen)
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
-        if prior?.left == 0 { return .done(summary) }
+        if prior?.left == 0 { return .outcome(.done(summary)) }
         // The broadcast first (its latency is what broadcast devices see), then the fan-out record.
         var live: [APNsEnvironment] = []
         if prior?.broadcastDone != true {
@@ -256,9 +287,9 @@ public final class Sender: Sendable {
             // A newer event's fan-out is already under way: this state is out of date.
             summary.stale = true
             stats.stale.add(1, ordering: .relaxed)
-            return .done(summary)
+            return .outcome(.done(summary))
         case .exists(let left, let n, _, let q):
-            if left == 0 { return .done(summary) }
+            if left == 0 { return .outcome(.done(summary)) }
             slices = n
             queued = q
         case .new(let n, _):
@@ -275,17 +306,23 @@ public final class Sender: Sendable {
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
         if finishEnd, plan.event == .end { try await finish(plan) }
-        let first = try await runSlice(SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
-                                       attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil, known: head,
-                                       shouldStop: { [self] in stopping.load(ordering: .relaxed) })
-        switch first {
+        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head,
+                                      attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil))
+    }
+
+    /// Slice 0 of a fan-out, sent by the worker that read its event (outside the key's lock).
+    private func sendFirstSlice(_ first: FirstSlice) async throws -> SendOutcome {
+        var summary = first.summary
+        let slice = first.slice
+        let result = try await runSlice(slice, summary: &summary, acknowledges: false, attempts: first.attempts, known: first.head,
+                                        shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+        switch result {
         case .final(let left) where left <= 0: return .done(summary)
         case .gone: return .done(summary)
         case .final: return .handedOff(summary)
         case .busy, .paused:
             // Slice 0 isn't finished here: it goes to the slices stream like the others.
-            _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"]
-                + SliceRef(key: plan.key, gen: gen, index: 0, count: slices).fields))
+            _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields))
             return .handedOff(summary)
         }
     }

@@ -28,6 +28,8 @@ struct EntryProcessor: Sendable {
     let routes: RouteSet
     let registrar: Registrar
     let keys: RedisKeys
+    /// The order this worker read its batches in (see `ReadOrder`).
+    let readOrder = ReadOrder()
     /// Test-only failpoint: `ACTIVITYCAST_FAILPOINT_CRASH_ON=<value>` makes the process abort
     /// when it is about to decode an entry with a field of exactly that value — how the fault
     /// suite makes an entry that kills every worker that takes it. Unset in production.
@@ -83,12 +85,16 @@ struct EntryProcessor: Sendable {
 
     /// Processes `entries` of `feed`. `redelivered`: they were delivered before (claimed, or
     /// this consumer's own pending entries after a restart), so their earlier attempts count.
-    /// Retries connection failures while `retryUntil` allows.
+    /// Retries connection failures while `retryUntil` allows. `order`: the batch's number from
+    /// `readOrder`, taken when it was read (its events queue for their keys after those of the
+    /// batches read before it).
     @discardableResult
-    func process(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool = false, retryUntil: ContinuousClock.Instant) async -> Outcome {
+    func process(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool = false, retryUntil: ContinuousClock.Instant,
+                 order: UInt64? = nil) async -> Outcome {
+        defer { if let order { readOrder.done(order) } }
         guard !entries.isEmpty else { return Outcome() }
         guard redelivered, entries.count > 1 else {
-            return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil)
+            return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil, order: order)
         }
         // An entry that was started before and never finished may be what killed the worker that
         // had it. Process those one at a time, so that such an entry takes down only itself and
@@ -113,12 +119,13 @@ struct EntryProcessor: Sendable {
         return total
     }
 
-    private func processWithRetries(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, retryUntil: ContinuousClock.Instant) async -> Outcome {
+    private func processWithRetries(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, retryUntil: ContinuousClock.Instant,
+                                    order: UInt64? = nil) async -> Outcome {
         guard !entries.isEmpty else { return Outcome() }
         var attempt = 0
         while true {
             do {
-                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered)
+                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered, order: order)
             } catch let error as RedisError where error.isConnectionProblem && ContinuousClock.now < retryUntil {
                 attempt += 1
                 if attempt == 1 || attempt % 20 == 0 {
@@ -136,7 +143,7 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool) async throws -> Outcome {
+    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?) async throws -> Outcome {
         let errors = errorsKey(feed.stream)
         // Redelivered entries: count this attempt before doing anything (so an entry that kills
         // every worker that takes it still runs out of attempts), and fetch the last errors.
@@ -251,7 +258,7 @@ struct EntryProcessor: Sendable {
             return nil
         }
         if let sender, !sends.isEmpty {
-            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries, redelivered: redelivered) {
+            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries, redelivered: redelivered, order: order) {
                 switch result {
                 case .success(.done):
                     break
@@ -412,18 +419,24 @@ struct EntryProcessor: Sendable {
 
     /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
     /// concurrently. Returns each entry's result.
-    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool) async -> [(Int, Result<SendOutcome, Error>)] {
-        var byKey: [ActivityKey: [(Int, Plan)]] = [:]
-        for s in sends { byKey[s.1.key, default: []].append(s) }
+    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,
+                      order: UInt64?) async -> [(Int, Result<SendOutcome, Error>)] {
+        // Places in the keys' lines first, in the order the batches were read (see `ReadOrder`).
+        if let order { await readOrder.waitTurn(order) }
+        var byKey: [ActivityKey: [(Int, Plan, KeyLocks.Ticket)]] = [:]
+        for s in sends.sorted(by: { $0.1.timestampMillis < $1.1.timestampMillis }) {
+            byKey[s.1.key, default: []].append((s.0, s.1, sender.ticket(for: s.1.key)))
+        }
+        if let order { readOrder.done(order) }
         let logger = self.logger
         return await withTaskGroup(of: [(Int, Result<SendOutcome, Error>)].self) { group in
             for (_, plans) in byKey {
                 group.addTask {
                     var out: [(Int, Result<SendOutcome, Error>)] = []
-                    for (index, plan) in plans.sorted(by: { $0.1.timestampMillis < $1.1.timestampMillis }) {
+                    for (index, plan, ticket) in plans {
                         let entry = "\(stream)/\(entries[index].id)"
                         do {
-                            let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered)
+                            let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered, ticket: ticket)
                             var summary: SendSummary?
                             switch outcome {
                             case .done(let s), .handedOff(let s): summary = s

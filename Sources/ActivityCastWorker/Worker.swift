@@ -216,8 +216,9 @@ public final class Worker: Sendable {
                 if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
                 let processor = self.processor
                 let retryUntil = ContinuousClock.now + settings.visibilityTimeout
+                let order = processor.readOrder.number()
                 Task {
-                    let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil)
+                    let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil, order: order)
                     self.noteRefusal(outcome.refusal, stream: feed.stream)
                     self.inFlight.subtract(n, ordering: .relaxed)
                     completed.yield(n)
