@@ -332,6 +332,9 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, nowMillis now: I
 extension RedisKeys {
     /// One (key, audience)'s budget hash, in the key's slot: `ac:{match:4711}:budget:standard`.
     public func budget(_ key: ActivityKey, _ audience: BudgetAudience) -> String { "\(prefix):{\(key)}:budget:\(audience.name)" }
+    /// The fleet's schedule of coalesced states (sorted set): member `<key>|<audience>` (audience
+    /// as in `budget(_:_:)`: `standard`, `frequent`, `channel`), scored by when it is due (ms).
+    public var budgetDue: String { "\(prefix):budget-due" }
 }
 
 /// What `BudgetScripts.decide` answered.
