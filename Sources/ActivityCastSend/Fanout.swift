@@ -100,7 +100,8 @@ public enum FanoutScripts {
     """
 
     /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
-    /// ttl s, payload, priority, live envs, stream, entry id.
+    /// ttl s, payload, priority, live envs, stream, entry id, payload at 5 ('' when the same),
+    /// the tiers' priorities (`AudiencePriorities.encodedTiers`).
     /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
     public static let create = RedisScript(common + """
 
@@ -125,7 +126,8 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
     redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
-               'millis', ARGV[2], 'b', 1, 'rid', runid())
+               'millis', ARGV[2], 'b', 1, 'rid', runid(), 't', ARGV[12] or '')
+    if ARGV[11] and ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'p5', ARGV[11]) end
     redis.call('EXPIRE', KEYS[2], ttl)
     return {'new', n, tokens}
     """)
@@ -360,28 +362,42 @@ extension Sender {
     /// What a slice needs of its fan-out, when the caller has it (the worker that just created
     /// the fan-out): saves reading it back.
     struct SliceHead {
+        /// The push at 10 (with its alert, if any).
         var payload: [UInt8]
-        var priority: Int
+        /// The push at 5: without the alert.
+        var payload5: [UInt8]
+        /// Each tier's priority (nil: its devices are skipped; a flush brings them the state).
+        var tiers: AudiencePriorities
         var live: Set<APNsEnvironment>
         var entry: String
+    }
+
+    /// A batch's tokens that go out as one: same environment, same priority.
+    private struct Group: Hashable {
+        var env: APNsEnvironment
+        var priority: Int
     }
 
     func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
                   known: SliceHead? = nil, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         let fan = fanKey(slice.key, slice.gen)
-        let bytes: [UInt8], priority: Int, live: Set<APNsEnvironment>, entry: String
+        let head: SliceHead
         if let known {
-            (bytes, priority, live, entry) = (known.payload, known.priority, known.live, known.entry)
+            head = known
         } else {
-            let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry"))
-            let h = head.array ?? []
-            guard h.count == 5, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
-            (bytes, priority) = (b, p)
-            live = Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) })
-            entry = "\(h[3].string ?? "")/\(h[4].string ?? "")"
+            let reply = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry", "p5", "t"))
+            let h = reply.array ?? []
+            guard h.count == 7, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
+            // A fan-out recorded before budgets has one priority for every tier.
+            let tiers = h[6].string.flatMap { AudiencePriorities(encodedTiers: $0) } ?? AudiencePriorities(all: p)
+            head = SliceHead(payload: b, payload5: h[5].bytes ?? b, tiers: tiers,
+                             live: Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) }),
+                             entry: "\(h[3].string ?? "")/\(h[4].string ?? "")")
         }
-        let plan = Plan(key: slice.key, event: .update, priority: priority == 10 ? .critical : .routine, timestampMillis: 0, audience: .activity(slice.key))
+        let live = head.live, entry = head.entry, tiers = head.tiers
+        // The tiers' pushes differ: each token's tier is needed (its registration's, else its device's).
+        let byTier = tiers.standard != tiers.frequent
         let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.meta(slice.key)]
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
@@ -443,9 +459,12 @@ extension Sender {
                         logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
                     }
                 }
-                let rows = try await tokenRows(slice.key, triples)
-                var byEnv: [APNsEnvironment: [TokenRow]] = [:]
-                for row in rows where !(row.onBroadcast && live.contains(row.env)) { byEnv[row.env, default: []].append(row) }
+                let rows = try await tokenRows(slice.key, triples, tiers: byTier)
+                var groups: [Group: [TokenRow]] = [:]
+                for row in rows where !(row.onBroadcast && live.contains(row.env)) {
+                    guard let priority = tiers.tier(row.tier) else { continue }
+                    groups[Group(env: row.env, priority: priority), default: []].append(row)
+                }
                 // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
                 // busy machine) doesn't let a newer fan-out overtake requests still being sent.
                 let heartbeat = Task {
@@ -456,9 +475,12 @@ extension Sender {
                     }
                 }
                 defer { heartbeat.cancel() }
-                for (env, rows) in byEnv.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                    try await sendBatch(plan, bytes, priority: priority, env: env, rows: rows, kind: .token, entry: entry, summary: &summary,
-                                        beforeRetry: renewLease)
+                // Priority 10 first.
+                for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
+                    let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
+                                    audience: .activity(slice.key))
+                    try await sendBatch(plan, group.priority == 10 ? head.payload : head.payload5, priority: group.priority, env: group.env,
+                                        rows: rows, kind: .token, entry: entry, summary: &summary, beforeRetry: renewLease)
                 }
             case "finished", "superseded":
                 if status == "superseded" {
@@ -529,6 +551,8 @@ public struct RegistrationMeta: Equatable, Sendable {
     public var device: String
     /// nil: not given (`-`) or not one we know: the device's setting applies.
     public var env: APNsEnvironment?
+    /// nil: not given (`-`): the device's setting applies (standard when it has none).
+    public var tier: Tier?
     public var broadcast: Bool?
     /// The activity's update token; nil in values written before it was kept here.
     public var token: String?
@@ -554,6 +578,8 @@ public struct RegistrationMeta: Equatable, Sendable {
         device = String(decoding: bytes[fields[1]], as: UTF8.self)
         let e = bytes[fields[2]]
         env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
+        let t = bytes[fields[3]]
+        tier = t.elementsEqual("frequent".utf8) ? .frequent : t.elementsEqual("standard".utf8) ? .standard : nil
         let b = bytes[fields[4]]
         broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
         token = fields.count > 5 && !fields[5].isEmpty ? String(decoding: bytes[fields[5]], as: UTF8.self) : nil

@@ -57,6 +57,8 @@ public struct SendConfiguration: Sendable {
     public var sliceBatch: Int
     /// How long a batch in flight keeps its slice from other workers (renewed by each batch).
     public var leaseMillis: Int
+    /// Priority-10 budgets per audience (docs/budgets.md).
+    public var budgets: BudgetPolicy = .default
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
@@ -239,7 +241,6 @@ public final class Sender: Sendable {
         case .success(let b): bytes = b
         case .failure(let rejection): return .outcome(.rejected(rejection.description))
         }
-        let priority = PushBuilder.priority(plan)
         let gen = entry
         let (stream, entryID) = Self.split(entry: entry)
         let fan = fanKey(plan.key, gen)
@@ -247,38 +248,65 @@ public final class Sender: Sendable {
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
         if prior?.left == 0 { return .outcome(.done(summary)) }
         // The broadcast first (its latency is what broadcast devices see), then the fan-out record.
+        // The budget decides each audience's priority once per event; a fan-out that exists (this
+        // entry delivered again) keeps the decisions it recorded, and its broadcast was done.
         var live: [APNsEnvironment] = []
+        var priorities = AudiencePriorities(all: PushBuilder.priority(plan))
+        var bytes5 = bytes
         if prior?.broadcastDone != true {
             var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
             if known == nil {
                 let envs = apns.environments
                 channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
-            // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            let broadcasts: [(APNsEnvironment, Bool)]
-            if channelsLive.count == 1 {
-                broadcasts = [(channelsLive[0].0, try await broadcast(plan, bytes, priority: priority, env: channelsLive[0].0, record: channelsLive[0].1))]
-            } else {
-                broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
-                    for (env, record) in channelsLive {
-                        group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
-                    }
-                    return try await group.reduce(into: []) { $0.append($1) }
-                }
+            priorities = try await decideBudgets(plan, channel: !channelsLive.isEmpty)
+            // A push at 5 carries no alert: an alert only makes sense at 10.
+            if plan.alert != nil {
+                var quiet = plan
+                quiet.alert = nil
+                bytes5 = PushBuilder.payload(quiet, contentState: state).encoded()
             }
-            live = broadcasts.filter(\.1).map(\.0)
-            summary.broadcasts += live.count
+            if let cp = priorities.channel {
+                // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
+                let cb = cp == 10 ? bytes : bytes5
+                let broadcasts: [(APNsEnvironment, Bool)]
+                if channelsLive.count == 1 {
+                    broadcasts = [(channelsLive[0].0, try await broadcast(plan, cb, priority: cp, env: channelsLive[0].0, record: channelsLive[0].1))]
+                } else {
+                    broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
+                        for (env, record) in channelsLive {
+                            group.addTask { (env, try await self.broadcast(plan, cb, priority: cp, env: env, record: record)) }
+                        }
+                        return try await group.reduce(into: []) { $0.append($1) }
+                    }
+                }
+                live = broadcasts.filter(\.1).map(\.0)
+                summary.broadcasts += live.count
+            } else {
+                // The channel's state waits for its flush: its devices get nothing per token either.
+                live = channelsLive.map(\.0)
+            }
+            if !priorities.anyTokens {
+                // Every tier's state waits for its flush (or is stale for it): no fan-out now.
+                if !live.isEmpty, priorities.channel != nil {
+                    _ = try await redis.pipeline(live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) })
+                }
+                if finishEnd, plan.event == .end { try await finish(plan) }
+                return .outcome(.done(summary))
+            }
         }
-        // Devices on a channel that had the push get nothing per token; `b` records the broadcast
-        // so a redelivered entry doesn't broadcast again.
+        // Devices on a channel that had the push (or whose channel's push waits) get nothing per
+        // token; `b` records the broadcast so a redelivered entry doesn't broadcast again.
+        let sent = priorities.channel != nil ? live : []
         var createCommands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(plan.key), fan, keys.meta(plan.key)], args: [
-            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes, priority,
-            live.map(\.rawValue).joined(separator: " "), stream, entryID,
+            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes,
+            max(priorities.standard ?? 0, priorities.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
+            bytes5 == bytes ? [] : bytes5, priorities.encodedTiers,
         ])]
-        createCommands += live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
+        createCommands += sent.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
         let slices: Int
         var queued = false
         var head: SliceHead?
@@ -295,7 +323,7 @@ public final class Sender: Sendable {
         case .new(let n, _):
             slices = n
             stats.fanouts.add(1, ordering: .relaxed)
-            head = SliceHead(payload: bytes, priority: priority, live: Set(live), entry: entry)
+            head = SliceHead(payload: bytes, payload5: bytes5, tiers: priorities, live: Set(live), entry: entry)
         }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
@@ -370,37 +398,43 @@ public final class Sender: Sendable {
         var env: APNsEnvironment
         var onBroadcast: Bool
         var registeredMillis: Int64?
+        /// Whose budget its pushes spend.
+        var tier: Tier = .standard
     }
 
     /// Token rows from `(activity, meta)` pairs of `{key}:meta` (its values end with the token),
     /// with the device's own settings where the registration gave none. Meta is read as bytes (a
     /// fan-out reads it for every token). A value written before meta kept the token gets it from
-    /// `{key}:tokens`.
-    func tokenRows(_ key: ActivityKey, _ pairs: [(activity: String, meta: [UInt8])]) async throws -> [TokenRow] {
+    /// `{key}:tokens`. `tiers`: a registration's tier that is left to its device is looked up
+    /// (only needed when the tiers' pushes differ).
+    func tokenRows(_ key: ActivityKey, _ pairs: [(activity: String, meta: [UInt8])], tiers: Bool = false) async throws -> [TokenRow] {
         var rows: [TokenRow] = []
         rows.reserveCapacity(pairs.count)
         // Rows whose registration left env or broadcast to the device's settings.
-        var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool)] = []
+        var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool, tier: Bool)] = []
         var needToken: [Int] = []
         for p in pairs {
             // A tombstone (`ts -`) has no token: nothing to send.
             guard let m = RegistrationMeta(p.meta) else { continue }
             rows.append(TokenRow(activity: p.activity, token: m.token ?? "", env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
-                                 registeredMillis: m.millis))
+                                 registeredMillis: m.millis, tier: m.tier ?? .standard))
             if m.token == nil { needToken.append(rows.count - 1) }
-            if m.env == nil || m.broadcast == nil { needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil)) }
+            if m.env == nil || m.broadcast == nil || (tiers && m.tier == nil) {
+                needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil, tiers && m.tier == nil))
+            }
         }
         if !needToken.isEmpty {
             let reply = try await redis.send(RedisCommand("HMGET", [keys.tokens(key)] + needToken.map { rows[$0].activity }))
             for (row, value) in zip(needToken, reply.array ?? []) { rows[row].token = value.string ?? "" }
         }
         if !needDevice.isEmpty {
-            let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast") })
+            let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast", "tier") })
             for (need, reply) in zip(needDevice, replies) {
                 let values = reply.array ?? []
-                // The device hash keeps its settings as plain values: `env`, `broadcast` ("1"/"0").
+                // The device hash keeps its settings as plain values: `env`, `broadcast` ("1"/"0"), `tier`.
                 if need.env, let env = values.first?.string.flatMap(APNsEnvironment.init(rawValue:)) { rows[need.row].env = env }
                 if need.broadcast, values.count > 1 { rows[need.row].onBroadcast = values[1].string == "1" }
+                if need.tier, values.count > 2, let tier = values[2].string.flatMap(Tier.init(rawValue:)) { rows[need.row].tier = tier }
             }
         }
         return rows.filter { !$0.token.isEmpty }
