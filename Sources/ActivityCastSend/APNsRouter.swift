@@ -40,14 +40,14 @@ public final class SendStats: Sendable {
     public let tokensForgotten = Atomic<Int>(0)
     public let channelFallbacks = Atomic<Int>(0)
     public let failedTokens = Atomic<Int>(0)
-    /// Budget decisions by `<audience> <outcome>` (outcome: p10, p5, downgraded, coalesced, stale;
+    /// Budget decisions by `<audience>.<outcome>` (outcome: p10, p5, downgraded, coalesced, stale;
     /// a downgrade is a critical event decided at 5).
     private let decisions = Mutex<[String: Int]>([:])
 
     public init() {}
 
     public func countDecision(_ audience: BudgetAudience, _ outcome: String) {
-        decisions.withLock { $0["\(audience.name) \(outcome)", default: 0] += 1 }
+        decisions.withLock { $0["\(audience.name).\(outcome)", default: 0] += 1 }
     }
 
     public var budgetDecisions: [String: Int] { decisions.withLock { $0 } }

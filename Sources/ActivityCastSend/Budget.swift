@@ -445,6 +445,38 @@ public enum BudgetScripts {
     return {decision, fmt(due), fmt(now)}
     """)
 
+    /// Takes due members of the schedule (`RedisKeys.budgetDue`) for one worker: each is moved
+    /// to `now + lease` (its claim), so it comes due again if the worker dies before settling it.
+    /// KEYS[1] = schedule. ARGV: lease ms, count. Returns {claim score, {member, …}} on Redis's clock.
+    public static let takeDue = RedisScript("""
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+    local claim = now + tonumber(ARGV[1])
+    for _, m in ipairs(due) do redis.call('ZADD', KEYS[1], claim, m) end
+    return {string.format('%.0f', claim), due}
+    """)
+
+    /// Settles a taken member, only while it still holds this worker's claim (a newer coalesced
+    /// state may have rescheduled it meanwhile). KEYS[1] = schedule. ARGV: member, claim score,
+    /// next due ms ('' removes it). Returns 1 when settled.
+    public static let settleDue = RedisScript("""
+    local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+    if not cur or string.format('%.0f', tonumber(cur)) ~= ARGV[2] then return 0 end
+    if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+    return 1
+    """)
+
+    /// Puts a flushed state back as pending (its fan-out couldn't start: another of the same
+    /// time was under way). KEYS[1] = budget hash. ARGV: the state's time (ms). Returns 1.
+    public static let restorePending = RedisScript("""
+    local p = tonumber(redis.call('HGET', KEYS[1], 'pending_ms') or '')
+    if (not p or p < tonumber(ARGV[1])) and not redis.call('HGET', KEYS[1], 'ended_ms') then
+      redis.call('HSET', KEYS[1], 'pending_ms', ARGV[1])
+    end
+    return 1
+    """)
+
     /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet).
     public static func decideCommand(budgetKey: String, event: BudgetEvent, nowMillis: Int64?, policy: AudiencePolicy,
                                      ttlSeconds: Int) -> RedisCommand {

@@ -101,7 +101,8 @@ public enum FanoutScripts {
 
     /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
     /// ttl s, payload, priority, live envs, stream, entry id, payload at 5 ('' when the same),
-    /// the tiers' priorities (`AudiencePriorities.encodedTiers`).
+    /// the tiers' priorities (`AudiencePriorities.encodedTiers`), '1' for a flush (yields to a
+    /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`).
     /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
     public static let create = RedisScript(common + """
 
@@ -112,6 +113,12 @@ public enum FanoutScripts {
       return {'exists', tonumber(f[1]), tonumber(f[2]), f[3] or '', f[4] or ''}
     end
     if cur[2] and tonumber(ARGV[2]) < tonumber(cur[2]) then return {'older'} end
+    -- A flush (ARGV[13] = '1') yields to a fan-out of the same time still under way: it may be
+    -- another audience's, whose devices it would otherwise take over.
+    if ARGV[13] == '1' and cur[1] and cur[2] and tonumber(ARGV[2]) <= tonumber(cur[2]) then
+      local running = tonumber(redis.call('HGET', ARGV[14] .. cur[1], 'left') or '0')
+      if running > 0 then return {'older'} end
+    end
     -- This fan-out began before and another has been the key's newest since (its entry, claimed
     -- again, is now stale): starting it anew would take the key over from the newer one and run on
     -- its old progress. The newer one's payload was merged after this one's: nothing to send.

@@ -123,6 +123,25 @@ public enum KeyStateScripts {
         return .script(merge, keys: [stateKey], args: args)
     }
 
+    /// The key's state as stored (`HGETALL` of its hash), without merging anything; nil when
+    /// the key has none.
+    public static func read(_ reply: RESPValue) -> MergeResult? {
+        guard let items = reply.array, !items.isEmpty else { return nil }
+        var newest: Int64?, event: LiveActivityEvent?
+        var state: [String: JSONValue] = [:]
+        var i = 0
+        while i + 1 < items.count {
+            defer { i += 2 }
+            guard let name = items[i].string else { continue }
+            if name == "_ts" { newest = items[i + 1].int; continue }
+            if name == "_ev" { event = items[i + 1].string.flatMap(LiveActivityEvent.init(rawValue:)); continue }
+            guard name.hasPrefix("f:"), let value = items[i + 1].bytes, let space = value.firstIndex(of: UInt8(ascii: " ")) else { continue }
+            state[String(name.dropFirst(2))] = .encoded(Array(value[(space + 1)...]))
+        }
+        guard let newest else { return nil }
+        return MergeResult(stale: false, changed: false, newestEvent: event, contentState: state, newestMillis: newest)
+    }
+
     public static func parse(_ reply: RESPValue) throws -> MergeResult {
         if let e = reply.errorMessage { throw RedisError(.server, "key state merge: \(e)") }
         guard let items = reply.array, items.count >= 4, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int else {

@@ -1,4 +1,5 @@
 import ActivityCastCore
+import Foundation
 import RedisClient
 
 extension Sender {
@@ -43,6 +44,91 @@ extension BudgetEvent {
         case .update(_, let priority): priority == .critical
         case .end: true
         case .flush: false
+        }
+    }
+}
+
+/// How a flush of one coalesced state ended.
+public enum FlushResult: Sendable, Equatable {
+    /// Sent at priority 5 (for a tier: its fan-out began; slice 0 was sent here).
+    case sent
+    /// Nothing to send: another worker flushed it, a newer push carried it, or the activity ended.
+    case nothing
+    /// Not due yet (a push since moved the spacing on): due then (ms, Redis's clock).
+    case later(dueAtMillis: Int64)
+    /// A fan-out of the key is under way: try again shortly.
+    case busy
+}
+
+extension Sender {
+    /// Sends the newest state of `key` to `audience` at priority 5 if the budget says its
+    /// coalesced state is due (`BudgetEvent.flush`). A tier's flush is a fan-out to that tier's
+    /// devices (the other tier's are skipped), which waits while another fan-out of the key is
+    /// under way; a channel's is a broadcast.
+    public func flush(_ key: ActivityKey, _ audienceName: String) async throws -> FlushResult {
+        let tier = Tier(rawValue: audienceName)
+        guard tier != nil || audienceName == "channel" else { throw SendFailure("flush: unknown audience \(audienceName)") }
+        let stateKey = stateKey(key)
+        // Read first: the key's state, its channels, and whether a fan-out is under way.
+        let envs = apns.environments
+        let replies = try await redis.pipeline([
+            RedisCommand("HGETALL", stateKey), channels.statesCommand(key, envs), RedisCommand("HGET", genKey(key), "name"),
+        ])
+        if tier != nil, let current = replies[2].string {
+            let left = try await redis.send(RedisCommand("HGET", fanKey(key, current), "left")).string.flatMap(Int.init) ?? 0
+            if left > 0 { return .busy }
+        }
+        guard let state = KeyStateScripts.read(replies[0]) else { return .nothing }
+        let newestMillis = state.newestMillis
+        let known = try channels.states(replies[1], envs)
+        let channelsLive = envs.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+            if case .live(let record)? = known[env] { return (env, record) } else { return nil }
+        }
+        let policy: ChannelStoragePolicy = channelsLive.first?.1.policy ?? .noStorage
+        let audience: BudgetAudience = tier.map { .tier($0) } ?? .channel(policy)
+        if tier == nil, channelsLive.isEmpty { return .nothing }
+        let decision = try BudgetScripts.parse(try await redis.send(BudgetScripts.decideCommand(
+            budgetKey: keys.budget(key, audience), event: .flush, nowMillis: nil, policy: configuration.budgets.audience(audience),
+            ttlSeconds: configuration.stateTTLSeconds))).decision
+        switch decision {
+        case .stale: return .nothing
+        case .coalesce(let due): return .later(dueAtMillis: due)
+        case .priority10, .priority5: break
+        }
+        stats.countDecision(audience, "flushed")
+        // The newest state, quietly: no alert at 5.
+        let plan = Plan(key: key, event: state.newestEvent == .end ? .end : .update, priority: .routine, timestampMillis: newestMillis,
+                        audience: .activity(key), contentState: [:], storagePolicy: policy)
+        let bytes: [UInt8]
+        switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state.contentState), limit: PayloadLimits.device, what: "a flush") {
+        case .success(let b): bytes = b
+        case .failure(let rejection):
+            try await recordFailures(key, kind: "flush", [(audienceName, rejection.description)], entry: "")
+            return .nothing
+        }
+        guard let tier else {
+            for (env, record) in channelsLive { _ = try await broadcast(plan, bytes, priority: 5, env: env, record: record) }
+            return .sent
+        }
+        let tiers = tier == .standard ? AudiencePriorities(standard: 5) : AudiencePriorities(frequent: 5)
+        let gen = "flush:\(tier.rawValue):\(newestMillis):\(Int64(Date().timeIntervalSince1970 * 1000))"
+        switch try await createFanout(key: key, gen: gen, millis: newestMillis, payload: bytes, quiet: bytes, tiers: tiers,
+                                      live: channelsLive.map(\.0), entry: "", flush: true) {
+        case .older:
+            // A fan-out of the same time began meanwhile: the state waits again.
+            _ = try await redis.send(.script(BudgetScripts.restorePending, keys: [keys.budget(key, audience)], args: [newestMillis]))
+            return .busy
+        case .over:
+            return .sent
+        case .firstSlice(let slices, let head):
+            var summary = SendSummary()
+            let result = try await runSlice(SliceRef(key: key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
+                                            known: head, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+            if result == .busy || result == .paused {
+                _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"]
+                    + SliceRef(key: key, gen: gen, index: 0, count: slices).fields))
+            }
+            return .sent
         }
     }
 }

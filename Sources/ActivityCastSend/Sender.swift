@@ -301,41 +301,70 @@ public final class Sender: Sendable {
         // Devices on a channel that had the push (or whose channel's push waits) get nothing per
         // token; `b` records the broadcast so a redelivered entry doesn't broadcast again.
         let sent = priorities.channel != nil ? live : []
-        var createCommands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(plan.key), fan, keys.meta(plan.key)], args: [
-            gen, plan.timestampMillis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, bytes,
-            max(priorities.standard ?? 0, priorities.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
-            bytes5 == bytes ? [] : bytes5, priorities.encodedTiers,
-        ])]
-        createCommands += sent.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
-        let slices: Int
-        var queued = false
-        var head: SliceHead?
-        switch try FanoutCreation(try await redis.pipeline(createCommands)[0]) {
+        let created = try await createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
+                                             tiers: priorities, live: live, entry: entry, flush: false,
+                                             also: sent.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) })
+        let slices: Int, head: SliceHead?
+        switch created {
         case .older:
             // A newer event's fan-out is already under way: this state is out of date.
             summary.stale = true
             stats.stale.add(1, ordering: .relaxed)
             return .outcome(.done(summary))
+        case .over:
+            return .outcome(.done(summary))
+        case .firstSlice(let n, let h):
+            (slices, head) = (n, h)
+        }
+        if finishEnd, plan.event == .end { try await finish(plan) }
+        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head,
+                                      attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil))
+    }
+
+    enum FanoutStart {
+        /// A newer fan-out of the key is under way (or, for a flush, one of the same time).
+        case older
+        /// It exists and every slice is final.
+        case over
+        /// Slices 1…n-1 are queued for the fleet; slice 0 is the caller's (`head`: what the caller
+        /// knows of it, nil when the fan-out existed before).
+        case firstSlice(slices: Int, head: SliceHead?)
+    }
+
+    /// Creates a fan-out (see `FanoutScripts.create`; an existing one of the same `gen` is taken
+    /// up where it is) and queues its slices 1…n-1. `also`: commands for the same round trip.
+    func createFanout(key: ActivityKey, gen: String, millis: Int64, payload: [UInt8], quiet: [UInt8], tiers: AudiencePriorities,
+                      live: [APNsEnvironment], entry: String, flush: Bool, also: [RedisCommand] = []) async throws -> FanoutStart {
+        let (stream, entryID) = Self.split(entry: entry)
+        let commands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(key), fanKey(key, gen), keys.meta(key)], args: [
+            gen, millis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, payload,
+            max(tiers.standard ?? 0, tiers.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
+            quiet == payload ? [] : quiet, tiers.encodedTiers, flush ? "1" : "0", "\(keys.prefix):{\(key)}:fan:",
+        ])] + also
+        let slices: Int
+        var queued = false
+        var head: SliceHead?
+        switch try FanoutCreation(try await redis.pipeline(commands)[0]) {
+        case .older:
+            return .older
         case .exists(let left, let n, _, let q):
-            if left == 0 { return .outcome(.done(summary)) }
+            if left == 0 { return .over }
             slices = n
             queued = q
         case .new(let n, _):
             slices = n
             stats.fanouts.add(1, ordering: .relaxed)
-            head = SliceHead(payload: bytes, payload5: bytes5, tiers: priorities, live: Set(live), entry: entry)
+            head = SliceHead(payload: payload, payload5: quiet, tiers: tiers, live: Set(live), entry: entry)
         }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
-                RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: plan.key, gen: gen, index: j, count: slices).fields)
+                RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: key, gen: gen, index: j, count: slices).fields)
             }
-            commands.append(RedisCommand("HSET", fanKey(plan.key, gen), "q", 1))
+            commands.append(RedisCommand("HSET", fanKey(key, gen), "q", 1))
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
-        if finishEnd, plan.event == .end { try await finish(plan) }
-        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head,
-                                      attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil))
+        return .firstSlice(slices: slices, head: head)
     }
 
     /// Slice 0 of a fan-out, sent by the worker that read its event (outside the key's lock).
@@ -359,7 +388,7 @@ public final class Sender: Sendable {
 
     /// Broadcasts to the key's channel. False when APNs no longer knows the channel and a new one
     /// couldn't be made for this event (its devices then get nothing from the channel this time).
-    private func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
         guard let client = apns.push(env) else { return false }
         var record = record
         var attempt = 0

@@ -39,6 +39,8 @@ public final class Worker: Sendable {
     private let sender: Sender?
     /// Takes fan-out slices, when the worker sends.
     private let slices: SliceTaker?
+    /// Flushes coalesced states that came due, when the worker sends.
+    private let flusher: BudgetFlusher?
     private let apns: APNsRouter?
     /// Why the send path could not be set up (a missing key, no sandbox): the worker won't start.
     private let sendSetupError: String?
@@ -93,6 +95,7 @@ public final class Worker: Sendable {
         self.sender = sender
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
         self.slices = sender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: redis, logger: logger, stop: stopSignal, stats: workerStats) }
+        self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
@@ -153,6 +156,7 @@ public final class Worker: Sendable {
         var nextClaim = ContinuousClock.now
 
         let sliceLoop = slices.map { taker in Task { await taker.run() } }
+        let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
@@ -239,6 +243,7 @@ public final class Worker: Sendable {
             timer.cancel()
         }
         await sliceLoop?.value
+        await flushLoop?.value
         await slices?.drain(until: deadline)
         if inFlight.load(ordering: .relaxed) > 0 {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
@@ -260,6 +265,8 @@ public final class Worker: Sendable {
             metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
             metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
             metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
+            // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
+            metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
         }
         logger.info("worker stopped", metadata: metadata)
         return snapshot

@@ -127,7 +127,7 @@ extension SandboxStore {
                                          kind: .broadcast, recipient: .channel(c.channelID), bundle: bundleIndex,
                                          priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: requestID,
                                          expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
-                                         overBudget: effect.overBudget,
+                                         overBudget: effect.overBudget, alert: payload.alert != nil,
                                          contentState: payload.contentState.map { RawJSON(source: c.body, range: $0) }))
         counters.delivered += 1
         counters.broadcasts += 1

@@ -128,7 +128,7 @@ extension SandboxStore {
                                          kind: .device, recipient: .device(token), bundle: bundle,
                                          priority: c.priority, event: payload.event, timestamp: payload.timestamp, apnsID: apnsID,
                                          expiration: c.expiration, collapseID: c.collapseID, displayed: effect.displayed,
-                                         overBudget: effect.overBudget,
+                                         overBudget: effect.overBudget, alert: payload.alert != nil,
                                          contentState: payload.contentState.map { RawJSON(source: c.body, range: $0) }))
         counters.delivered += 1
         counters.devicePushes += 1

@@ -29,6 +29,8 @@ public struct Delivery: Sendable, Equatable {
     public var displayed: Bool
     /// A priority-10 update (or a start) beyond the hourly budget.
     public var overBudget: Bool
+    /// The push had an `aps.alert`.
+    public var alert: Bool = false
     /// The push's `aps.content-state` (raw JSON), if it had one.
     public var contentState: [UInt8]?
 
@@ -38,7 +40,7 @@ public struct Delivery: Sendable, Equatable {
             "kind": .string(kind.rawValue), "target": .string(target),
             "bundleID": .string(bundleID), "priority": .int(Int64(priority)), "event": .string(event.rawValue),
             "timestamp": number(timestamp), "apnsID": .string(apnsID), "displayed": .bool(displayed),
-            "overBudget": .bool(overBudget),
+            "overBudget": .bool(overBudget), "alert": .bool(alert),
         ]
         if let expiration { o["expiration"] = .int(expiration) }
         if let collapseID { o["collapseID"] = .string(collapseID) }
@@ -74,6 +76,7 @@ struct DeliveryRecord: Sendable {
     var collapseID: String?
     var displayed: Bool
     var overBudget: Bool
+    var alert: Bool
     var contentState: RawJSON?
 
     func delivery(sequence: Int, bundleNames: [String]) -> Delivery {
@@ -83,6 +86,6 @@ struct DeliveryRecord: Sendable {
         }
         return Delivery(sequence: sequence, timeMillis: timeMillis, receivedMicros: receivedMicros, kind: kind, target: target, bundleID: bundleNames[bundle], priority: priority,
                         event: event, timestamp: timestamp, apnsID: apnsID.text, expiration: expiration, collapseID: collapseID,
-                        displayed: displayed, overBudget: overBudget, contentState: contentState?.bytes)
+                        displayed: displayed, overBudget: overBudget, alert: alert, contentState: contentState?.bytes)
     }
 }

@@ -1,0 +1,64 @@
+import ActivityCastCore
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// Push budgets through real workers, Redis and the sandbox (docs/budgets.md).
+extension SendTests {
+    /// Eight goals in a row on one key with devices of both tiers, then the final whistle. With
+    /// the default budgets a standard device's bucket (4, one kept for the end) allows three goals
+    /// at priority 10 and the other five go at 5 without their alert: downgraded, not lost. A
+    /// frequent device's bucket (10) takes all eight at 10. The end goes at 10 to everyone, and
+    /// every device ends on the final score.
+    @Test func aBurstOfGoalsIsDowngradedPerTierAndTheFinalWhistleGoesAtTen() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        let standard = [token("51"), token("52")], frequent = [token("f1"), token("f2")]
+        for (i, tok) in (standard + frequent).enumerated() {
+            t += 1
+            try await r.add(reg, [("type", "activity.token"), ("ts", String(t)), ("device", "b\(i)"), ("key", "match:b1"),
+                                  ("activity", "A\(i)"), ("token", tok), ("env", "development"),
+                                  ("tier", i < 2 ? "standard" : "frequent")])
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        for goal in 1...8 {
+            t += 1000
+            try await r.add(sports, [("type", "match.moment"), ("ts", String(t)), ("match", "b1"), ("moment", "goal"), ("team", "home"),
+                                     ("player", "P\(goal)"), ("home_score", String(goal)), ("away_score", "0"), ("clock", "\(goal * 10)'")])
+            #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        }
+        t += 1000
+        try await r.add(sports, [("type", "match.full_time"), ("ts", String(t)), ("match", "b1"), ("home_score", "8"), ("away_score", "0")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
+        for tok in standard + frequent {
+            let mine = log.filter { $0["target"] as? String == tok }.sorted { ($0["sequence"] as? Int ?? 0) < ($1["sequence"] as? Int ?? 0) }
+            let goals = mine.filter { $0["event"] as? String == "update" }
+            let atTen = goals.filter { $0["priority"] as? Int == 10 }
+            let quiet = goals.filter { $0["priority"] as? Int == 5 }
+            let expected = standard.contains(tok) ? 3 : 8
+            #expect(goals.count == 8, "\(tok.prefix(4)): \(goals.count) goals received")
+            #expect(atTen.count == expected, "\(tok.prefix(4)): \(atTen.count) goals at 10, expected \(expected)")
+            #expect(atTen.allSatisfy { $0["alert"] as? Bool == true }, "a goal at 10 lost its alert")
+            #expect(quiet.allSatisfy { $0["alert"] as? Bool == false }, "a push at 5 carried an alert")
+            // The downgraded goals are the last ones: the bucket runs out, it doesn't skip.
+            #expect(goals.prefix(expected).allSatisfy { $0["priority"] as? Int == 10 })
+            #expect(mine.last?["event"] as? String == "end" && mine.last?["priority"] as? Int == 10, "\(tok.prefix(4)): the end did not go at 10")
+            #expect(mine.allSatisfy { $0["overBudget"] as? Bool == false }, "\(tok.prefix(4)) went over the sandbox's device budget")
+            let view = try await r.device(tok)
+            #expect(view?["state"] as? String == "ended" && state(view)["homeScore"] as? Int == 8)
+        }
+        #expect(await w.stop() == 0)
+        let stopped = try #require(jsonLogLines(w.stderr).last { $0["msg"] == "worker stopped" })
+        let budget = stopped["budget"] ?? ""
+        for part in ["standard.p10=4", "standard.downgraded=5", "frequent.p10=9"] {
+            #expect(budget.split(separator: ",").contains(Substring(part)), "\(part) not in the stop line's budget=\(budget)")
+        }
+    }
+}
