@@ -100,7 +100,7 @@ public final class APNsClient: Sendable {
         self.configuration = configuration
         self.tokens = tokens
         self.logger = logger
-        self.window = RequestWindow(size: configuration.maxInFlight)
+        self.window = RequestWindow(size: configuration.maxInFlight, lowLimit: configuration.connections * configuration.maxConcurrentStreams)
         var tls: TLSContext?
         if !configuration.plaintext {
             do {
@@ -135,7 +135,7 @@ public final class APNsClient: Sendable {
         // The tokens are the path suffixes as given (no string per request): the template
         // carries "/3/device/".
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
-                             targets: Targets(pathPrefix: "/3/device/", paths: deviceTokens, apnsIDs: apnsIDs))
+                             targets: Targets(pathPrefix: "/3/device/", paths: deviceTokens, apnsIDs: apnsIDs), priority: priority)
     }
 
     /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). The expiration follows the
@@ -148,7 +148,7 @@ public final class APNsClient: Sendable {
         let headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-channel-id", channelID),
                        HTTP2Header("apns-priority", String(priority)), HTTP2Header("apns-expiration", String(expiration))]
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
-                             targets: Targets(pathPrefix: "", paths: ["/4/broadcasts/apps/\(bundleID)"]))[0]
+                             targets: Targets(pathPrefix: "", paths: ["/4/broadcasts/apps/\(bundleID)"]), priority: priority)[0]
     }
 
     /// Any single request (channel management): the provider token is added.
@@ -190,7 +190,8 @@ public final class APNsClient: Sendable {
         }
     }
 
-    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
+    /// `priority`: the requests' lane in the in-flight window (see `RequestWindow`).
+    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets, priority: Int = 10) async -> [APNsResult] {
         guard !targets.isEmpty else { return [] }
         var token: ProviderToken?
         if let tokens {
@@ -199,7 +200,7 @@ public final class APNsClient: Sendable {
                 return Array(repeating: e, count: targets.count)
             }
         }
-        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets)
+        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, priority: priority)
 
         // Refused provider token: refresh once (shared with the fleet) and resend those requests.
         let refused = results.indices.filter { results[$0].action == .refreshProviderToken }
@@ -209,7 +210,8 @@ public final class APNsClient: Sendable {
                 "reason": "\(results[refused[0]].response?.reason?.rawValue ?? "?")", "requests": "\(refused.count)"])
             do {
                 let fresh = try await tokens.refresh(rejected: token)
-                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused))
+                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused),
+                                           priority: priority)
                 for (i, r) in zip(refused, again) { results[i] = r }
             } catch {
                 logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
@@ -218,22 +220,24 @@ public final class APNsClient: Sendable {
         return results
     }
 
-    private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
-        // Within the in-flight window: slices of at most its size, each waiting for room.
-        let size = configuration.maxInFlight
+    private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets,
+                          priority: Int) async -> [APNsResult] {
+        // Within the in-flight window: slices of at most its lane's size, each waiting for room.
+        let size = priority >= 10 ? configuration.maxInFlight : window.lowLimit
         if targets.count > size {
             var results: [APNsResult] = []
             results.reserveCapacity(targets.count)
             var start = 0
             while start < targets.count {
                 let end = min(start + size, targets.count)
-                results += await dispatch(method: method, headers: headers, token: token, body: body, targets: targets.slice(start..<end))
+                results += await dispatch(method: method, headers: headers, token: token, body: body, targets: targets.slice(start..<end),
+                                          priority: priority)
                 start = end
             }
             return results
         }
-        await window.acquire(targets.count)
-        defer { window.release(targets.count) }
+        await window.acquire(targets.count, priority: priority)
+        defer { window.release(targets.count, priority: priority) }
         return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets)
     }
 
@@ -266,44 +270,86 @@ public final class APNsClient: Sendable {
     }
 }
 
-/// Counts requests in flight across callers; callers wait in order for room.
+/// Counts requests in flight across callers, in two lanes. Priority-10 requests wait only for
+/// room in the window; priority-5 requests may also hold no more than `lowLimit` in flight (about
+/// what the connections carry at once), so a flood of them never builds a queue at the
+/// connections that a priority-10 request would wait behind. Waiters are served priority 10
+/// first, each lane in order; a priority-5 waiter older than `aging` is served as if it were 10,
+/// so priority 5 never starves.
 final class RequestWindow: Sendable {
+    private struct Waiter {
+        var count: Int
+        var since: ContinuousClock.Instant
+        var continuation: CheckedContinuation<Void, Never>
+    }
     private struct State {
         var available: Int
-        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var low = 0
+        var high: [Waiter] = []
+        var routine: [Waiter] = []
     }
     private let state: Mutex<State>
+    let lowLimit: Int
+    let aging: Duration
 
-    init(size: Int) { state = Mutex(State(available: size)) }
+    init(size: Int, lowLimit: Int? = nil, aging: Duration = .milliseconds(100)) {
+        state = Mutex(State(available: size))
+        self.lowLimit = max(1, min(size, lowLimit ?? size))
+        self.aging = aging
+    }
 
-    func acquire(_ n: Int) async {
+    /// Room for `n` requests of `priority` (10 is the high lane; anything else the low one).
+    func acquire(_ n: Int, priority: Int = 10) async {
+        let high = priority >= 10
+        let n = high ? n : min(n, lowLimit)
         let granted = state.withLock { s -> Bool in
-            guard s.waiters.isEmpty, s.available >= n else { return false }
-            s.available -= n
+            guard s.high.isEmpty, high || s.routine.isEmpty, fits(s, n, high) else { return false }
+            take(&s, n, high)
             return true
         }
         if granted { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let now = state.withLock { s -> Bool in
-                if s.waiters.isEmpty && s.available >= n { s.available -= n; return true }
-                s.waiters.append((n, c))
+                if s.high.isEmpty, high || s.routine.isEmpty, fits(s, n, high) { take(&s, n, high); return true }
+                let w = Waiter(count: n, since: .now, continuation: c)
+                if high { s.high.append(w) } else { s.routine.append(w) }
                 return false
             }
             if now { c.resume() }
         }
     }
 
-    func release(_ n: Int) {
+    func release(_ n: Int, priority: Int = 10) {
+        let high = priority >= 10
+        let n = high ? n : min(n, lowLimit)
         let ready = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             s.available += n
+            if !high { s.low -= n }
             var out: [CheckedContinuation<Void, Never>] = []
-            while let first = s.waiters.first, first.count <= s.available {
-                s.available -= first.count
-                out.append(first.continuation)
-                s.waiters.removeFirst()
+            let now = ContinuousClock.now
+            while true {
+                // An aged priority-5 waiter goes first; then priority 10; then priority 5.
+                if let first = s.routine.first, now - first.since > aging, fits(s, first.count, false) {
+                    take(&s, first.count, false); out.append(first.continuation); s.routine.removeFirst(); continue
+                }
+                if let first = s.high.first {
+                    guard fits(s, first.count, true) else { break }
+                    take(&s, first.count, true); out.append(first.continuation); s.high.removeFirst(); continue
+                }
+                if let first = s.routine.first, fits(s, first.count, false) {
+                    take(&s, first.count, false); out.append(first.continuation); s.routine.removeFirst(); continue
+                }
+                break
             }
             return out
         }
         ready.forEach { $0.resume() }
+    }
+
+    private func fits(_ s: State, _ n: Int, _ high: Bool) -> Bool { s.available >= n && (high || s.low + n <= lowLimit) }
+
+    private func take(_ s: inout State, _ n: Int, _ high: Bool) {
+        s.available -= n
+        if !high { s.low += n }
     }
 }
