@@ -346,6 +346,9 @@ final class RequestWindow: Sendable {
         ready.forEach { $0.resume() }
     }
 
+    /// Waiters per lane (for tests).
+    var waiting: (high: Int, low: Int) { state.withLock { ($0.high.count, $0.routine.count) } }
+
     private func fits(_ s: State, _ n: Int, _ high: Bool) -> Bool { s.available >= n && (high || s.low + n <= lowLimit) }
 
     private func take(_ s: inout State, _ n: Int, _ high: Bool) {
