@@ -61,4 +61,69 @@ extension SendTests {
             #expect(budget.split(separator: ",").contains(Substring(part)), "\(part) not in the stop line's budget=\(budget)")
         }
     }
+
+    /// Routine clock updates every 50 ms, inside a 500 ms spacing: the first goes out at 5, the
+    /// rest are coalesced into the key's newest state, which a flush sends when the spacing
+    /// allows, per tier and to the channel. The worker that coalesced them is killed before the
+    /// flush is due: another worker flushes from the fleet's schedule. Every device ends on the
+    /// newest clock, with far fewer pushes than updates.
+    @Test func coalescedStatesAreFlushedByAnyWorkerAndDevicesEndOnTheNewest() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let spacing = ["budgets.standard.spacing_ms": "500", "budgets.frequent.spacing_ms": "500",
+                       "budgets.channel_no_storage.spacing_ms": "500", "worker.visibility_timeout_ms": "1000"]
+        let w1 = try r.worker("w1", spacing)
+        defer { w1.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        let perToken = [token("c1"), token("c2"), token("c3")], onChannel = token("c4")
+        for (i, tok) in (perToken + [onChannel]).enumerated() {
+            t += 1
+            var fields = [("type", "activity.token"), ("ts", String(t)), ("device", "c\(i)"), ("key", "match:c1"), ("activity", "A\(i)"),
+                          ("token", tok), ("env", "development"), ("tier", i == 1 ? "frequent" : "standard")]
+            if tok == onChannel { fields.append(("broadcast", "true")) }
+            try await r.add(reg, fields)
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        // The key's first event makes its channel (the device on broadcast is the channel's audience).
+        t += 1000
+        try await r.add(sports, [("type", "match.score"), ("ts", String(t)), ("match", "c1"), ("home_score", "0"), ("away_score", "0"),
+                                 ("clock", "0'"), ("period", "first_half")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        let channel = try #require(try await r.channelID("match:c1"))
+
+        for minute in 1...10 {
+            t += 1000
+            try await r.add(sports, [("type", "match.clock"), ("ts", String(t)), ("match", "c1"), ("clock", "\(minute)'"), ("period", "first_half")])
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        // Coalesced and scheduled: the worker dies before the flush is due.
+        let scheduled = try await r.redis.send(RedisCommand("ZCARD", "\(r.settings.prefix):budget-due")).int ?? 0
+        w1.kill(signal: SIGKILL)
+        _ = await w1.waitForExit(timeout: .seconds(5))
+        #expect(scheduled > 0, "nothing was coalesced: the test proves nothing")
+
+        let w2 = try r.worker("w2", spacing)
+        defer { w2.removeLogs() }
+        let everyone = perToken + [channel]
+        func clock(_ target: String) async throws -> String? {
+            let view = target == channel ? try await r.channel(target) : try await r.device(target)
+            return state(view)["clock"] as? String
+        }
+        #expect(await eventually(timeout: .seconds(30)) {
+            for target in everyone where (try? await clock(target)) != "10'" { return false }
+            return true
+        }, "not every device and the channel show the newest clock")
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
+        for target in everyone {
+            let clocks = log.filter { $0["target"] as? String == target && ($0["timestamp"] as? Double ?? 0) > Double(t - 10_000) / 1000 }
+            #expect(clocks.count >= 2 && clocks.count <= 4, "\(target.prefix(6)): \(clocks.count) pushes for 10 routine updates")
+            #expect(clocks.allSatisfy { $0["priority"] as? Int == 5 })
+        }
+        #expect(try await r.redis.send(RedisCommand("ZCARD", "\(r.settings.prefix):budget-due")).int == 0)
+        #expect(await w2.stop() == 0)
+        let stopped = try #require(jsonLogLines(w2.stderr).last { $0["msg"] == "worker stopped" })
+        #expect((stopped["budget"] ?? "").contains("flushed"), "w2 flushed nothing: \(stopped["budget"] ?? "")")
+    }
 }
