@@ -151,6 +151,9 @@ public enum SettingsLoader {
         ("budgets.start.refill_per_hour", "\(BudgetPolicy.default.pushToStart.refillPerHour)"),
     ]
 
+    /// Every setting's key (`worker.batch_size`), in the order docs/configuration.md lists them.
+    public static var settingNames: [String] { known.map(\.key) }
+
     public static func environmentName(_ key: String) -> String {
         "ACTIVITYCAST_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }

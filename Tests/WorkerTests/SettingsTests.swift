@@ -324,4 +324,37 @@ import TestSupport
             + "got 1 (budgets.channel_latest_message.capacity from \(capacity))")
         #expect(failure([capacity: "1", SettingsLoader.environmentName("budgets.channel_latest_message.end_reserve"): "0"]) == "no error")
     }
+
+    /// docs/configuration.md documents every setting the loader reads and no other, and its
+    /// `budgets.*` defaults are `BudgetPolicy.default`.
+    @Test func theConfigurationDocumentListsEverySetting() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let name = try NSRegularExpression(pattern: "`([a-z_]+(\\.[a-z_]+)*)`")
+        var documented: [String: String] = [:]  // key → default cell
+        for line in doc.split(separator: "\n") where line.hasPrefix("| `") {
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count > 3 else { continue }
+            let first = cells[1]
+            for match in name.matches(in: first, range: NSRange(first.startIndex..., in: first)) {
+                documented[String(first[Range(match.range(at: 1), in: first)!])] = cells[2]
+            }
+        }
+        let known = SettingsLoader.settingNames
+        #expect(Set(known).subtracting(documented.keys).sorted() == [], "settings missing from docs/configuration.md")
+        #expect(Set(documented.keys).subtracting(known).sorted() == [], "documented but not read by the loader")
+        let d = BudgetPolicy.default
+        var expected: [String: Int] = ["budgets.start.capacity": d.pushToStart.capacity, "budgets.start.refill_per_hour": d.pushToStart.refillPerHour]
+        for (audience, a) in [("standard", d.standard), ("frequent", d.frequent), ("channel_no_storage", d.channelNoStorage),
+                              ("channel_latest_message", d.channelLatestMessage)] {
+            expected["budgets.\(audience).capacity"] = a.bucket.capacity
+            expected["budgets.\(audience).refill_per_hour"] = a.bucket.refillPerHour
+            expected["budgets.\(audience).spacing_ms"] = Int(a.minSpacingMillis)
+            expected["budgets.\(audience).end_reserve"] = a.endReserve
+        }
+        #expect(known.filter { $0.hasPrefix("budgets.") }.sorted() == expected.keys.sorted())
+        for (key, value) in expected {
+            #expect(documented[key] == "\(value)", "\(key): documented default \(documented[key] ?? "none"), BudgetPolicy.default has \(value)")
+        }
+    }
 }
