@@ -7,8 +7,8 @@ import RedisClient
 /// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
 /// `Inspector.pendingSample` entries), XLEN, XREVRANGE (the latest few), ZCARD, SCARD, HLEN,
 /// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, HGETALL of small per-key
-/// hashes (channels, budgets), ZSCORE/ZCOUNT of the budget schedule, and TYPE to explain a key of
-/// the wrong type.
+/// hashes (channels, budgets), ZSCORE/ZCOUNT of the budget schedule, TIME, and TYPE to explain a
+/// key of the wrong type.
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -116,7 +116,7 @@ public struct InspectReport: Codable, Sendable {
         /// False for a channel whose storage policy is not on record any more (its channels were
         /// deleted): the policy is then the routes' for the key's feed.
         public var policyKnown: Bool
-        /// Tokens left, refilled to `generatedAtMillis` with the policy (`TokenBucket.refill`):
+        /// Tokens left, refilled to `Budgets.nowMillis` with the policy (`TokenBucket.refill`):
         /// `ticks` / `BudgetState.ticksPerToken`.
         public var tokens: Double
         public var ticks: Int64
@@ -138,6 +138,11 @@ public struct InspectReport: Codable, Sendable {
     }
 
     public struct Budgets: Codable, Sendable {
+        /// The time the tokens are refilled to and due times are measured from: Redis's clock
+        /// (`TIME`), the one the decisions and the schedule use, or this machine's when Redis
+        /// refused `TIME` (`redisClock` false).
+        public var nowMillis: Int64
+        public var redisClock: Bool
         public var budgets: [Budget]
         /// True when the key index was larger than what was read.
         public var truncated: Bool
@@ -145,7 +150,7 @@ public struct InspectReport: Codable, Sendable {
         public var schedule: String
         /// Due flushes in the schedule (every key, not only those listed).
         public var scheduled: Int64
-        /// Of those, how many were due before `generatedAtMillis`.
+        /// Of those, how many were due before `nowMillis`.
         public var overdue: Int64
         public var error: String?
     }
@@ -235,24 +240,30 @@ public struct Inspector: Sendable {
                              budgets: try await budgets(now: now, channels: channels))
     }
 
-    /// The budget hashes of the live keys (the same index, and bound, as the channels), each
-    /// refilled to `now` with its audience's policy from the settings, and the schedule of due
-    /// flushes. A channel's policy is its storage policy on record (`channels`); failing that,
-    /// the routes' for the key's feed.
-    private func budgets(now: Int64, channels: InspectReport.Channels) async throws -> InspectReport.Budgets {
+    /// The budget hashes of the keys CHANNELS looks at (the live keys index and the ended keys
+    /// whose channels await deletion, each as bounded), each refilled to `now` with its audience's
+    /// policy from the settings, and the schedule of due flushes. A channel's policy is its
+    /// storage policy on record (`channels`); failing that, the routes' for the key's feed.
+    private func budgets(now local: Int64, channels: InspectReport.Channels) async throws -> InspectReport.Budgets {
         let keys = settings.keys
-        let schedule = keys.budgetDue
+        // Redis's clock: the one the decisions and the schedule use.
+        let time = try await redis.pipeline([RedisCommand("TIME")])[0].array?.compactMap(\.int) ?? []
+        let redisNow = time.count == 2 ? time[0] * 1000 + time[1] / 1000 : nil
+        let now = redisNow ?? local
+        let schedule = keys.budgetDue, expiring = "\(keys.prefix):channels:expiring"
         let index = try await redis.pipeline([
             RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1), RedisCommand("ZCARD", keys.keysIndex),
+            RedisCommand("ZRANGE", expiring, 0, countLimit - 1), RedisCommand("ZCARD", expiring),
             RedisCommand("ZCARD", schedule), RedisCommand("ZCOUNT", schedule, "-inf", "(\(now)"),
         ])
         var errors: [String] = []
         for (i, reply) in index.enumerated() {
             guard let message = reply.errorMessage else { continue }
-            let why = try await explain(message, key: i < 2 ? keys.keysIndex : schedule, expected: "zset")
+            let why = try await explain(message, key: [keys.keysIndex, expiring, schedule][i / 2], expected: "zset")
             if !errors.contains(why) { errors.append(why) }
         }
-        let names = (index[0].array ?? []).compactMap(\.string).compactMap(ActivityKey.init(parsing:)).sorted { $0.description < $1.description }
+        let names = Set(((index[0].array ?? []) + (index[2].array ?? [])).compactMap(\.string)).compactMap(ActivityKey.init(parsing:))
+            .sorted { $0.description < $1.description }
         let audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent), .channel(.noStorage)]
         let hashes = names.flatMap { key in audiences.map { (key: key, audience: $0) } }
         let replies = try await redis.pipeline(hashes.map { RedisCommand("HGETALL", keys.budget($0.key, $0.audience)) })
@@ -313,8 +324,9 @@ public struct Inspector: Sendable {
         for (i, score) in zip(waiting, scores) {
             out[i].dueAtMillis = score.string.flatMap(Double.init).map { Int64($0) }
         }
-        return .init(budgets: out, truncated: (index[1].int ?? 0) > Int64(countLimit), schedule: schedule,
-                     scheduled: index[2].int ?? 0, overdue: index[3].int ?? 0, error: errors.isEmpty ? nil : errors.joined(separator: "; "))
+        return .init(nowMillis: now, redisClock: redisNow != nil, budgets: out, truncated: (index[1].int ?? 0) > Int64(countLimit) || (index[3].int ?? 0) > Int64(countLimit),
+                     schedule: schedule, scheduled: index[4].int ?? 0, overdue: index[5].int ?? 0,
+                     error: errors.isEmpty ? nil : errors.joined(separator: "; "))
     }
 
     /// The settings' name of an audience's policy (`budgets.<name>.*`).
@@ -575,7 +587,8 @@ extension InspectReport {
         if let error = channels.error { out += errorLine(error) }
         out += "\nSEND FAILURES: \(channels.sendFailures)\n"
         for line in channels.latestSendFailures { out += "  \(cell(line))\n" }
-        out += "\nBUDGETS\(budgets.truncated ? " (partial: many keys)" : "")  tokens refilled to now with budgets.*\n"
+        out += "\nBUDGETS\(budgets.truncated ? " (partial: many keys)" : "")  tokens refilled to now with budgets.*"
+            + "\(budgets.redisClock ? "" : " (this machine's clock: Redis refused TIME)")\n"
         out += table([["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "waiting"]]
             + budgets.budgets.map { b in
                 [cell(b.key), Self.audienceLabel(b), Self.tokensText(ticks: b.ticks), "\(b.capacity)", "\(b.priority10)", "\(b.priority5)",
@@ -611,7 +624,7 @@ extension InspectReport {
     private func waiting(_ b: Budget) -> String {
         guard b.pendingMillis != nil else { return "-" }
         guard let due = b.dueAtMillis else { return "not scheduled" }
-        let ms = due - generatedAtMillis
+        let ms = due - budgets.nowMillis
         if ms > 0 { return "due in \((ms + 999) / 1000) s" }
         return ms > -1000 ? "due now" : "overdue \(-ms / 1000) s"
     }

@@ -222,7 +222,8 @@ import TestSupport
         try await redis.command("HSET", keys.budget(trip, .tier(.frequent)), "p10", "1")
 
         let report = try await Inspector(settings: settings, redis: redis).report()
-        let at = report.generatedAtMillis
+        let at = report.budgets.nowMillis  // Redis's clock (the same machine's here)
+        #expect(report.budgets.redisClock && abs(at - report.generatedAtMillis) < 1000)
         let budgets = report.budgets
         #expect(budgets.budgets.map { "\($0.key)|\($0.audience)" } == ["match:4711|standard", "match:4711|frequent", "match:4711|channel", "trip:t-1|channel"])
         let standard = try #require(budgets.budgets.first)
@@ -292,6 +293,27 @@ import TestSupport
         let table = report.rendered()
         #expect(table.contains("  … and 30 more (inspect --json lists them all)\n  due flushes in \(keys.budgetDue): 0, overdue 0\n"), "\(table.suffix(500))")
         #expect(table.contains("match:m1099") && !table.contains("match:m1100"))
+    }
+
+    /// A user without `TIME` still gets the section, measured on this machine's clock, and is told.
+    @Test func budgetsFallBackToTheLocalClockWithoutTime() async throws {
+        let server = try await RedisServer()
+        let admin = server.connection()
+        defer { admin.close() }
+        _ = try await admin.send(RedisCommand("ACL", "SETUSER", "noclock", "on", ">pw", "~*", "&*", "+@all", "-time"))
+        let settings = try testSettings(server, ["redis.url": "redis://noclock:pw@127.0.0.1:\(server.port)"])
+        let redis = RedisConnection(configuration: settings.redisConfiguration)
+        defer { redis.close() }
+        let key = try #require(ActivityKey(parsing: "match:7"))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        _ = try await admin.send(RedisCommand("ZADD", settings.keys.keysIndex, now, key.description))
+        _ = try await admin.send(BudgetScripts.decideCommand(budgetKey: settings.keys.budget(key, .tier(.standard)),
+                                                             event: .update(millis: 1, priority: .critical), nowMillis: now,
+                                                             policy: settings.budgets.standard, ttlSeconds: 600))
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        #expect(!report.budgets.redisClock && report.budgets.nowMillis == report.generatedAtMillis)
+        #expect(report.budgets.budgets.map(\.priority10) == [1] && report.errors.isEmpty, "\(report.errors)")
+        #expect(report.rendered().contains("BUDGETS  tokens refilled to now with budgets.* (this machine's clock: Redis refused TIME)\n"))
     }
 
     /// The text from the line starting with `from` up to the line starting with `to`.
