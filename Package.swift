@@ -101,7 +101,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "RedisClient", "TestSupport",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

@@ -1,11 +1,14 @@
 import ActivityCastCore
+import ActivityCastRoutes
+import ActivityCastSend
 import Foundation
 import RedisClient
 
 /// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
 /// `Inspector.pendingSample` entries), XLEN, XREVRANGE (the latest few), ZCARD, SCARD, HLEN,
-/// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, and TYPE to explain a key
-/// of the wrong type.
+/// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, HGETALL of small per-key
+/// hashes (channels, budgets), ZSCORE/ZCOUNT of the budget schedule, TIME, and TYPE to explain a
+/// key of the wrong type.
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -102,6 +105,56 @@ public struct InspectReport: Codable, Sendable {
         public var error: String?
     }
 
+    /// One (key, audience)'s budget hash, `<prefix>:{key}:budget:<audience>` (docs/budgets.md).
+    public struct Budget: Codable, Sendable {
+        public var key: String
+        /// `standard`, `frequent` or `channel`: the last part of the hash's name.
+        public var audience: String
+        /// The settings that size it (`budgets.<policy>.*`): `standard`, `frequent`,
+        /// `channel_no_storage` or `channel_latest_message`.
+        public var policy: String
+        /// False for a channel whose storage policy is not on record any more (its channels were
+        /// deleted): the policy is then the routes' for the key's feed.
+        public var policyKnown: Bool
+        /// Tokens left, refilled to `Budgets.nowMillis` with the policy (`TokenBucket.refill`):
+        /// `ticks` / `BudgetState.ticksPerToken`.
+        public var tokens: Double
+        public var ticks: Int64
+        public var capacity: Int
+        public var priority10: Int
+        public var priority5: Int
+        public var downgraded: Int
+        public var coalesced: Int
+        public var flushed: Int
+        public var stale: Int
+        public var idleFlushes: Int
+        /// The event time (ms) of the coalesced state waiting for a flush; nil when none waits.
+        public var pendingMillis: Int64?
+        /// When the waiting state is due: its score in the schedule (`RedisKeys.budgetDue`), nil
+        /// when it is not scheduled.
+        public var dueAtMillis: Int64?
+        /// The time of the end sent for the key, if any.
+        public var endedMillis: Int64?
+    }
+
+    public struct Budgets: Codable, Sendable {
+        /// The time the tokens are refilled to and due times are measured from: Redis's clock
+        /// (`TIME`), the one the decisions and the schedule use, or this machine's when Redis
+        /// refused `TIME` (`redisClock` false).
+        public var nowMillis: Int64
+        public var redisClock: Bool
+        public var budgets: [Budget]
+        /// True when the key index was larger than what was read.
+        public var truncated: Bool
+        /// The fleet's schedule of coalesced states (`RedisKeys.budgetDue`).
+        public var schedule: String
+        /// Due flushes in the schedule (every key, not only those listed).
+        public var scheduled: Int64
+        /// Of those, how many were due before `nowMillis`.
+        public var overdue: Int64
+        public var error: String?
+    }
+
     public var redis: String
     public var generatedAtMillis: Int64
     public var streams: [Stream]
@@ -113,11 +166,13 @@ public struct InspectReport: Codable, Sendable {
     public var registrations: Registrations
     public var counters: Counters
     public var channels: Channels
+    public var budgets: Budgets
 
     /// Every section's error, in the order of the report. A report with errors is still a report:
     /// each section says what went wrong with it, and the others are complete.
     public var errors: [String] {
-        streams.compactMap(\.error) + [deadLetterError, registrations.error, counters.error, channels.error].compactMap { $0 }
+        streams.compactMap(\.error)
+            + [deadLetterError, registrations.error, counters.error, channels.error, budgets.error].compactMap { $0 }
     }
 }
 
@@ -177,10 +232,110 @@ public struct Inspector: Sendable {
                                         entryID: text("id").text))
             }
         }
+        let channels = try await channels(now: now)
         return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
                              deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
                              latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
-                             counters: try await counters(), channels: try await channels(now: now))
+                             counters: try await counters(), channels: channels,
+                             budgets: try await budgets(now: now, channels: channels))
+    }
+
+    /// The budget hashes of the keys CHANNELS looks at (the live keys index and the ended keys
+    /// whose channels await deletion, each as bounded), each refilled to `now` with its audience's
+    /// policy from the settings, and the schedule of due flushes. A channel's policy is its
+    /// storage policy on record (`channels`); failing that, the routes' for the key's feed.
+    private func budgets(now local: Int64, channels: InspectReport.Channels) async throws -> InspectReport.Budgets {
+        let keys = settings.keys
+        // Redis's clock: the one the decisions and the schedule use.
+        let time = try await redis.pipeline([RedisCommand("TIME")])[0].array?.compactMap(\.int) ?? []
+        let redisNow = time.count == 2 ? time[0] * 1000 + time[1] / 1000 : nil
+        let now = redisNow ?? local
+        let schedule = keys.budgetDue, expiring = "\(keys.prefix):channels:expiring"
+        let index = try await redis.pipeline([
+            RedisCommand("ZRANGE", keys.keysIndex, 0, countLimit - 1), RedisCommand("ZCARD", keys.keysIndex),
+            RedisCommand("ZRANGE", expiring, 0, countLimit - 1), RedisCommand("ZCARD", expiring),
+            RedisCommand("ZCARD", schedule), RedisCommand("ZCOUNT", schedule, "-inf", "(\(now)"),
+        ])
+        var errors: [String] = []
+        for (i, reply) in index.enumerated() {
+            guard let message = reply.errorMessage else { continue }
+            let why = try await explain(message, key: [keys.keysIndex, expiring, schedule][i / 2], expected: "zset")
+            if !errors.contains(why) { errors.append(why) }
+        }
+        let names = Set(((index[0].array ?? []) + (index[2].array ?? [])).compactMap(\.string)).compactMap(ActivityKey.init(parsing:))
+            .sorted { $0.description < $1.description }
+        let audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent), .channel(.noStorage)]
+        let hashes = names.flatMap { key in audiences.map { (key: key, audience: $0) } }
+        let replies = try await redis.pipeline(hashes.map { RedisCommand("HGETALL", keys.budget($0.key, $0.audience)) })
+
+        var recorded: [String: ChannelStoragePolicy] = [:]
+        for c in channels.channels {
+            if recorded[c.key] == nil, let p = c.storagePolicy.flatMap(ChannelStoragePolicy.init(rawValue:)) { recorded[c.key] = p }
+        }
+        var routes: RouteSet?  // read only when a channel's policy is not on record
+        func guessed(_ key: ActivityKey) -> ChannelStoragePolicy {
+            let set = routes ?? (try? settings.loadRoutes()) ?? RouteSet.shipped
+            routes = set
+            return (key.kind == .match ? set.sports : set.transit).storagePolicy
+        }
+
+        var out: [InspectReport.Budget] = []
+        // Hashes that could not be read: counted, and the first explained (one TYPE, not one each).
+        var unread: [(name: String, message: String)] = []
+        for (hash, reply) in zip(hashes, replies) {
+            let name = keys.budget(hash.key, hash.audience)
+            if let message = reply.errorMessage {
+                unread.append((name, message))
+                continue
+            }
+            guard reply.array?.isEmpty == false else { continue }  // no budget for this audience
+            guard let state = BudgetScripts.state(fromHash: reply) else {
+                unread.append((name, "not a budget (no ticks or refilled_at)"))
+                continue
+            }
+            var audience = hash.audience, known = true
+            if case .channel = audience {
+                if let p = recorded[hash.key.description] {
+                    audience = .channel(p)
+                } else {
+                    audience = .channel(guessed(hash.key))
+                    known = false
+                }
+            }
+            let policy = settings.budgets.audience(audience)
+            var bucket = state.bucket
+            bucket.refill(to: now, policy.bucket)
+            let c = state.counters
+            out.append(.init(key: hash.key.description, audience: hash.audience.name, policy: Self.policyName(audience), policyKnown: known,
+                             tokens: Double(bucket.ticks) / Double(BudgetState.ticksPerToken), ticks: bucket.ticks,
+                             capacity: policy.bucket.capacity,
+                             priority10: c.priority10, priority5: c.priority5, downgraded: c.downgraded, coalesced: c.coalesced,
+                             flushed: c.flushed, stale: c.stale, idleFlushes: c.idleFlushes, pendingMillis: state.pendingMillis,
+                             dueAtMillis: nil, endedMillis: state.endedMillis))
+        }
+        if let first = unread.first {
+            let why = first.message.hasPrefix("not a budget") ? "\(first.name): \(first.message)"
+                : try await explain(first.message, key: first.name, expected: "hash")
+            errors.append(unread.count == 1 ? "not read: \(why)" : "\(unread.count) budgets not read, the first: \(why)")
+        }
+        // When each waiting state is due: its member `<key>|<audience>` in the schedule.
+        let waiting = out.indices.filter { out[$0].pendingMillis != nil }
+        let scores = try await redis.pipeline(waiting.map { RedisCommand("ZSCORE", schedule, "\(out[$0].key)|\(out[$0].audience)") })
+        for (i, score) in zip(waiting, scores) {
+            out[i].dueAtMillis = score.string.flatMap(Double.init).map { Int64($0) }
+        }
+        return .init(nowMillis: now, redisClock: redisNow != nil, budgets: out, truncated: (index[1].int ?? 0) > Int64(countLimit) || (index[3].int ?? 0) > Int64(countLimit),
+                     schedule: schedule, scheduled: index[4].int ?? 0, overdue: index[5].int ?? 0,
+                     error: errors.isEmpty ? nil : errors.joined(separator: "; "))
+    }
+
+    /// The settings' name of an audience's policy (`budgets.<name>.*`).
+    static func policyName(_ audience: BudgetAudience) -> String {
+        switch audience {
+        case .tier(let tier): tier.rawValue
+        case .channel(.noStorage): "channel_no_storage"
+        case .channel(.latestMessage): "channel_latest_message"
+        }
     }
 
     /// Channels of the live keys and of the keys whose channels await deletion.
@@ -432,7 +587,46 @@ extension InspectReport {
         if let error = channels.error { out += errorLine(error) }
         out += "\nSEND FAILURES: \(channels.sendFailures)\n"
         for line in channels.latestSendFailures { out += "  \(cell(line))\n" }
+        out += "\nBUDGETS\(budgets.truncated ? " (partial: many keys)" : "")  tokens refilled to now with budgets.*"
+            + "\(budgets.redisClock ? "" : " (this machine's clock: Redis refused TIME)")\n"
+        out += table([["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "waiting"]]
+            + budgets.budgets.map { b in
+                [cell(b.key), Self.audienceLabel(b), Self.tokensText(ticks: b.ticks), "\(b.capacity)", "\(b.priority10)", "\(b.priority5)",
+                 "\(b.downgraded)", "\(b.coalesced)", "\(b.flushed)", "\(b.stale)", waiting(b)]
+            })
+        if let error = budgets.error { out += errorLine(error) }
+        out += "  due flushes in \(cell(budgets.schedule)): \(budgets.scheduled), overdue \(budgets.overdue)\n"
         return out
+    }
+
+    /// `standard`, `frequent`, or the channel with its storage policy as route files name it
+    /// (`channel (no-storage)`); `?` when the policy is not on record but taken from the routes.
+    static func audienceLabel(_ b: Budget) -> String {
+        let storage: String
+        switch b.policy {
+        case "channel_no_storage": storage = "no-storage"
+        case "channel_latest_message": storage = "latest-message"
+        default: return b.audience
+        }
+        return "\(b.audience) (\(storage)\(b.policyKnown ? "" : "?"))"
+    }
+
+    /// Tokens to one decimal, rounded down (in integer ticks, exactly): 0.96 shows 0.9, not a
+    /// whole token that a critical update could not spend.
+    static func tokensText(ticks: Int64) -> String {
+        let tenths = max(0, ticks) / (BudgetState.ticksPerToken / 10)
+        return "\(tenths / 10).\(tenths % 10)"
+    }
+
+    /// Whether a coalesced state waits, and when it is due: `due in 12 s` (rounded up), `due now`
+    /// (within the second), `overdue 3 s` (rounded down), or `not scheduled` (nothing in the
+    /// schedule will flush it); `-` when nothing waits.
+    private func waiting(_ b: Budget) -> String {
+        guard b.pendingMillis != nil else { return "-" }
+        guard let due = b.dueAtMillis else { return "not scheduled" }
+        let ms = due - budgets.nowMillis
+        if ms > 0 { return "due in \((ms + 999) / 1000) s" }
+        return ms > -1000 ? "due now" : "overdue \(-ms / 1000) s"
     }
 
     private func cell(_ text: String) -> String { VisibleText.escaped(text, limit: Self.cellLimit) }

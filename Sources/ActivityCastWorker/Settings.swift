@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import Foundation
 import RedisClient
 import Yams
@@ -44,6 +45,9 @@ public struct Settings: Sendable {
     public var sliceBatch: Int = 256
     public var sliceLease: Duration = .seconds(10)
     public var slicesInHand: Int = 4
+    /// Priority-10 budgets per audience and push-to-start per device (`budgets.*`,
+    /// docs/budgets.md); checked with `BudgetPolicy.problems` at load.
+    public var budgets: BudgetPolicy = .default
     public var limits: DecodeLimits
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
@@ -102,6 +106,7 @@ public enum SettingsLoader {
         ("fanout.batch", "256"),
         ("fanout.lease_ms", "10000"),
         ("fanout.slices_in_hand", "4"),
+    ] + budgetKeys + [
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
@@ -126,6 +131,28 @@ public enum SettingsLoader {
         ("routes.sports", "the built-in routes (activitycast routes show sports)"),
         ("routes.transit", "the built-in routes (activitycast routes show transit)"),
     ]
+
+    /// The `budgets.*` audiences, as the settings name them, with their defaults.
+    static let budgetAudiences: [(name: String, defaults: AudiencePolicy)] = [
+        ("standard", BudgetPolicy.default.standard), ("frequent", BudgetPolicy.default.frequent),
+        ("channel_no_storage", BudgetPolicy.default.channelNoStorage),
+        ("channel_latest_message", BudgetPolicy.default.channelLatestMessage),
+    ]
+
+    /// The `budgets.*` keys with their defaults, taken from `BudgetPolicy.default` so the two
+    /// can't disagree.
+    static let budgetKeys: [(key: String, help: String)] = budgetAudiences.flatMap { a in [
+        ("budgets.\(a.name).capacity", "\(a.defaults.bucket.capacity)"),
+        ("budgets.\(a.name).refill_per_hour", "\(a.defaults.bucket.refillPerHour)"),
+        ("budgets.\(a.name).spacing_ms", "\(a.defaults.minSpacingMillis)"),
+        ("budgets.\(a.name).end_reserve", "\(a.defaults.endReserve)"),
+    ] } + [
+        ("budgets.start.capacity", "\(BudgetPolicy.default.pushToStart.capacity)"),
+        ("budgets.start.refill_per_hour", "\(BudgetPolicy.default.pushToStart.refillPerHour)"),
+    ]
+
+    /// Every setting's key (`worker.batch_size`), in the order docs/configuration.md lists them.
+    public static var settingNames: [String] { known.map(\.key) }
 
     public static func environmentName(_ key: String) -> String {
         "ACTIVITYCAST_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
@@ -254,9 +281,10 @@ public enum SettingsLoader {
         return out
     }
 
-    /// The sections of the file: `redis`, `streams`, `worker`, …
-    static let sections: Set<String> = Set(known.compactMap { entry in
-        entry.key.lastIndex(of: ".").map { String(entry.key[..<$0]) }
+    /// The sections of the file: `redis`, `streams`, `worker`, … and, for deeper keys, every level
+    /// above them (`budgets` and `budgets.standard` for `budgets.standard.capacity`).
+    static let sections: Set<String> = Set(known.flatMap { entry in
+        entry.key.indices.filter { entry.key[$0] == "." }.map { String(entry.key[..<$0]) }
     })
 
     static func unknownKey(_ key: String, file: String) -> SettingsError {
@@ -367,6 +395,7 @@ public enum SettingsLoader {
         settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
         settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
+        settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }
@@ -380,6 +409,42 @@ public enum SettingsLoader {
         settings.sportsRoutesFile = raw["routes.sports"]?.value
         settings.transitRoutesFile = raw["routes.transit"]?.value
         return settings
+    }
+
+    /// The `budgets.*` settings, each in its range, then the policy as a whole through
+    /// `BudgetPolicy.problems` (an end reserve must be below its capacity, which may come from
+    /// another source): the first problem stops the load, naming its key.
+    static func budgets(int: (String, Int, ClosedRange<Int>) throws -> Int, wrong: (String, String) -> SettingsError,
+                        source: (String) -> String?) throws -> BudgetPolicy {
+        func bucket(_ name: String, _ defaults: BucketPolicy) throws -> BucketPolicy {
+            BucketPolicy(capacity: try int("budgets.\(name).capacity", defaults.capacity, BucketPolicy.capacityRange),
+                         refillPerHour: try int("budgets.\(name).refill_per_hour", defaults.refillPerHour, BucketPolicy.refillRange))
+        }
+        let spacing = Int(AudiencePolicy.spacingRange.lowerBound)...Int(AudiencePolicy.spacingRange.upperBound)
+        // Below the largest capacity here; below this audience's capacity is checked with the rest.
+        let reserve = 0...(BucketPolicy.capacityRange.upperBound - 1)
+        var audiences: [AudiencePolicy] = []
+        for (name, defaults) in budgetAudiences {
+            audiences.append(AudiencePolicy(
+                bucket: try bucket(name, defaults.bucket),
+                minSpacingMillis: Int64(try int("budgets.\(name).spacing_ms", Int(defaults.minSpacingMillis), spacing)),
+                endReserve: try int("budgets.\(name).end_reserve", defaults.endReserve, reserve)))
+        }
+        let policy = BudgetPolicy(standard: audiences[0], frequent: audiences[1], channelNoStorage: audiences[2],
+                                  channelLatestMessage: audiences[3], pushToStart: try bucket("start", BudgetPolicy.default.pushToStart))
+        // Each problem reads `<key> <why>`.
+        if let problem = policy.problems.first {
+            let parts = problem.split(separator: " ", maxSplits: 1).map(String.init)
+            let key = parts[0], why = parts.count > 1 ? parts[1] : "is not usable"
+            var note = ""
+            if key.hasSuffix(".end_reserve") {
+                // The capacity it is compared with may have been set somewhere else.
+                let capacity = String(key.dropLast(".end_reserve".count)) + ".capacity"
+                if let from = source(capacity), from != source(key) { note = " (\(capacity) from \(from))" }
+            }
+            throw wrong(key, why + note)
+        }
+        return policy
     }
 
     /// Longest name (prefix, group, stream, consumer) in bytes.

@@ -81,13 +81,13 @@ public final class Worker: Sendable {
             do {
                 let router = try APNsSetup.router(settings, redis: redis, logger: logger)
                 apns = router
-                sender = Sender(redis: redis, apns: router,
-                                configuration: SendConfiguration(keys: settings.keys, bundleID: settings.apns.bundleID,
-                                                                 stateTTLSeconds: settings.activityTTLSeconds,
-                                                                 startsPerSecond: settings.startsPerSecond, group: settings.group,
-                                                                 sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
-                                                                 leaseMillis: Int(settings.sliceLease.milliseconds)),
-                                logger: logger)
+                var configuration = SendConfiguration(keys: settings.keys, bundleID: settings.apns.bundleID,
+                                                      stateTTLSeconds: settings.activityTTLSeconds,
+                                                      startsPerSecond: settings.startsPerSecond, group: settings.group,
+                                                      sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
+                                                      leaseMillis: Int(settings.sliceLease.milliseconds))
+                configuration.budgets = settings.budgets
+                sender = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
             } catch {
                 setupError = "\(error)"
             }

@@ -114,6 +114,12 @@ import TestSupport
         let (status, _, err) = try await runActivitycast(["worker"], redis: server, settings: ["worker.batch_size": "lots"])
         #expect(status != 0)
         #expect(err.contains("setting worker.batch_size (from ACTIVITYCAST_WORKER_BATCH_SIZE): must be a whole number, got 'lots'"))
+        // A budget the policy can't use (no token left above the end's reserve) is one too, ending
+        // the worker the same way (a usage error).
+        let (status2, _, err2) = try await runActivitycast(["worker"], redis: server, settings: ["budgets.standard.end_reserve": "4"])
+        #expect(status2 != 0 && status2 == status)
+        #expect(err2.contains("setting budgets.standard.end_reserve (from ACTIVITYCAST_BUDGETS_STANDARD_END_RESERVE): must be 0 or more "
+            + "and below the capacity (4), got 4"), "\(err2)")
     }
 
     @Test func publishRefusesAnEmptyOrControlCharacterStreamName() async throws {

@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import ActivityCastWorker
 import Foundation
 import RedisClient
@@ -169,6 +170,150 @@ import TestSupport
         try await redis.command("SET", key, "x")
         let wrong = try await inspector.report()
         #expect(wrong.counters.error == "WRONGTYPE: \(key) is a string, not a hash" && wrong.errors.count == 1)
+    }
+
+    /// BUDGETS: one row per (key, audience) budget hash of the live keys, refilled to now with the
+    /// settings' policy, with its counters and, for a coalesced state, when the schedule flushes it.
+    @Test func budgetsShowTokensCountersAndDueFlushes() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let keys = settings.keys
+        let policy = settings.budgets
+        let match = try #require(ActivityKey(parsing: "match:4711")), trip = try #require(ActivityKey(parsing: "trip:t-1"))
+        let gone = try #require(ActivityKey(parsing: "match:gone"))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        @discardableResult
+        func decide(_ key: ActivityKey, _ audience: BudgetAudience, _ event: BudgetEvent, at ms: Int64) async throws -> BudgetDecision {
+            let command = BudgetScripts.decideCommand(budgetKey: keys.budget(key, audience), event: event, nowMillis: ms,
+                                                      policy: policy.audience(audience), ttlSeconds: 3600)
+            return try BudgetScripts.parse(try await redis.send(command)).decision
+        }
+        try await redis.command("ZADD", keys.keysIndex, now, match.description, now, trip.description, now, "route:quiet")
+        // match:4711's channel is on record with storage policy 1 (latest message).
+        try await redis.command("HSET", "\(keys.prefix):{\(match)}:channels", "development", "ch-1 1 \(now - 120_000)")
+
+        // Standard, a minute ago: three critical updates at 10, the fourth downgraded (the last
+        // token is the end's reserve), then a routine one within the spacing: coalesced, due 30 s
+        // after the last send, and scheduled then (30 s ago).
+        let t0 = now - 60_000
+        for ms in 1...3 { #expect(try await decide(match, .tier(.standard), .update(millis: Int64(ms), priority: .critical), at: t0) == .priority10) }
+        #expect(try await decide(match, .tier(.standard), .update(millis: 4, priority: .critical), at: t0) == .priority5)
+        #expect(try await decide(match, .tier(.standard), .update(millis: 5, priority: .routine), at: t0 + 1000)
+            == .coalesce(dueAtMillis: t0 + 30_000))
+        try await redis.command("ZADD", keys.budgetDue, t0 + 30_000, "\(match)|standard")
+        // Frequent: a routine update, then a coalesced one that nothing scheduled.
+        try await decide(match, .tier(.frequent), .update(millis: 10, priority: .routine), at: now - 5000)
+        try await decide(match, .tier(.frequent), .update(millis: 11, priority: .routine), at: now - 4000)
+        // The channel: the end at 10, then an update after it (stale). Sized by channel_latest_message.
+        #expect(try await decide(match, .channel(.latestMessage), .end(millis: 20), at: t0) == .priority10)
+        #expect(try await decide(match, .channel(.latestMessage), .update(millis: 21, priority: .routine), at: t0) == .stale)
+        // trip:t-1 has no channel on record: its channel budget is sized by the transit routes'
+        // storage policy (latest message). A routine update, then one coalesced and due in 55 s.
+        try await decide(trip, .channel(.latestMessage), .update(millis: 30, priority: .routine), at: now - 5000)
+        try await decide(trip, .channel(.latestMessage), .update(millis: 31, priority: .routine), at: now - 4000)
+        try await redis.command("ZADD", keys.budgetDue, now + 55_000, "\(trip)|channel")
+        // A key no longer in the index is not listed, but its due flush counts (overdue).
+        try await decide(gone, .tier(.standard), .update(millis: 1, priority: .critical), at: t0)
+        try await redis.command("ZADD", keys.budgetDue, now - 1000, "\(gone)|standard")
+        // A budget key of the wrong type, and a hash that is no budget, are this section's error only.
+        try await redis.command("SET", keys.budget(trip, .tier(.standard)), "x")
+        try await redis.command("HSET", keys.budget(trip, .tier(.frequent)), "p10", "1")
+
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        let at = report.budgets.nowMillis  // Redis's clock (the same machine's here)
+        #expect(report.budgets.redisClock && abs(at - report.generatedAtMillis) < 1000)
+        let budgets = report.budgets
+        #expect(budgets.budgets.map { "\($0.key)|\($0.audience)" } == ["match:4711|standard", "match:4711|frequent", "match:4711|channel", "trip:t-1|channel"])
+        let standard = try #require(budgets.budgets.first)
+        // One token left a minute ago, plus 8 per hour since (8 ticks per ms).
+        #expect(standard.ticks == BudgetState.ticksPerToken + 8 * (at - (t0 + 1000)) + 8 * 1000)
+        #expect(standard.capacity == 4 && standard.policy == "standard" && standard.policyKnown)
+        #expect(standard.priority10 == 3 && standard.priority5 == 1 && standard.downgraded == 1 && standard.coalesced == 1)
+        #expect(standard.pendingMillis == 5 && standard.dueAtMillis == t0 + 30_000)
+        let channel = budgets.budgets[2], tripChannel = budgets.budgets[3]
+        #expect(channel.policy == "channel_latest_message" && channel.policyKnown && channel.capacity == 2)
+        #expect(channel.priority10 == 1 && channel.stale == 1 && channel.endedMillis == 20)
+        #expect(tripChannel.policy == "channel_latest_message" && !tripChannel.policyKnown && tripChannel.dueAtMillis == now + 55_000)
+        #expect(budgets.scheduled == 3 && budgets.overdue == 2 && budgets.schedule == keys.budgetDue && !budgets.truncated)
+        #expect(budgets.error == "2 budgets not read, the first: WRONGTYPE: \(keys.budget(trip, .tier(.standard))) is a string, not a hash")
+        #expect(report.errors == [budgets.error])
+
+        // The table: one line per budget, columns as the header names them.
+        let table = report.rendered()
+        let text = try #require(table.range(of: "\nBUDGETS").map { String(table[$0.lowerBound...]) })  // the last section
+        // Cells are apart by two spaces or more; within a cell, by one.
+        let rows = text.split(separator: "\n").map {
+            $0.components(separatedBy: "  ").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
+        #expect(rows.first == ["BUDGETS", "tokens refilled to now with budgets.*"], "\(text)")
+        #expect(rows.dropFirst().first == ["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "waiting"],
+                "\(text)")
+        let overdue = "overdue \((at - (t0 + 30_000)) / 1000) s", dueIn = "due in \((now + 55_000 - at + 999) / 1000) s"
+        #expect(rows.contains(["match:4711", "standard", "1.1", "4", "3", "1", "1", "1", "0", "0", overdue]), "\(text)")
+        #expect(rows.contains(["match:4711", "frequent", "10.0", "10", "0", "1", "0", "1", "0", "0", "not scheduled"]), "\(text)")
+        #expect(rows.contains(["match:4711", "channel (latest-message)", "1.0", "2", "1", "0", "0", "0", "0", "1", "-"]), "\(text)")
+        #expect(rows.contains(["trip:t-1", "channel (latest-message?)", "2.0", "2", "0", "1", "0", "1", "0", "0", dueIn]), "\(text)")
+        #expect(text.contains("\n  error: 2 budgets not read, the first: WRONGTYPE: \(keys.budget(trip, .tier(.standard))) is a string, not a hash\n"), "\(text)")
+        #expect(text.contains("\n  due flushes in \(keys.budgetDue): 3, overdue 2\n"), "\(text)")
+        #expect(!text.contains("gone") && !text.contains("route:quiet"))
+
+        // The command prints the same section, and its JSON carries every budget.
+        let (status, out, err) = try await runActivitycast(["inspect"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("\nBUDGETS  tokens refilled to now with budgets.*\n") && out.contains("channel (latest-message?)"), "\(out)")
+        #expect(out.contains("due flushes in \(keys.budgetDue): 3, overdue 2"), "\(out)")
+        let (jsonStatus, json, jsonErr) = try await runActivitycast(["inspect", "--json"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(jsonStatus == 0, "\(jsonErr)")
+        let decoded = try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8))
+        #expect(decoded.budgets.budgets.map(\.key) == budgets.budgets.map(\.key) && decoded.budgets.overdue == 2)
+        #expect(decoded.budgets.budgets.first?.dueAtMillis == t0 + 30_000 && decoded.budgets.error == budgets.error)
+    }
+
+    /// Many keys with budgets: the table stops at `rowLimit` rows and says how many more; the
+    /// JSON has them all.
+    @Test func manyBudgetsAreCappedInTheTable() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let keys = settings.keys
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var commands: [RedisCommand] = []
+        for i in 0..<130 {
+            let key = try #require(ActivityKey(parsing: "match:m\(1000 + i)"))
+            commands.append(RedisCommand("ZADD", keys.keysIndex, now, key.description))
+            commands.append(BudgetScripts.decideCommand(budgetKey: keys.budget(key, .tier(.standard)), event: .update(millis: 1, priority: .critical),
+                                                        nowMillis: now, policy: settings.budgets.standard, ttlSeconds: 600))
+        }
+        _ = try await redis.pipeline(commands)
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        #expect(report.budgets.budgets.count == 130 && report.budgets.error == nil)
+        let table = report.rendered()
+        #expect(table.contains("  … and 30 more (inspect --json lists them all)\n  due flushes in \(keys.budgetDue): 0, overdue 0\n"), "\(table.suffix(500))")
+        #expect(table.contains("match:m1099") && !table.contains("match:m1100"))
+    }
+
+    /// A user without `TIME` still gets the section, measured on this machine's clock, and is told.
+    @Test func budgetsFallBackToTheLocalClockWithoutTime() async throws {
+        let server = try await RedisServer()
+        let admin = server.connection()
+        defer { admin.close() }
+        _ = try await admin.send(RedisCommand("ACL", "SETUSER", "noclock", "on", ">pw", "~*", "&*", "+@all", "-time"))
+        let settings = try testSettings(server, ["redis.url": "redis://noclock:pw@127.0.0.1:\(server.port)"])
+        let redis = RedisConnection(configuration: settings.redisConfiguration)
+        defer { redis.close() }
+        let key = try #require(ActivityKey(parsing: "match:7"))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        _ = try await admin.send(RedisCommand("ZADD", settings.keys.keysIndex, now, key.description))
+        _ = try await admin.send(BudgetScripts.decideCommand(budgetKey: settings.keys.budget(key, .tier(.standard)),
+                                                             event: .update(millis: 1, priority: .critical), nowMillis: now,
+                                                             policy: settings.budgets.standard, ttlSeconds: 600))
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        #expect(!report.budgets.redisClock && report.budgets.nowMillis == report.generatedAtMillis)
+        #expect(report.budgets.budgets.map(\.priority10) == [1] && report.errors.isEmpty, "\(report.errors)")
+        #expect(report.rendered().contains("BUDGETS  tokens refilled to now with budgets.* (this machine's clock: Redis refused TIME)\n"))
     }
 
     /// The text from the line starting with `from` up to the line starting with `to`.

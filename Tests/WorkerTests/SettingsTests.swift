@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import ActivityCastWorker
 import Foundation
 import Testing
@@ -242,5 +243,118 @@ import TestSupport
         }
         #expect(files > 50)
         #expect(unknown.isEmpty, "used in the repository but would draw a warning: \(unknown.sorted())")
+    }
+}
+
+/// `budgets.*`: the numbers of `BudgetPolicy` (docs/budgets.md), read like every other setting.
+@Suite struct BudgetSettingsTests {
+    func failure(_ env: [String: String], file: String? = nil) -> String {
+        do { _ = try SettingsLoader.load(file: file, environment: env); return "no error" } catch { return "\(error)" }
+    }
+
+    @Test func defaultsAreThePolicyDefaults() throws {
+        #expect(try SettingsLoader.load(file: nil, environment: [:]).budgets == BudgetPolicy.default)
+    }
+
+    @Test func theFileAndTheEnvironmentSetThem() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let file = dir.path + "/budgets.yaml"
+        try """
+        budgets:
+          standard:
+            capacity: 6
+            end_reserve: 2
+          channel_latest_message:
+            spacing_ms: 120000
+          start:
+            refill_per_hour: 2
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let s = try SettingsLoader.load(file: file, environment: [
+            SettingsLoader.environmentName("budgets.standard.capacity"): "8",  // beats the file's 6
+            SettingsLoader.environmentName("budgets.frequent.refill_per_hour"): "90",
+            SettingsLoader.environmentName("budgets.channel_no_storage.spacing_ms"): "0",
+        ])
+        #expect(SettingsLoader.environmentName("budgets.channel_no_storage.spacing_ms") == "ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_SPACING_MS")
+        var expected = BudgetPolicy.default
+        expected.standard.bucket.capacity = 8
+        expected.standard.endReserve = 2
+        expected.frequent.bucket.refillPerHour = 90
+        expected.channelNoStorage.minSpacingMillis = 0
+        expected.channelLatestMessage.minSpacingMillis = 120_000
+        expected.pushToStart.refillPerHour = 2
+        #expect(s.budgets == expected)
+        #expect(s.warnings.isEmpty)
+        // A misspelt key in the section draws a hint, like any other.
+        try "budgets:\n  standard:\n    capacty: 6\n".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(failure([:], file: file) == "\(file): unknown setting 'budgets.standard.capacty' (did you mean budgets.standard.capacity?)")
+    }
+
+    @Test func aValueOutOfItsRangeNamesTheKey() throws {
+        let cases: [(key: String, value: String, why: String)] = [
+            ("budgets.standard.capacity", "0", "must be between 1 and 10000, got 0"),
+            ("budgets.frequent.capacity", "10001", "must be between 1 and 10000, got 10001"),
+            ("budgets.channel_no_storage.refill_per_hour", "100001", "must be between 0 and 100000, got 100001"),
+            ("budgets.channel_latest_message.spacing_ms", "3600001", "must be between 0 and 3600000, got 3600001"),
+            ("budgets.standard.end_reserve", "-1", "must be between 0 and 9999, got -1"),
+            ("budgets.start.capacity", "0", "must be between 1 and 10000, got 0"),
+            ("budgets.start.refill_per_hour", "many", "must be a whole number, got 'many'"),
+        ]
+        for c in cases {
+            let name = SettingsLoader.environmentName(c.key)
+            #expect(failure([name: c.value]) == "setting \(c.key) (from \(name)): \(c.why)")
+        }
+        // The ends of the ranges are fine.
+        let edges = ["budgets.standard.capacity": "10000", "budgets.frequent.capacity": "1", "budgets.frequent.end_reserve": "0",
+                     "budgets.channel_no_storage.refill_per_hour": "100000", "budgets.channel_latest_message.spacing_ms": "3600000"]
+        let s = try SettingsLoader.load(file: nil, environment: Dictionary(uniqueKeysWithValues: edges.map { (SettingsLoader.environmentName($0.key), $0.value) }))
+        #expect(s.budgets.standard.bucket.capacity == 10_000 && s.budgets.frequent.bucket.capacity == 1)
+        #expect(s.budgets.channelLatestMessage.minSpacingMillis == 3_600_000)
+    }
+
+    @Test func anEndReserveNotBelowTheCapacityNamesTheKey() throws {
+        let reserve = SettingsLoader.environmentName("budgets.frequent.end_reserve")
+        #expect(failure([reserve: "10"])
+            == "setting budgets.frequent.end_reserve (from \(reserve)): must be 0 or more and below the capacity (10), got 10")
+        #expect(failure([reserve: "9"]) == "no error")
+        // The capacity lowered elsewhere under the default reserve: both sources are named.
+        let capacity = SettingsLoader.environmentName("budgets.channel_latest_message.capacity")
+        #expect(failure([capacity: "1"])
+            == "setting budgets.channel_latest_message.end_reserve (from the defaults): must be 0 or more and below the capacity (1), "
+            + "got 1 (budgets.channel_latest_message.capacity from \(capacity))")
+        #expect(failure([capacity: "1", SettingsLoader.environmentName("budgets.channel_latest_message.end_reserve"): "0"]) == "no error")
+    }
+
+    /// docs/configuration.md documents every setting the loader reads and no other, and its
+    /// `budgets.*` defaults are `BudgetPolicy.default`.
+    @Test func theConfigurationDocumentListsEverySetting() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let name = try NSRegularExpression(pattern: "`([a-z_]+(\\.[a-z_]+)*)`")
+        var documented: [String: String] = [:]  // key → default cell
+        for line in doc.split(separator: "\n") where line.hasPrefix("| `") {
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count > 3 else { continue }
+            let first = cells[1]
+            for match in name.matches(in: first, range: NSRange(first.startIndex..., in: first)) {
+                documented[String(first[Range(match.range(at: 1), in: first)!])] = cells[2]
+            }
+        }
+        let known = SettingsLoader.settingNames
+        #expect(Set(known).subtracting(documented.keys).sorted() == [], "settings missing from docs/configuration.md")
+        #expect(Set(documented.keys).subtracting(known).sorted() == [], "documented but not read by the loader")
+        let d = BudgetPolicy.default
+        var expected: [String: Int] = ["budgets.start.capacity": d.pushToStart.capacity, "budgets.start.refill_per_hour": d.pushToStart.refillPerHour]
+        for (audience, a) in [("standard", d.standard), ("frequent", d.frequent), ("channel_no_storage", d.channelNoStorage),
+                              ("channel_latest_message", d.channelLatestMessage)] {
+            expected["budgets.\(audience).capacity"] = a.bucket.capacity
+            expected["budgets.\(audience).refill_per_hour"] = a.bucket.refillPerHour
+            expected["budgets.\(audience).spacing_ms"] = Int(a.minSpacingMillis)
+            expected["budgets.\(audience).end_reserve"] = a.endReserve
+        }
+        #expect(known.filter { $0.hasPrefix("budgets.") }.sorted() == expected.keys.sorted())
+        for (key, value) in expected {
+            #expect(documented[key] == "\(value)", "\(key): documented default \(documented[key] ?? "none"), BudgetPolicy.default has \(value)")
+        }
     }
 }
