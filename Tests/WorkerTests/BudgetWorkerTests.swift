@@ -118,7 +118,9 @@ extension SendTests {
         let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
         for target in everyone {
             let clocks = log.filter { $0["target"] as? String == target && ($0["timestamp"] as? Double ?? 0) > Double(t - 10_000) / 1000 }
-            #expect(clocks.count >= 2 && clocks.count <= 4, "\(target.prefix(6)): \(clocks.count) pushes for 10 routine updates")
+            // The score just before spent the spacing, so even the first clock update may wait: at
+            // least the flush, and far fewer pushes than updates.
+            #expect((1...3).contains(clocks.count), "\(target.prefix(6)): \(clocks.count) pushes for 10 routine updates")
             #expect(clocks.allSatisfy { $0["priority"] as? Int == 5 })
         }
         #expect(try await r.redis.send(RedisCommand("ZCARD", "\(r.settings.prefix):budget-due")).int == 0)
