@@ -62,7 +62,7 @@ extension SendTests {
         }
     }
 
-    /// Routine clock updates every 50 ms, inside a 500 ms spacing: the first goes out at 5, the
+    /// Routine clock updates every 50 ms, inside a 3 s spacing: the first goes out at 5, the
     /// rest are coalesced into the key's newest state, which a flush sends when the spacing
     /// allows, per tier and to the channel. The worker that coalesced them is killed before the
     /// flush is due: another worker flushes from the fleet's schedule. Every device ends on the
@@ -70,8 +70,9 @@ extension SendTests {
     @Test func coalescedStatesAreFlushedByAnyWorkerAndDevicesEndOnTheNewest() async throws {
         let r = try await rig()
         defer { r.redis.close() }
-        let spacing = ["budgets.standard.spacing_ms": "500", "budgets.frequent.spacing_ms": "500",
-                       "budgets.channel_no_storage.spacing_ms": "500", "worker.visibility_timeout_ms": "1000"]
+        // A spacing long enough that the first worker is gone before anything is due.
+        let spacing = ["budgets.standard.spacing_ms": "3000", "budgets.frequent.spacing_ms": "3000",
+                       "budgets.channel_no_storage.spacing_ms": "3000", "worker.visibility_timeout_ms": "1000"]
         let w1 = try r.worker("w1", spacing)
         defer { w1.removeLogs() }
         let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
