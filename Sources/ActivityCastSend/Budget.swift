@@ -447,10 +447,14 @@ public enum BudgetScripts {
 
     /// Takes due members of the schedule (`RedisKeys.budgetDue`) for one worker: each is moved
     /// to `now + lease` (its claim), so it comes due again if the worker dies before settling it.
-    /// KEYS[1] = schedule. ARGV: lease ms, count. Returns {claim score, {member, …}} on Redis's clock.
+    /// KEYS[1] = schedule. ARGV: lease ms, count, now ms (`-`: Redis's clock). Returns
+    /// {claim score, {member, …}}.
     public static let takeDue = RedisScript("""
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local now = tonumber(ARGV[3] or '')
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
     local claim = now + tonumber(ARGV[1])
     for _, m in ipairs(due) do redis.call('ZADD', KEYS[1], claim, m) end

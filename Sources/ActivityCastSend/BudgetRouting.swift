@@ -58,3 +58,28 @@ extension BudgetEvent {
         }
     }
 }
+
+/// The clock budget decisions use when not Redis's: a compressed one for tests that play hours
+/// of a match in seconds. `ACTIVITYCAST_TEST_BUDGET_CLOCK=<epoch ms>x<scale>`: from `epoch` on,
+/// each real millisecond counts `scale`; every worker of a test is given the same value.
+public struct BudgetClock: Sendable, Equatable {
+    public var epochMillis: Int64
+    public var scale: Int64
+
+    public init(epochMillis: Int64, scale: Int64) {
+        self.epochMillis = epochMillis
+        self.scale = scale
+    }
+
+    /// From `<epoch ms>x<scale>`; nil when it isn't one.
+    public init?(parsing text: String) {
+        let parts = text.split(separator: "x")
+        guard parts.count == 2, let epoch = Int64(parts[0]), let scale = Int64(parts[1]), epoch > 0, (1...100_000).contains(scale) else { return nil }
+        self.init(epochMillis: epoch, scale: scale)
+    }
+
+    public func now(wallMillis: Int64) -> Int64 { epochMillis + (wallMillis - epochMillis) * scale }
+
+    /// A real duration on this clock (ms).
+    public func span(_ real: Duration) -> Int64 { real.milliseconds * scale }
+}

@@ -3,6 +3,18 @@ import Foundation
 import RedisClient
 
 extension Sender {
+    /// Now on the budget's clock: nil for Redis's.
+    public func budgetNow() -> Int64? {
+        configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) }
+    }
+
+    /// `real` from now on the budget's clock (ms): for rescheduling on the fleet's schedule.
+    public func budgetMillis(after real: Duration) -> Int64 {
+        let wall = Int64(Date().timeIntervalSince1970 * 1000)
+        guard let clock = configuration.budgetClock else { return wall + real.milliseconds }
+        return clock.now(wallMillis: wall) + clock.span(real)
+    }
+
     /// The budget's decision for each audience `plan` reaches — the key's channel (when it has
     /// one) and each per-token tier — in one round trip, on Redis's clock (one clock for the
     /// fleet). A coalesced state goes on the fleet's schedule of due flushes.
@@ -12,7 +24,7 @@ extension Sender {
         if channel { audiences.insert(.channel(plan.storagePolicy), at: 0) }
         let policy = configuration.budgets
         let replies = try await redis.pipeline(audiences.map { audience in
-            BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, nowMillis: nil,
+            BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, nowMillis: budgetNow(),
                                         policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds)
         })
         var decisions: [BudgetAudience: BudgetDecision] = [:]
@@ -88,7 +100,7 @@ extension Sender {
         let audience: BudgetAudience = tier.map { .tier($0) } ?? .channel(policy)
         if tier == nil, channelsLive.isEmpty { return .nothing }
         let decision = try BudgetScripts.parse(try await redis.send(BudgetScripts.decideCommand(
-            budgetKey: keys.budget(key, audience), event: .flush, nowMillis: nil, policy: configuration.budgets.audience(audience),
+            budgetKey: keys.budget(key, audience), event: .flush, nowMillis: budgetNow(), policy: configuration.budgets.audience(audience),
             ttlSeconds: configuration.stateTTLSeconds))).decision
         switch decision {
         case .stale: return .nothing

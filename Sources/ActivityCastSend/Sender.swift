@@ -59,6 +59,8 @@ public struct SendConfiguration: Sendable {
     public var leaseMillis: Int
     /// Priority-10 budgets per audience (docs/budgets.md).
     public var budgets: BudgetPolicy = .default
+    /// nil: decisions use Redis's clock (one clock for the fleet); tests give a compressed one.
+    public var budgetClock: BudgetClock?
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",

@@ -43,7 +43,9 @@ final class BudgetFlusher: Sendable {
     func takeDue() async -> Int {
         let claim: String, members: [String]
         do {
-            let reply = try await redis.send(.script(BudgetScripts.takeDue, keys: [keys.budgetDue], args: [lease.milliseconds, 16]))
+            let lease = sender.budgetMillis(after: self.lease) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000))
+            let reply = try await redis.send(.script(BudgetScripts.takeDue, keys: [keys.budgetDue],
+                                                     args: [lease, 16, sender.budgetNow().map { String($0) } ?? "-"]))
             if let e = reply.errorMessage { throw RedisError(.server, "taking due flushes: \(e)") }
             let parts = reply.array ?? []
             guard parts.count == 2, let c = parts[0].string else { throw RedisError(.unexpectedReply, "taking due flushes: unexpected reply") }
@@ -74,7 +76,7 @@ final class BudgetFlusher: Sendable {
                 logger.info("flushed a coalesced state", metadata: ["key": "\(key)", "audience": "\(audience)"])
             case .nothing: break
             case .later(let due): next = String(due)
-            case .busy: next = String(Int64(Date().timeIntervalSince1970 * 1000) + 250)
+            case .busy: next = String(sender.budgetMillis(after: .milliseconds(250)))
             }
         } catch {
             // Left claimed: it comes due again when the claim ends.

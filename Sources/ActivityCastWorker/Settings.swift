@@ -168,6 +168,8 @@ public enum SettingsLoader {
         "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
         // Test-only failpoint (EntryProcessor): crash on an entry with this field value.
         "ACTIVITYCAST_FAILPOINT_CRASH_ON",
+        // Test-only: a compressed clock for budget decisions (BudgetClock).
+        "ACTIVITYCAST_TEST_BUDGET_CLOCK",
     ]
 
     /// One warning per `ACTIVITYCAST_*` variable that is neither a setting nor one of

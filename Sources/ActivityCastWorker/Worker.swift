@@ -87,6 +87,12 @@ public final class Worker: Sendable {
                                                       sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
                                                       leaseMillis: Int(settings.sliceLease.milliseconds))
                 configuration.budgets = settings.budgets
+                // Test-only: a compressed clock for budget decisions (see `BudgetClock`).
+                if let text = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_BUDGET_CLOCK"] {
+                    guard let clock = BudgetClock(parsing: text) else { throw StartError(description: "ACTIVITYCAST_TEST_BUDGET_CLOCK must be <epoch ms>x<scale>, got '\(text)'") }
+                    configuration.budgetClock = clock
+                    logger.warning("budget decisions use a compressed clock (a test setting)", metadata: ["clock": "\(text)"])
+                }
                 sender = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
             } catch {
                 setupError = "\(error)"

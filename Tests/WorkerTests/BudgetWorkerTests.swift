@@ -130,3 +130,83 @@ extension SendTests {
         #expect((stopped["budget"] ?? "").contains("flushed"), "w2 flushed nothing: \(stopped["budget"] ?? "")")
     }
 }
+
+extension SendTests {
+    /// A three-hour match on a compressed clock (one real millisecond is 0.36 s of match: the
+    /// whole match in 30 s), two workers, three devices of each tier: a clock update every 5
+    /// seconds (routine: coalesced inside each tier's spacing and flushed), a goal every 4
+    /// minutes (critical: 15 an hour, more than a standard budget allows, so some are
+    /// downgraded), then the final whistle. In no hour of match time does a device get more
+    /// priority-10 pushes than its tier's budget allows (capacity + refill per hour: 12
+    /// standard, 70 frequent); frequent devices, served by their own budget, get every goal at
+    /// 10; every device ends on the final state.
+    @Test func aThreeHourMatchOnACompressedClockKeepsEveryDeviceWithinItsBudget() async throws {
+        let r = try await rig(["--delivery-log", "50000"])
+        defer { r.redis.close() }
+        let scale: Int64 = 360
+        let epoch = now()
+        let clock = ["test.budget_clock": "\(epoch)x\(scale)"]
+        let w1 = try r.worker("w1", clock), w2 = try r.worker("w2", clock)
+        defer { w1.removeLogs(); w2.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        let standard = (0..<3).map { token("a\($0)") }, frequent = (0..<3).map { token("e\($0)") }
+        var t = epoch - 60_000
+        for (i, tok) in (standard + frequent).enumerated() {
+            t += 1
+            try await r.add(reg, [("type", "activity.token"), ("ts", String(t)), ("device", "h\(i)"), ("key", "match:h1"),
+                                  ("activity", "A\(i)"), ("token", tok), ("env", "development"), ("tier", i < 3 ? "standard" : "frequent")])
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+
+        // Match time: the budget clock's, so event times and decisions agree.
+        func matchNow() -> Int64 { epoch + (now() - epoch) * scale }
+        let start = matchNow()
+        var home = 0, step = 0
+        while true {
+            let at = start + Int64(step) * 5000
+            if at - start >= 3 * 3_600_000 { break }
+            while matchNow() < at { try await Task.sleep(for: .milliseconds(2)) }
+            let minute = "\((at - start) / 60_000)'"
+            if step > 0, step % 48 == 0 {
+                home += 1
+                try await r.add(sports, [("type", "match.moment"), ("ts", String(matchNow())), ("match", "h1"), ("moment", "goal"),
+                                         ("team", "home"), ("player", "P"), ("home_score", String(home)), ("away_score", "0"), ("clock", minute)])
+            } else {
+                try await r.add(sports, [("type", "match.clock"), ("ts", String(matchNow())), ("match", "h1"), ("clock", minute),
+                                         ("period", "second_half")])
+            }
+            step += 1
+        }
+        try await r.add(sports, [("type", "match.full_time"), ("ts", String(matchNow())), ("match", "h1"), ("home_score", String(home)),
+                                 ("away_score", "0")])
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=50000")?["deliveries"] as? [[String: Any]])
+        var report: [String] = []
+        for tok in standard + frequent {
+            let budget = standard.contains(tok) ? 12 : 70
+            let mine = log.filter { $0["target"] as? String == tok }
+            // Each priority-10 push at its match time; the most in any hour of match time.
+            let tens = mine.filter { $0["priority"] as? Int == 10 }.compactMap { $0["timeMillis"] as? Int }
+                .map { epoch + (Int64($0) - epoch) * scale }.sorted()
+            var most = 0, j = 0
+            for i in tens.indices {
+                while tens[i] - tens[j] >= 3_600_000 { j += 1 }
+                most = max(most, i - j + 1)
+            }
+            report.append("\(tok.prefix(2)): \(mine.count) pushes, \(tens.count) at 10, at most \(most) in an hour")
+            #expect(most <= budget, "\(tok.prefix(4)) got \(most) priority-10 pushes in one hour of match time (budget \(budget))")
+            let view = try await r.device(tok)
+            #expect(view?["state"] as? String == "ended" && state(view)["homeScore"] as? Int == home, "\(tok.prefix(4)) not on the final state")
+            #expect(mine.last?["event"] as? String == "end" && mine.last?["priority"] as? Int == 10)
+            if frequent.contains(tok) { #expect(tens.count == home + 1, "\(tok.prefix(4)): \(tens.count) at 10 for \(home) goals and the end") }
+        }
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+        let budgets = [w1, w2].compactMap { jsonLogLines($0.stderr).last { $0["msg"] == "worker stopped" }?["budget"] }
+        print("BudgetWorkerTests 3 h match: \(step) events, \(home) goals; \(report.joined(separator: "; ")); workers: \(budgets)")
+        // Not vacuous: standard devices had goals downgraded, and routine updates were coalesced and flushed.
+        let all = budgets.joined(separator: ",")
+        #expect(all.contains("standard.downgraded") && all.contains("coalesced") && all.contains("flushed"), "\(all)")
+    }
+}
