@@ -40,6 +40,8 @@ public final class SendStats: Sendable {
     public let tokensForgotten = Atomic<Int>(0)
     public let channelFallbacks = Atomic<Int>(0)
     public let failedTokens = Atomic<Int>(0)
+    /// Push-to-starts skipped because the device's start budget was spent.
+    public let startsOverBudget = Atomic<Int>(0)
     /// Budget decisions by `<audience>.<outcome>` (outcome: p10, p5, downgraded, coalesced, stale;
     /// a downgrade is a critical event decided at 5).
     private let decisions = Mutex<[String: Int]>([:])

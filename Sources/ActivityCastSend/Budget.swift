@@ -332,6 +332,8 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, nowMillis now: I
 extension RedisKeys {
     /// One (key, audience)'s budget hash, in the key's slot: `ac:{match:4711}:budget:standard`.
     public func budget(_ key: ActivityKey, _ audience: BudgetAudience) -> String { "\(prefix):{\(key)}:budget:\(audience.name)" }
+    /// A device's push-to-start bucket, in the device's slot: `ac:device:{d1}:start-budget`.
+    public func startBudget(device id: String) -> String { "\(self.device(id)):start-budget" }
     /// The fleet's schedule of coalesced states (sorted set): member `<key>|<audience>` (audience
     /// as in `budget(_:_:)`: `standard`, `frequent`, `channel`), scored by when it is due (ms).
     public var budgetDue: String { "\(prefix):budget-due" }
@@ -469,6 +471,35 @@ public enum BudgetScripts {
     if not cur or string.format('%.0f', tonumber(cur)) ~= ARGV[2] then return 0 end
     if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
     return 1
+    """)
+
+    /// Takes one token from a plain bucket (a device's push-to-start budget): the same tick maths
+    /// as `decide` (`TokenBucket`). KEYS[1] = bucket hash (`ticks`, `refilled_at`, counters `taken`,
+    /// `refused`). ARGV: capacity ticks, ticks per ms, now ms (`-`: Redis's clock), ttl s.
+    /// Returns 1 (taken) or 0 (over budget).
+    public static let take = RedisScript("""
+    local TOKEN = 3600000
+    local cap, rate, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at')
+    local ticks, at = tonumber(h[1]), tonumber(h[2])
+    if not ticks or not at then ticks, at = cap, now end
+    if now > at then
+      local elapsed = now - at
+      if elapsed > cap then elapsed = cap end
+      ticks = math.min(cap, ticks + elapsed * rate)
+      at = now
+    end
+    if ticks > cap then ticks = cap end
+    local ok = 0
+    if ticks >= TOKEN then ticks = ticks - TOKEN ok = 1 end
+    redis.call('HSET', KEYS[1], 'ticks', string.format('%.0f', ticks), 'refilled_at', string.format('%.0f', at))
+    redis.call('HINCRBY', KEYS[1], ok == 1 and 'taken' or 'refused', 1)
+    redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
+    return ok
     """)
 
     /// Puts a flushed state back as pending (its fan-out couldn't start: another of the same

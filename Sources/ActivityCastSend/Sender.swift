@@ -581,16 +581,22 @@ public final class Sender: Sendable {
                 let fresh = zip(devices, already.array ?? []).filter { $0.1.int != 1 }.map(\.0)
                 if fresh.isEmpty { continue }
                 let settings = try await redis.pipeline(fresh.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
-                var plain: [APNsEnvironment: [TokenRow]] = [:]
-                var onChannel: [APNsEnvironment: [TokenRow]] = [:]
+                var rows: [TokenRow] = []
                 for (device, reply) in zip(fresh, settings) {
                     let v = reply.array ?? []
                     guard let start = v.first?.string, let space = start.firstIndex(of: " ") else { continue }
                     let token = String(start[start.index(after: space)...])
                     let env = (v.count > 1 ? v[1].string.flatMap(APNsEnvironment.init(rawValue:)) : nil) ?? .production
-                    let row = TokenRow(activity: device, token: token, env: env, onBroadcast: v.count > 2 && v[2].string == "1",
-                                       registeredMillis: Int64(start[..<space]))
-                    if row.onBroadcast, case .live? = states[env] { onChannel[env, default: []].append(row) } else { plain[env, default: []].append(row) }
+                    rows.append(TokenRow(activity: device, token: token, env: env, onBroadcast: v.count > 2 && v[2].string == "1",
+                                         registeredMillis: Int64(start[..<space])))
+                }
+                // Each device's push-to-start budget (across keys and workers): a device over it is
+                // skipped and counted; it can be started by a later event.
+                rows = try await withinStartBudget(rows)
+                var plain: [APNsEnvironment: [TokenRow]] = [:]
+                var onChannel: [APNsEnvironment: [TokenRow]] = [:]
+                for row in rows {
+                    if row.onBroadcast, case .live? = states[row.env] { onChannel[row.env, default: []].append(row) } else { plain[row.env, default: []].append(row) }
                 }
                 let marks: ([TokenRow]) async throws -> Void = { [redis, startsKey = startsKey(plan.key), ttl = configuration.stateTTLSeconds] rows in
                     _ = try await redis.pipeline([RedisCommand("SADD", [startsKey] + rows.map(\.activity)), RedisCommand("EXPIRE", startsKey, ttl)])
@@ -612,6 +618,27 @@ public final class Sender: Sendable {
                 }
             } while cursor != "0"
         }
+    }
+
+    /// The rows whose device's push-to-start bucket had a token (one taken each, in one round trip).
+    private func withinStartBudget(_ rows: [TokenRow]) async throws -> [TokenRow] {
+        guard !rows.isEmpty else { return rows }
+        let policy = configuration.budgets.pushToStart
+        let now = budgetNow().map { String($0) } ?? "-"
+        let replies = try await redis.pipeline(rows.map { row in
+            .script(BudgetScripts.take, keys: [keys.startBudget(device: row.activity)],
+                    args: [policy.capacityTicks, policy.ticksPerMillisecond, now, configuration.stateTTLSeconds])
+        })
+        var kept: [TokenRow] = []
+        for (row, reply) in zip(rows, replies) {
+            if let e = reply.errorMessage { throw RedisError(.server, "push-to-start budget: \(e)") }
+            if reply.int == 1 { kept.append(row) } else {
+                stats.startsOverBudget.add(1, ordering: .relaxed)
+                logger.info("push-to-start skipped: the device's start budget is spent", metadata: ["device": "\(row.activity)"])
+            }
+        }
+        if kept.count < rows.count { _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "starts_over_budget", rows.count - kept.count)) }
+        return kept
     }
 
     /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one

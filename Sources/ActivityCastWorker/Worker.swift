@@ -271,6 +271,7 @@ public final class Worker: Sendable {
             metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
             metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
             metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
+            metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
             // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
             metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
         }

@@ -210,3 +210,38 @@ extension SendTests {
         #expect(all.contains("standard.downgraded") && all.contains("coalesced") && all.contains("flushed"), "\(all)")
     }
 }
+
+extension SendTests {
+    /// Each device's push-to-start budget holds across keys: with a bucket of 2 (no refill), a
+    /// device following a team gets the starts of its first two matches; the third is skipped and
+    /// counted, while a device that follows only the third match's team still gets its start.
+    @Test func aDevicesPushToStartBudgetHoldsAcrossMatches() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.start.capacity": "2", "budgets.start.refill_per_hour": "0"])
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        let fan = token("5a"), other = token("5b")
+        for (device, tok, team) in [("fan", fan, "team:ars"), ("other", other, "team:lee")] {
+            t += 1
+            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", device), ("activity_type", "MatchActivityAttributes"),
+                                  ("token", tok), ("env", "development")])
+            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", device), ("target", team)])
+        }
+        #expect(await eventually { await r.drainedAll() })
+        for (match, home, away) in [("s1", "ars", "che"), ("s2", "tot", "ars"), ("s3", "ars", "lee")] {
+            t += 1000
+            try await r.add(sports, [("type", "match.started"), ("ts", String(t)), ("match", match), ("home", home), ("away", away)])
+            #expect(await eventually { await r.drainedAll() })
+        }
+        let starts = (try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? [])
+            .filter { $0["event"] as? String == "start" }
+        #expect(starts.filter { $0["target"] as? String == fan }.count == 2, "the fan's starts: \(starts.filter { $0["target"] as? String == fan }.count)")
+        #expect(starts.filter { $0["target"] as? String == other }.count == 1)
+        #expect(await w.stop() == 0)
+        let stopped = try #require(jsonLogLines(w.stderr).last { $0["msg"] == "worker stopped" })
+        #expect(stopped["starts_over_budget"] == "1")
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.counters, "starts_over_budget")).string == "1")
+    }
+}
