@@ -42,6 +42,8 @@ public final class SendStats: Sendable {
     public let failedTokens = Atomic<Int>(0)
     /// Push-to-starts skipped because the device's start budget was spent.
     public let startsOverBudget = Atomic<Int>(0)
+    /// Times a batch waited for the fleet's send-rate guard.
+    public let rateWaits = Atomic<Int>(0)
     /// Budget decisions by `<audience>.<outcome>` (outcome: p10, p5, downgraded, coalesced, stale;
     /// a downgrade is a critical event decided at 5).
     private let decisions = Mutex<[String: Int]>([:])

@@ -61,6 +61,8 @@ public struct SendConfiguration: Sendable {
     public var budgets: BudgetPolicy = .default
     /// nil: decisions use Redis's clock (one clock for the fleet); tests give a compressed one.
     public var budgetClock: BudgetClock?
+    /// The fleet's send rate per app (off by default).
+    public var rateGuard = RateGuardPolicy()
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
@@ -396,6 +398,7 @@ public final class Sender: Sendable {
         var attempt = 0
         var recreated = false
         while true {
+            try await admit(1)
             let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
             stats.count(.broadcast, result)
@@ -485,7 +488,8 @@ public final class Sender: Sendable {
         var pending = rows
         var attempt = 0
         while !pending.isEmpty {
-            let results = await client.sendLiveActivity(payload: bytes, to: pending.map(\.token), bundleID: configuration.bundleID, priority: priority)
+            let results = try await sendAdmitted(client, bytes, pending.map(\.token), priority: priority)
+            if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
             var retry: [TokenRow] = []
             var delay = Duration.zero
             var delivered: [TokenRow] = []

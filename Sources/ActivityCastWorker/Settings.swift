@@ -126,6 +126,8 @@ public enum SettingsLoader {
         ("apns.connections", "2"),
         ("apns.max_concurrent_streams", "1000"),
         ("apns.request_timeout_ms", "30000"),
+        ("apns.rate_per_second", "0"),
+        ("apns.rate_burst", "the rate"),
         ("sandbox.dir", ".activitycast/sandbox"),
         ("sandbox.listen", "127.0.0.1:2197"),
         ("routes.sports", "the built-in routes (activitycast routes show sports)"),
@@ -513,6 +515,9 @@ public struct APNsSettings: Sendable {
     public var verifyPeer: Bool
     public var connections: Int
     public var maxConcurrentStreams: Int
+    /// The fleet's requests per second for this app (0: no guard), and the burst it allows.
+    public var ratePerSecond: Int = 0
+    public var rateBurst: Int?
     public var requestTimeout: Duration
     public var sandboxDirectory: String
     public var sandboxListen: String
@@ -553,6 +558,8 @@ public struct APNsSettings: Sendable {
             verifyPeer: verify == "true",
             connections: try int("apns.connections", 2, 1...64),
             maxConcurrentStreams: try int("apns.max_concurrent_streams", 1000, 1...100_000),
+            ratePerSecond: try int("apns.rate_per_second", 0, 0...10_000_000),
+            rateBurst: try string("apns.rate_burst").map { _ in try int("apns.rate_burst", 1, 1...10_000_000) },
             requestTimeout: .milliseconds(try int("apns.request_timeout_ms", 30_000, 100...600_000)),
             sandboxDirectory: dir,
             sandboxListen: listen)

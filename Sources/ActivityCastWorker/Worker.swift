@@ -87,6 +87,7 @@ public final class Worker: Sendable {
                                                       sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
                                                       leaseMillis: Int(settings.sliceLease.milliseconds))
                 configuration.budgets = settings.budgets
+                configuration.rateGuard = RateGuardPolicy(perSecond: settings.apns.ratePerSecond, burst: settings.apns.rateBurst)
                 // Test-only: a compressed clock for budget decisions (see `BudgetClock`).
                 if let text = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_BUDGET_CLOCK"] {
                     guard let clock = BudgetClock(parsing: text) else { throw StartError(description: "ACTIVITYCAST_TEST_BUDGET_CLOCK must be <epoch ms>x<scale>, got '\(text)'") }
@@ -272,6 +273,7 @@ public final class Worker: Sendable {
             metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
             metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
             metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
+            metadata["rate_waits"] = "\(sends.rateWaits.load(ordering: .relaxed))"
             // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
             metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
         }

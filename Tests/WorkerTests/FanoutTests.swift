@@ -203,7 +203,7 @@ import TestSupport
                     since = sequence
                     guard d["kind"] as? String == "device", let target = d["target"] as? String else { continue }
                     out.append(Delivered(target: target, timestamp: (d["timestamp"] as? NSNumber)?.doubleValue ?? -1,
-                                         event: d["event"] as? String ?? ""))
+                                         event: d["event"] as? String ?? "", timeMillis: (d["timeMillis"] as? NSNumber)?.int64Value ?? 0))
                 }
                 if list.isEmpty || since >= last { break }
             }
@@ -218,6 +218,8 @@ import TestSupport
         var target: String
         var timestamp: Double
         var event: String
+        /// When the sandbox accepted it (ms).
+        var timeMillis: Int64 = 0
     }
 
     /// What every token received, in the order the sandbox accepted it.
@@ -598,5 +600,70 @@ import TestSupport
         let notNewest = received.notEndingOn(all, final: Double(t0 + 2000) / 1000)
         #expect(notNewest.count == 0, "\(notNewest.count) tokens not on the newest state")
         print("FanoutTests lease-lost: \(received.total) pushes, \(regressions.count) regressions; " + received.histogram)
+    }
+}
+
+extension FanoutTests {
+    /// Two workers sharing a fan-out of 3,000 tokens under `apns.rate_per_second: 500` (burst
+    /// 100): together they stay under the fleet's rate — no second of the sandbox's receipts
+    /// holds more than the rate plus the burst — so the fan-out takes at least (3000 − 100) / 500
+    /// seconds; both workers waited for the guard; every token gets its push.
+    @Test func workersTogetherStayUnderTheFleetsSendRate() async throws {
+        let r = try await Rig(deliveryLog: 20_000, worker: ["fanout.slice_size": "256", "apns.rate_per_second": "500", "apns.rate_burst": "100"])
+        let count = 3000
+        let all = tokens(count, base: 0x900000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:rate", ts: t0)
+        for n in 1...2 { try r.startWorker("g\(n)") }
+        _ = try await r.score("rate", 1, 0, ts: t0 + 1000, clock: "5'")
+        #expect(await eventually(timeout: .seconds(60)) { await r.drained() })
+        let statuses = await r.stopAll()
+        #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        let received = try await r.deliveries()
+        #expect(Set(received.map(\.target)) == Set(all))
+        let times = received.map(\.timeMillis).sorted()
+        let span = Double((times.last ?? 0) - (times.first ?? 0)) / 1000
+        var most = 0, j = 0
+        for i in times.indices {
+            while times[i] - times[j] >= 1000 { j += 1 }
+            most = max(most, i - j + 1)
+        }
+        let waits = r.stopLines.mapValues { Int($0["rate_waits"] ?? "") ?? 0 }
+        print("FanoutTests rate: \(received.count) pushes in \(String(format: "%.2f", span)) s, at most \(most) in a second; waits \(waits)")
+        #expect(most <= 600 + 30, "\(most) pushes in one second, the fleet's rate is 500 (burst 100)")
+        #expect(span >= 5.0, "3,000 pushes in \(span) s: faster than 500/s allows")
+        #expect(waits.count == 2 && waits.values.allSatisfy { $0 > 0 }, "both workers should have waited for the guard: \(waits)")
+    }
+}
+
+extension FanoutTests {
+    /// APNs answering 429 to a fifth of the requests: the workers halve the fleet's rate (500 →
+    /// 250 a second) for 30 s, so no second of the sandbox's receipts holds more than the halved
+    /// rate plus the burst, and every token still gets its push.
+    @Test func tooManyRequestsTightensTheFleetsSendRate() async throws {
+        let r = try await Rig(deliveryLog: 20_000, sandbox: ["--fault429", "0.2"],
+                              worker: ["fanout.slice_size": "256", "apns.rate_per_second": "500", "apns.rate_burst": "100"])
+        let count = 2000
+        let all = tokens(count, base: 0xa00000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(all, key: "match:tight", ts: t0)
+        for n in 1...2 { try r.startWorker("k\(n)") }
+        _ = try await r.score("tight", 1, 0, ts: t0 + 1000, clock: "5'")
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        _ = await r.stopAll()
+        let received = try await r.deliveries()
+        #expect(Set(received.map(\.target)) == Set(all))
+        let times = received.map(\.timeMillis).sorted()
+        let span = Double((times.last ?? 0) - (times.first ?? 0)) / 1000
+        let guardHash = try await r.redis.send(RedisCommand("HGET", "\(r.settings.prefix):rate:\(r.workerSettings["apns.bundle_id"] ?? "com.example.activitycast")", "tightened")).string
+        print("FanoutTests 429: \(received.count) accepted in \(String(format: "%.2f", span)) s, tightened \(guardHash ?? "never")")
+        _ = span
+        #expect(Int(guardHash ?? "") ?? 0 > 0, "no 429 tightened the guard")
+        var most = 0, j = 0
+        for i in times.indices {
+            while times[i] - times[j] >= 1000 { j += 1 }
+            most = max(most, i - j + 1)
+        }
+        #expect(most <= 250 + 100 + 50, "\(most) accepted in one second: the rate was not halved (without the guard's tightening: about 585)")
     }
 }
