@@ -638,8 +638,8 @@ extension FanoutTests {
 
 extension FanoutTests {
     /// APNs answering 429 to a fifth of the requests: the workers halve the fleet's rate (500 →
-    /// 250 a second) for 30 s, so no second of the sandbox's receipts holds more than the halved
-    /// rate plus the burst, and every token still gets its push.
+    /// 250 a second) for 30 s, so a median second of the fan-out holds about 200 accepted pushes
+    /// (80 % of 250; about 280 without the tightening), and every token still gets its push.
     @Test func tooManyRequestsTightensTheFleetsSendRate() async throws {
         let r = try await Rig(deliveryLog: 20_000, sandbox: ["--fault429", "0.2"],
                               worker: ["fanout.slice_size": "256", "apns.rate_per_second": "500", "apns.rate_burst": "100"])
@@ -661,8 +661,14 @@ extension FanoutTests {
             while times[i] - times[j] >= 1000 { j += 1 }
             most = max(most, i - j + 1)
         }
-        print("FanoutTests 429: \(received.count) accepted in \(String(format: "%.2f", span)) s, at most \(most) in a second, tightened \(guardHash ?? "never")")
+        // Accepted per whole second of the fan-out: the median second shows the rate held (the
+        // busiest one can include the first moments, before any 429 had come back).
+        let first = times.first ?? 0
+        var perSecond = [Int](repeating: 0, count: Int(((times.last ?? 0) - first) / 1000) + 1)
+        for t in times { perSecond[Int((t - first) / 1000)] += 1 }
+        let median = perSecond.sorted()[perSecond.count / 2]
+        print("FanoutTests 429: \(received.count) accepted in \(String(format: "%.2f", span)) s, median \(median) and at most \(most) in a second, tightened \(guardHash ?? "never")")
         #expect(Int(guardHash ?? "") ?? 0 > 0, "no 429 tightened the guard")
-        #expect(most <= 250 + 100 + 100, "\(most) accepted in one second: the rate was not halved (without the guard's tightening: about 585)")
+        #expect(median <= 240, "a median second held \(median) accepted pushes: the rate was not halved (250 a second, 80 % of them accepted: about 200; untightened about 280)")
     }
 }
