@@ -139,6 +139,21 @@ import Testing
         #expect(s.stats.broadcasts == 2 && s.stats.delivered == 2)
     }
 
+    /// A channel's priority-10 broadcasts count per hour against the standard device budget (its
+    /// broadcasts reach devices of any tier) and the ones past it are flagged.
+    @Test func priorityTenBroadcastsCountAgainstTheStandardBudget() throws {
+        let s = f.sandbox { $0.deviceBudgetPerHour = [.standard: 2, .frequent: 6] }
+        let channel = try f.createChannel(s, policy: 0)
+        for i in 0..<4 {
+            #expect(s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel), body: update(timestamp: Int64(600 + i))), nowMillis: now).status == 200)
+        }
+        _ = s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel, priority: "5"), body: update(timestamp: 700)), nowMillis: now)
+        let view = try #require(s.channelView(id: channel))
+        #expect(view.budgetPerHour == 2 && view.priority10ThisHour == 4 && view.priority5ThisHour == 1)
+        #expect(view.overBudgetThisHour == 2 && view.overBudgetTotal == 2)
+        #expect(s.recentDeliveries(limit: 5).map(\.overBudget) == [false, false, true, true, false])
+    }
+
     @Test func broadcastHeaderAndBodyRules() throws {
         let s = f.sandbox()
         let channel = try f.createChannel(s, policy: 0)

@@ -105,7 +105,10 @@ extension SandboxStore {
                 return finish(Outcome(.cannotCreateChannelConfig), effects: effects)
             }
             channelSequence += 1
-            var view = DeviceView(kind: .channel, id: c.newChannelID, bundleID: bundle, tier: nil, budgetPerHour: 0, nowMillis: now)
+            // A broadcast reaches subscribers of any tier, so a channel is held to the standard
+            // device budget (whether a broadcast at 10 spends each device's budget is undocumented).
+            var view = DeviceView(kind: .channel, id: c.newChannelID, bundleID: bundle, tier: nil,
+                                  budgetPerHour: settings.configuration.budget(for: .standard), nowMillis: now)
             view.messageStoragePolicy = c.storagePolicy
             channels[c.newChannelID] = ChannelRecord(sequence: channelSequence, view: view)
             activeChannels[bundle, default: 0] += 1

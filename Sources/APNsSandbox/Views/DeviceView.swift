@@ -9,7 +9,8 @@ import ActivityCastCore
 /// updates to an ended activity are received but not shown (`ignoredAfterEnd`). `start` begins
 /// a new activity on the token, whatever came before. Priority-10 updates past the tier's hourly
 /// budget are still shown (the device throttles them, delivering late rather than never) but
-/// counted in `overBudgetThisHour`/`overBudgetTotal` and flagged in the delivery log.
+/// counted in `overBudgetThisHour`/`overBudgetTotal` and flagged in the delivery log. A channel
+/// is held to the standard tier's budget: its broadcasts reach devices of any tier.
 public struct DeviceView: Sendable, Equatable {
     public enum Kind: String, Sendable, Equatable { case device, channel }
     public enum ActivityState: String, Sendable, Equatable { case active, ended }
@@ -105,7 +106,7 @@ public struct DeviceView: Sendable, Equatable {
             switch priority {
             case 10:
                 priority10ThisHour += 1
-                overBudget = kind == .device && priority10ThisHour > budgetPerHour
+                overBudget = priority10ThisHour > budgetPerHour
             case 5: priority5ThisHour += 1
             default: priority1ThisHour += 1
             }
