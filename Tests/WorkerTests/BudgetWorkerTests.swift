@@ -204,6 +204,20 @@ extension SendTests {
             // loaded machine, goes out with that update's state instead.)
             if frequent.contains(tok) { #expect(tens.count > 28, "\(tok.prefix(4)): \(tens.count) at 10 for \(home) goals and the end") }
         }
+        // The key's channel (made at its first event) is held to its own budget: 14 an hour.
+        if let channel = try await r.channelID("match:h1") {
+            let tens = log.filter { $0["target"] as? String == channel && $0["priority"] as? Int == 10 }.compactMap { $0["timeMillis"] as? Int }
+                .map { epoch + (Int64($0) - epoch) * scale }.sorted()
+            var most = 0, j = 0
+            for i in tens.indices {
+                while tens[i] - tens[j] >= 3_600_000 { j += 1 }
+                most = max(most, i - j + 1)
+            }
+            report.append("channel: \(tens.count) at 10, at most \(most) in an hour")
+            #expect(most <= 14, "the channel got \(most) priority-10 broadcasts in one hour of match time (budget 14)")
+        } else {
+            Issue.record("the key has no channel")
+        }
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
         let budgets = [w1, w2].compactMap { jsonLogLines($0.stderr).last { $0["msg"] == "worker stopped" }?["budget"] }
