@@ -133,7 +133,7 @@ extension SendTests {
 
 extension SendTests {
     /// A three-hour match on a compressed clock (one real millisecond is 0.36 s of match: the
-    /// whole match in 30 s), two workers, three devices of each tier: a clock update every 5
+    /// whole match in 30 s), four workers contending for the key's budgets, three devices of each tier: a clock update every 5
     /// seconds (routine: coalesced inside each tier's spacing and flushed), a goal every 4
     /// minutes (critical: 15 an hour, more than a standard budget allows, so some are
     /// downgraded), then the final whistle. In no hour of match time does a device get more
@@ -146,8 +146,9 @@ extension SendTests {
         let scale: Int64 = 360
         let epoch = now()
         let clock = ["test.budget_clock": "\(epoch)x\(scale)"]
-        let w1 = try r.worker("w1", clock), w2 = try r.worker("w2", clock)
-        defer { w1.removeLogs(); w2.removeLogs() }
+        // Four workers contend for the key's budgets.
+        let workers = try (1...4).map { try r.worker("w\($0)", clock) }
+        defer { workers.forEach { $0.removeLogs() } }
         let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
         let standard = (0..<3).map { token("a\($0)") }, frequent = (0..<3).map { token("e\($0)") }
         var t = epoch - 60_000
@@ -218,9 +219,8 @@ extension SendTests {
         } else {
             Issue.record("the key has no channel")
         }
-        #expect(await w1.stop() == 0)
-        #expect(await w2.stop() == 0)
-        let budgets = [w1, w2].compactMap { jsonLogLines($0.stderr).last { $0["msg"] == "worker stopped" }?["budget"] }
+        for w in workers { #expect(await w.stop() == 0) }
+        let budgets = workers.compactMap { jsonLogLines($0.stderr).last { $0["msg"] == "worker stopped" }?["budget"] }
         print("BudgetWorkerTests 3 h match: \(step) events, \(home) goals; \(report.joined(separator: "; ")); workers: \(budgets)")
         // Not vacuous: standard devices had goals downgraded, and routine updates were coalesced and flushed.
         let all = budgets.joined(separator: ",")
