@@ -47,10 +47,15 @@ start_private_redis "$work"
 
 # Generous budgets for every audience of the measured key (B's critical updates stay at 10, its
 # broadcasts too), no spacing (A's routine update after its warm-up event goes at once, at 5).
-for a in STANDARD FREQUENT CHANNEL_NO_STORAGE; do
-  c="ACTIVITYCAST_BUDGETS_${a}_CAPACITY" r="ACTIVITYCAST_BUDGETS_${a}_REFILL_PER_HOUR" s="ACTIVITYCAST_BUDGETS_${a}_SPACING_MS"
-  export "$c=${!c:-10000}" "$r=${!r:-100000}" "$s=${!s:-0}"
-done
+export ACTIVITYCAST_BUDGETS_STANDARD_CAPACITY="${ACTIVITYCAST_BUDGETS_STANDARD_CAPACITY:-10000}"
+export ACTIVITYCAST_BUDGETS_STANDARD_REFILL_PER_HOUR="${ACTIVITYCAST_BUDGETS_STANDARD_REFILL_PER_HOUR:-100000}"
+export ACTIVITYCAST_BUDGETS_STANDARD_SPACING_MS="${ACTIVITYCAST_BUDGETS_STANDARD_SPACING_MS:-0}"
+export ACTIVITYCAST_BUDGETS_FREQUENT_CAPACITY="${ACTIVITYCAST_BUDGETS_FREQUENT_CAPACITY:-10000}"
+export ACTIVITYCAST_BUDGETS_FREQUENT_REFILL_PER_HOUR="${ACTIVITYCAST_BUDGETS_FREQUENT_REFILL_PER_HOUR:-100000}"
+export ACTIVITYCAST_BUDGETS_FREQUENT_SPACING_MS="${ACTIVITYCAST_BUDGETS_FREQUENT_SPACING_MS:-0}"
+export ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_CAPACITY="${ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_CAPACITY:-10000}"
+export ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_REFILL_PER_HOUR="${ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_REFILL_PER_HOUR:-100000}"
+export ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_SPACING_MS="${ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_SPACING_MS:-0}"
 # The log keeps the whole flood and B's pushes (idle and flood, warm-up) until the bench reads them.
 delivery_log=$((flood + 2 * (updates + 100) * (audience + 2) + 10000))
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
@@ -62,7 +67,7 @@ pids+=("$sandbox_pid")
 wait_for_sandbox "$work/sandbox.log"
 
 echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $workers worker(s)"
-echo "budgets from the environment: $(env | grep -E '^ACTIVITYCAST_BUDGETS_' | sort | tr '\n' ' ')"
+echo "budgets and apns settings from the environment: $(env | grep -E '^ACTIVITYCAST_(BUDGETS|APNS)_' | sort | tr '\n' ' ')"
 worker_args=()
 for i in $(seq "$workers"); do
   "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &

@@ -35,6 +35,9 @@ public struct APNsClientConfiguration: Sendable {
     public var maxConnectFailuresBeforeFailing: Int
     public var backoffInitial: Duration
     public var backoffMaximum: Duration
+    /// Priority-5 requests in flight at most (nil: a quarter of `connections ×
+    /// maxConcurrentStreams`), so priority-10 requests find free streams and short queues.
+    public var lowPriorityInFlight: Int?
 
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
@@ -100,7 +103,8 @@ public final class APNsClient: Sendable {
         self.configuration = configuration
         self.tokens = tokens
         self.logger = logger
-        self.window = RequestWindow(size: configuration.maxInFlight, lowLimit: configuration.connections * configuration.maxConcurrentStreams)
+        self.window = RequestWindow(size: configuration.maxInFlight,
+                                    lowLimit: configuration.lowPriorityInFlight ?? max(1, configuration.connections * configuration.maxConcurrentStreams / 4))
         var tls: TLSContext?
         if !configuration.plaintext {
             do {

@@ -29,9 +29,10 @@ public enum APNsSetup {
         } catch {
             throw APNsSetupError(description: "APNs signing key: \(error)")
         }
-        let configuration = APNsClientConfiguration(endpoint: endpoint, connections: channels ? 1 : apns.connections, caFile: apns.caFile,
+        var configuration = APNsClientConfiguration(endpoint: endpoint, connections: channels ? 1 : apns.connections, caFile: apns.caFile,
                                                     verifyPeer: apns.verifyPeer, requestTimeout: apns.requestTimeout,
                                                     maxConcurrentStreams: apns.maxConcurrentStreams)
+        configuration.lowPriorityInFlight = apns.priority5InFlight
         let tokens: any ProviderTokenSource = redis.map { RedisSharedProviderTokens(signer: signer, redis: $0, prefix: settings.prefix) }
             ?? LocalProviderTokens(signer: signer)
         do {

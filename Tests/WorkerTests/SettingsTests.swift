@@ -330,7 +330,7 @@ import TestSupport
     @Test func theConfigurationDocumentListsEverySetting() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let doc = try String(contentsOf: root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
-        let name = try NSRegularExpression(pattern: "`([a-z_]+(\\.[a-z_]+)*)`")
+        let name = try NSRegularExpression(pattern: "`([a-z_][a-z0-9_]*(\\.[a-z0-9_]+)*)`")
         var documented: [String: String] = [:]  // key → default cell
         for line in doc.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
