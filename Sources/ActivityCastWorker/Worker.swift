@@ -37,6 +37,10 @@ public final class Worker: Sendable {
     private let streams = Mutex<[String: StreamState]>([:])
     /// The send path, when the worker sends (`worker.send`).
     private let sender: Sender?
+    /// Sends the slices this worker takes from the slices stream, on a connection of its own: a
+    /// big fan-out's steps then don't queue in front of an event's round trips.
+    private let sliceSender: Sender?
+    private let sliceRedis: RedisConnection
     /// Takes fan-out slices, when the worker sends.
     private let slices: SliceTaker?
     /// Flushes coalesced states that came due, when the worker sends.
@@ -74,7 +78,12 @@ public final class Worker: Sendable {
         self.reader = RedisConnection(configuration: readerConfig)
         let redis = RedisConnection(configuration: commandConfig)
         self.redis = redis
+        var sliceConfig = settings.redisConfiguration
+        sliceConfig.clientName = "activitycast-slicework-\(consumer)"
+        let sliceRedis = RedisConnection(configuration: sliceConfig)
+        self.sliceRedis = sliceRedis
         var sender: Sender?
+        var sliceSender: Sender?
         var apns: APNsRouter?
         var setupError: String?
         if mode == .full && settings.send {
@@ -94,14 +103,17 @@ public final class Worker: Sendable {
                     configuration.budgetClock = clock
                     logger.warning("budget decisions use a compressed clock (a test setting)", metadata: ["clock": "\(text)"])
                 }
-                sender = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
+                let sends = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
+                sender = sends
+                sliceSender = Sender(redis: sliceRedis, apns: router, configuration: configuration, logger: logger, stats: sends.stats)
             } catch {
                 setupError = "\(error)"
             }
         }
         self.sender = sender
+        self.sliceSender = sliceSender
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
-        self.slices = sender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: redis, logger: logger, stop: stopSignal, stats: workerStats) }
+        self.slices = sliceSender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats) }
         self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
         self.apns = apns
         self.sendSetupError = setupError
@@ -114,6 +126,7 @@ public final class Worker: Sendable {
     deinit {
         reader.close()
         redis.close()
+        sliceRedis.close()
         apns?.shutdown()
     }
 
@@ -156,8 +169,9 @@ public final class Worker: Sendable {
         let (completions, completed) = AsyncStream<Int>.makeStream()
         var iterator = completions.makeAsyncIterator()
         // A stop request wakes the loop wherever it waits.
-        stop.onStop { [sender] in
+        stop.onStop { [sender, sliceSender] in
             sender?.beginStopping()
+            sliceSender?.beginStopping()
             completed.yield(-1)
         }
         var nextClaim = ContinuousClock.now
