@@ -307,14 +307,14 @@ final class RequestWindow: Sendable {
         let high = priority >= 10
         let n = high ? n : min(n, lowLimit)
         let granted = state.withLock { s -> Bool in
-            guard s.high.isEmpty, high || s.routine.isEmpty, fits(s, n, high) else { return false }
+            guard s.high.isEmpty, high ? !aged(s) : s.routine.isEmpty, fits(s, n, high) else { return false }
             take(&s, n, high)
             return true
         }
         if granted { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let now = state.withLock { s -> Bool in
-                if s.high.isEmpty, high || s.routine.isEmpty, fits(s, n, high) { take(&s, n, high); return true }
+                if s.high.isEmpty, high ? !aged(s) : s.routine.isEmpty, fits(s, n, high) { take(&s, n, high); return true }
                 let w = Waiter(count: n, since: .now, continuation: c)
                 if high { s.high.append(w) } else { s.routine.append(w) }
                 return false
@@ -352,6 +352,9 @@ final class RequestWindow: Sendable {
 
     /// Waiters per lane (for tests).
     var waiting: (high: Int, low: Int) { state.withLock { ($0.high.count, $0.routine.count) } }
+
+    /// A priority-5 waiter has waited past `aging`: it goes before any new priority-10 request.
+    private func aged(_ s: State) -> Bool { s.routine.first.map { ContinuousClock.now - $0.since > aging } ?? false }
 
     private func fits(_ s: State, _ n: Int, _ high: Bool) -> Bool { s.available >= n && (high || s.low + n <= lowLimit) }
 

@@ -502,12 +502,32 @@ public enum BudgetScripts {
     return ok
     """)
 
-    /// Puts a flushed state back as pending (its fan-out couldn't start: another of the same
-    /// time was under way). KEYS[1] = budget hash. ARGV: the state's time (ms). Returns 1.
-    public static let restorePending = RedisScript("""
+    /// Gives back a token taken with `take` for a push that didn't go out. KEYS[1] = bucket hash.
+    /// ARGV: capacity ticks. Returns 1.
+    public static let giveBack = RedisScript("""
+    local ticks = tonumber(redis.call('HGET', KEYS[1], 'ticks') or '')
+    if not ticks then return 1 end
+    ticks = math.min(tonumber(ARGV[1]), ticks + 3600000)
+    redis.call('HSET', KEYS[1], 'ticks', string.format('%.0f', ticks))
+    redis.call('HINCRBY', KEYS[1], 'taken', -1)
+    return 1
+    """)
+
+    /// Undoes a flush decision whose push didn't go out (its fan-out couldn't start, or the send
+    /// failed): the state is pending again, and — unless another push went out since, which moved
+    /// `sent_at` on — `sent_at` and `last_ms` are what they were before, so the state is due again
+    /// at once rather than a spacing later; the decision's counts are taken back.
+    /// KEYS[1] = budget hash. ARGV: the state's time (ms), the decision's now (ms), `sent_at` and
+    /// `last_ms` before the decision ('' when absent). Returns 1.
+    public static let undoFlush = RedisScript("""
+    if redis.call('HGET', KEYS[1], 'ended_ms') then return 1 end
     local p = tonumber(redis.call('HGET', KEYS[1], 'pending_ms') or '')
-    if (not p or p < tonumber(ARGV[1])) and not redis.call('HGET', KEYS[1], 'ended_ms') then
-      redis.call('HSET', KEYS[1], 'pending_ms', ARGV[1])
+    if not p or p < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'pending_ms', ARGV[1]) end
+    if tonumber(redis.call('HGET', KEYS[1], 'sent_at') or '') == tonumber(ARGV[2]) then
+      if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'sent_at') else redis.call('HSET', KEYS[1], 'sent_at', ARGV[3]) end
+      if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'last_ms') else redis.call('HSET', KEYS[1], 'last_ms', ARGV[4]) end
+      redis.call('HINCRBY', KEYS[1], 'flushed', -1)
+      redis.call('HINCRBY', KEYS[1], 'p5', -1)
     end
     return 1
     """)

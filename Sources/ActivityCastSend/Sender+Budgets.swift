@@ -99,13 +99,24 @@ extension Sender {
         let policy: ChannelStoragePolicy = channelsLive.first?.1.policy ?? .noStorage
         let audience: BudgetAudience = tier.map { .tier($0) } ?? .channel(policy)
         if tier == nil, channelsLive.isEmpty { return .nothing }
-        let decision = try BudgetScripts.parse(try await redis.send(BudgetScripts.decideCommand(
-            budgetKey: keys.budget(key, audience), event: .flush, nowMillis: budgetNow(), policy: configuration.budgets.audience(audience),
-            ttlSeconds: configuration.stateTTLSeconds))).decision
-        switch decision {
+        // What the hash says before the decision, so a push that doesn't go out can be undone.
+        let budgetKey = keys.budget(key, audience)
+        let replies2 = try await redis.pipeline([
+            RedisCommand("HMGET", budgetKey, "sent_at", "last_ms"),
+            BudgetScripts.decideCommand(budgetKey: budgetKey, event: .flush, nowMillis: budgetNow(), policy: configuration.budgets.audience(audience),
+                                        ttlSeconds: configuration.stateTTLSeconds),
+        ])
+        let before = replies2[0].array ?? []
+        let reply = try BudgetScripts.parse(replies2[1])
+        switch reply.decision {
         case .stale: return .nothing
         case .coalesce(let due): return .later(dueAtMillis: due)
         case .priority10, .priority5: break
+        }
+        let undo = { [redis] in
+            _ = try? await redis.send(.script(BudgetScripts.undoFlush, keys: [budgetKey], args: [
+                newestMillis, reply.nowMillis, before.first?.string ?? "", before.count > 1 ? before[1].string ?? "" : "",
+            ]))
         }
         stats.countDecision(audience, "flushed")
         // The newest state, quietly: no alert at 5.
@@ -119,27 +130,48 @@ extension Sender {
             return .nothing
         }
         guard let tier else {
-            for (env, record) in channelsLive { _ = try await broadcast(plan, bytes, priority: 5, env: env, record: record) }
+            do {
+                for (env, record) in channelsLive { _ = try await broadcast(plan, bytes, priority: 5, env: env, record: record) }
+            } catch {
+                // Not sent: the state waits again (its member is rescheduled by the caller).
+                await undo()
+                throw error
+            }
             return .sent
         }
         let tiers = tier == .standard ? AudiencePriorities(standard: 5) : AudiencePriorities(frequent: 5)
         let gen = "flush:\(tier.rawValue):\(newestMillis):\(Int64(Date().timeIntervalSince1970 * 1000))"
-        switch try await createFanout(key: key, gen: gen, millis: newestMillis, payload: bytes, quiet: bytes, tiers: tiers,
-                                      live: channelsLive.map(\.0), entry: "", flush: true) {
+        let created: FanoutStart
+        do {
+            created = try await createFanout(key: key, gen: gen, millis: newestMillis, payload: bytes, quiet: bytes, tiers: tiers,
+                                             live: channelsLive.map(\.0), entry: "", flush: true)
+        } catch {
+            await undo()
+            throw error
+        }
+        switch created {
         case .older:
-            // A fan-out of the same time began meanwhile: the state waits again.
-            _ = try await redis.send(.script(BudgetScripts.restorePending, keys: [keys.budget(key, audience)], args: [newestMillis]))
+            // A fan-out of the same time began meanwhile (another tier's flush, or an event): the
+            // state waits again, due at once.
+            await undo()
             return .busy
         case .over:
             return .sent
         case .firstSlice(let slices, let head):
+            // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
+            // (a flush has no entry to be delivered again).
+            let first = SliceRef(key: key, gen: gen, index: 0, count: slices)
             var summary = SendSummary()
-            let result = try await runSlice(SliceRef(key: key, gen: gen, index: 0, count: slices), summary: &summary, acknowledges: false,
-                                            known: head, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
-            if result == .busy || result == .paused {
-                _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"]
-                    + SliceRef(key: key, gen: gen, index: 0, count: slices).fields))
+            var handBack = false
+            do {
+                let result = try await runSlice(first, summary: &summary, acknowledges: false, known: head,
+                                                shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+                handBack = result == .busy || result == .paused
+            } catch {
+                logger.warning("a flush's first slice failed; it goes to the slices stream", metadata: ["key": "\(key)", "error": "\(error)"])
+                handBack = true
             }
+            if handBack { _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"] + first.fields)) }
             return .sent
         }
     }

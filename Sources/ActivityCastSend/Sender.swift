@@ -605,23 +605,39 @@ public final class Sender: Sendable {
                 let marks: ([TokenRow]) async throws -> Void = { [redis, startsKey = startsKey(plan.key), ttl = configuration.stateTTLSeconds] rows in
                     _ = try await redis.pipeline([RedisCommand("SADD", [startsKey] + rows.map(\.activity)), RedisCommand("EXPIRE", startsKey, ttl)])
                 }
-                for (env, rows) in plain.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                    for chunk in pacing.chunks(rows) {
-                        try await pacing.wait(for: chunk.count)
-                        try await sendBatch(plan, withToken, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                do {
+                    for (env, rows) in plain.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                        for chunk in pacing.chunks(rows) {
+                            try await pacing.wait(for: chunk.count)
+                            try await sendBatch(plan, withToken, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                        }
                     }
-                }
-                for (env, rows) in onChannel.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                    guard case .live(let record)? = states[env] else { continue }
-                    let payload = PushBuilder.payload(plan, contentState: state, inputPushChannel: record.id)
-                    guard case .success(let bytes) = PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a push-to-start") else { continue }
-                    for chunk in pacing.chunks(rows) {
-                        try await pacing.wait(for: chunk.count)
-                        try await sendBatch(plan, bytes, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                    for (env, rows) in onChannel.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                        guard case .live(let record)? = states[env] else { continue }
+                        let payload = PushBuilder.payload(plan, contentState: state, inputPushChannel: record.id)
+                        guard case .success(let bytes) = PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a push-to-start") else { continue }
+                        for chunk in pacing.chunks(rows) {
+                            try await pacing.wait(for: chunk.count)
+                            try await sendBatch(plan, bytes, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
+                        }
                     }
+                } catch {
+                    // The entry will be delivered again: devices that didn't get their start get their
+                    // token back, so retries don't spend the budget.
+                    await giveBackStartBudget(plan.key, rows)
+                    throw error
                 }
             } while cursor != "0"
         }
+    }
+
+    /// Gives the start-budget token back to each of `rows` whose device didn't get its start.
+    private func giveBackStartBudget(_ key: ActivityKey, _ rows: [TokenRow]) async {
+        guard !rows.isEmpty,
+              let started = try? await redis.send(RedisCommand("SMISMEMBER", [startsKey(key)] + rows.map(\.activity))).array else { return }
+        let capacity = configuration.budgets.pushToStart.capacityTicks
+        let back = zip(rows, started).filter { $0.1.int != 1 }.map { RedisCommand.script(BudgetScripts.giveBack, keys: [keys.startBudget(device: $0.0.activity)], args: [capacity]) }
+        if !back.isEmpty { _ = try? await redis.pipeline(back) }
     }
 
     /// The rows whose device's push-to-start bucket had a token (one taken each, in one round trip).

@@ -32,18 +32,23 @@ final class BudgetFlusher: Sendable {
         self.conditions = ConditionLog(logger: logger)
     }
 
+    /// `real` on the schedule's clock (ms).
+    private func span(_ real: Duration) -> Int64 { sender.budgetMillis(after: real) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000)) }
+
     func run() async {
         while !stop.isStopped {
             let taken = await takeDue()
-            if taken == 0 { _ = await stop.sleep(for: interval) }
+            // A full round may have more behind it; otherwise wait (members rescheduled a moment
+            // later, a fan-out under way, must not make this loop spin).
+            if taken < 16 { _ = await stop.sleep(for: interval) }
         }
     }
 
     /// One round: takes up to 16 due members and flushes them side by side. Returns how many.
     func takeDue() async -> Int {
         let claim: String, members: [String]
+        let lease = sender.budgetMillis(after: self.lease) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000))
         do {
-            let lease = sender.budgetMillis(after: self.lease) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000))
             let reply = try await redis.send(.script(BudgetScripts.takeDue, keys: [keys.budgetDue],
                                                      args: [lease, 16, sender.budgetNow().map { String($0) } ?? "-"]))
             if let e = reply.errorMessage { throw RedisError(.server, "taking due flushes: \(e)") }
@@ -57,12 +62,15 @@ final class BudgetFlusher: Sendable {
             return 0
         }
         await withTaskGroup(of: Void.self) { group in
-            for member in members { group.addTask { await self.flush(member, claim: claim) } }
+            // The schedule's clock now (the claim is now + lease on it): reschedules count from it,
+            // not from this worker's clock.
+            let now = (Int64(claim) ?? 0) - lease
+            for member in members { group.addTask { await self.flush(member, claim: claim, now: now) } }
         }
         return members.count
     }
 
-    private func flush(_ member: String, claim: String) async {
+    private func flush(_ member: String, claim: String, now: Int64) async {
         guard let bar = member.lastIndex(of: "|"), let key = ActivityKey(parsing: String(member[..<bar])) else {
             logger.warning("not a due flush; removed", metadata: ["member": "\(member.prefix(200))"])
             _ = try? await redis.send(.script(BudgetScripts.settleDue, keys: [keys.budgetDue], args: [member, claim, ""]))
@@ -76,12 +84,13 @@ final class BudgetFlusher: Sendable {
                 logger.info("flushed a coalesced state", metadata: ["key": "\(key)", "audience": "\(audience)"])
             case .nothing: break
             case .later(let due): next = String(due)
-            case .busy: next = String(sender.budgetMillis(after: .milliseconds(250)))
+            case .busy: next = String(now + span(.milliseconds(250)))
             }
         } catch {
-            // Left claimed: it comes due again when the claim ends.
+            // The state is pending again (`Sender.flush` undid its decision): retried in a second
+            // (or, if even this can't be written, when the claim ends).
             logger.warning("flushing a coalesced state failed; it is retried", metadata: ["key": "\(key)", "audience": "\(audience)", "error": "\(error)"])
-            return
+            next = String(now + span(.seconds(1)))
         }
         _ = try? await redis.send(.script(BudgetScripts.settleDue, keys: [keys.budgetDue], args: [member, claim, next]))
     }

@@ -58,3 +58,27 @@ import Testing
         #expect(order.served.withLock { $0 } == ["low", "high"])
     }
 }
+
+extension RequestWindowTests {
+    /// Priority-10 requests arriving one after another while room keeps coming back don't pass an
+    /// aged priority-5 waiter by the fast path: once it has waited past its aging, it goes next.
+    @Test func anAgedPriorityFiveWaiterIsNotPassedByNewPriorityTenRequests() async throws {
+        let window = RequestWindow(size: 4, lowLimit: 4, aging: .milliseconds(30))
+        let order = Order()
+        await window.acquire(2, priority: 10)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await window.acquire(4, priority: 5); order.served.withLock { $0.append("low") } }
+            try await until(window, high: 0, low: 1)
+            try await Task.sleep(for: .milliseconds(60))
+            // Room for a new priority-10 batch right now: it must not take it ahead of the aged one.
+            group.addTask { await window.acquire(2, priority: 10); order.served.withLock { $0.append("high") } }
+            try await until(window, high: 1, low: 1)
+            window.release(2, priority: 10)
+            for _ in 0..<2000 where order.served.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(order.served.withLock { $0 } == ["low"])
+            window.release(4, priority: 5)
+            try await group.waitForAll()
+        }
+        #expect(order.served.withLock { $0 } == ["low", "high"])
+    }
+}

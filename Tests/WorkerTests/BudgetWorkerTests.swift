@@ -262,3 +262,79 @@ extension SendTests {
         #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.counters, "starts_over_budget")).string == "1")
     }
 }
+
+extension SendTests {
+    /// Registers `tokens` on `key` (standard unless listed in `frequent`; `onChannel` on broadcast)
+    /// and sends the key's first event, which makes its channel. Returns the channel id.
+    func budgetKey(_ r: Rig, _ key: String, match: String, tokens: [String], frequent: Set<String> = [], onChannel: Set<String> = [],
+                   t: inout Int64) async throws -> String? {
+        for (i, tok) in tokens.enumerated() {
+            t += 1
+            var fields = [("type", "activity.token"), ("ts", String(t)), ("device", "\(match)-\(i)"), ("key", key), ("activity", "A\(i)"),
+                          ("token", tok), ("env", "development"), ("tier", frequent.contains(tok) ? "frequent" : "standard")]
+            if onChannel.contains(tok) { fields.append(("broadcast", "true")) }
+            try await r.add(r.settings.registrationsStream, fields)
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.score"), ("ts", String(t)), ("match", match), ("home_score", "0"),
+                                                      ("away_score", "0"), ("clock", "0'"), ("period", "first_half")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        return try await r.channelID(key)
+    }
+
+    /// One routine update coalesced for both tiers comes due for both at once: each tier's flush
+    /// goes out then, not one of them a whole spacing later (the second flush used to yield to the
+    /// first's fan-out and keep the spacing its decision had moved on).
+    @Test func bothTiersFlushTogetherWhenTheyComeDueTogether() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.standard.spacing_ms": "3000", "budgets.frequent.spacing_ms": "3000"])
+        defer { w.removeLogs() }
+        var t = now() - 100_000
+        let standard = token("d1"), frequent = token("d2")
+        _ = try await budgetKey(r, "match:d1", match: "d1", tokens: [standard, frequent], frequent: [frequent], t: &t)
+        for minute in 1...3 {
+            t += 1000
+            try await r.add(r.settings.feeds[0].stream, [("type", "match.clock"), ("ts", String(t)), ("match", "d1"), ("clock", "\(minute)'"),
+                                                          ("period", "first_half")])
+        }
+        let last = Double(t / 1000)  // aps.timestamp: whole seconds
+        #expect(await eventually(timeout: .seconds(30)) {
+            let s = state(try? await r.device(standard)), f = state(try? await r.device(frequent))
+            return s["clock"] as? String == "3'" && f["clock"] as? String == "3'"
+        })
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
+        func at(_ tok: String) -> Int? { log.first { $0["target"] as? String == tok && ($0["timestamp"] as? NSNumber)?.doubleValue == last }?["timeMillis"] as? Int }
+        let a = try #require(at(standard)), b = try #require(at(frequent))
+        #expect(abs(a - b) < 1500, "the tiers' flushes went \(abs(a - b)) ms apart (spacing 3000 ms)")
+        #expect(await w.stop() == 0)
+    }
+
+    /// APNs unavailable when a coalesced state comes due: the flush fails, its decision is undone,
+    /// and once APNs is back the per-token device and the channel get the newest state (it used to
+    /// be lost: the decision had cleared it before anything was sent).
+    @Test func aFlushThatFailsIsRetriedAndNothingIsLost() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.standard.spacing_ms": "1500", "budgets.channel_no_storage.spacing_ms": "1500"])
+        defer { w.removeLogs() }
+        var t = now() - 100_000
+        let perToken = token("e1"), onChannel = token("e2")
+        let channel = try #require(try await budgetKey(r, "match:e1", match: "e1", tokens: [perToken, onChannel], onChannel: [onChannel], t: &t))
+        for minute in 1...3 {
+            t += 1000
+            try await r.add(r.settings.feeds[0].stream, [("type", "match.clock"), ("ts", String(t)), ("match", "e1"), ("clock", "\(minute)'"),
+                                                          ("period", "first_half")])
+        }
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
+        #expect(await eventually(timeout: .seconds(30)) { w.stderr.contains("flushing a coalesced state failed") }, "no flush failed: the test proves nothing")
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":0}"#)
+        #expect(await eventually(timeout: .seconds(30)) {
+            let d = state(try? await r.device(perToken)), c = state(try? await r.channel(channel))
+            return d["clock"] as? String == "3'" && c["clock"] as? String == "3'"
+        }, "the coalesced state was lost when its flush failed")
+        #expect(await w.stop() == 0)
+    }
+}
