@@ -338,3 +338,33 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// A start entry delivered again and again during an APNs outage spends its followers' start
+    /// budget once, not once per delivery: with a bucket of 2 and three failed deliveries, the
+    /// follower still gets its start when APNs is back.
+    @Test func aStartRetriedThroughAnOutageSpendsTheBudgetOnce() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.start.capacity": "2", "budgets.start.refill_per_hour": "0",
+                                   "worker.visibility_timeout_ms": "1000", "worker.claim_interval_ms": "200"])
+        defer { w.removeLogs() }
+        var t = now() - 100_000
+        let fan = token("6a")
+        try await r.add(r.settings.registrationsStream, [("type", "start.token"), ("ts", String(t)), ("device", "fan"),
+                                                         ("activity_type", "MatchActivityAttributes"), ("token", fan), ("env", "development")])
+        try await r.add(r.settings.registrationsStream, [("type", "follow"), ("ts", String(t)), ("device", "fan"), ("target", "team:ars")])
+        #expect(await eventually { await r.drainedAll() })
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.started"), ("ts", String(t)), ("match", "o1"), ("home", "ars"), ("away", "che")])
+        #expect(await eventually(timeout: .seconds(60)) { w.stderr.components(separatedBy: "sending failed; the entry stays pending").count > 3 },
+                "the start was not retried three times: the test proves nothing")
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":0}"#)
+        #expect(await eventually(timeout: .seconds(60)) { (try? await r.device(fan))?["startsReceived"] as? Int == 1 },
+                "the follower never got its start: its budget was spent by the failed deliveries")
+        #expect(await w.stop() == 0)
+        let stopped = try #require(jsonLogLines(w.stderr).last { $0["msg"] == "worker stopped" })
+        #expect(stopped["starts_over_budget"] == "0")
+    }
+}
