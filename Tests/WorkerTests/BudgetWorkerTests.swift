@@ -354,7 +354,13 @@ extension SendTests {
         try await r.add(r.settings.registrationsStream, [("type", "start.token"), ("ts", String(t)), ("device", "fan"),
                                                          ("activity_type", "MatchActivityAttributes"), ("token", fan), ("env", "development")])
         try await r.add(r.settings.registrationsStream, [("type", "follow"), ("ts", String(t)), ("device", "fan"), ("target", "team:ars")])
+        // The match's channels exist before the outage (a channel that can't be made would fail
+        // the start before any push-to-start is tried).
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.scheduled"), ("ts", String(t)), ("match", "o1"), ("home", "ars"),
+                                                      ("away", "che"), ("competition", "Cup"), ("kickoff", String(t + 600_000))])
         #expect(await eventually { await r.drainedAll() })
+        #expect(try await r.channelID("match:o1") != nil)
         _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
         t += 1000
         try await r.add(r.settings.feeds[0].stream, [("type", "match.started"), ("ts", String(t)), ("match", "o1"), ("home", "ars"), ("away", "che")])
