@@ -70,6 +70,10 @@ public struct MergeResult: Sendable, Equatable {
     public var contentState: [String: JSONValue]
     /// The newest event applied to the key, after the merge (ms).
     public var newestMillis: Int64
+    /// The presentation of the newest event that had one (`KeyStateScripts.presentation`): what a
+    /// push sent later on the key's behalf (a budget flush) carries. Only from `read`.
+    public var staleAfterSeconds: Int64?
+    public var relevanceScore: Double?
 }
 
 /// The Redis side of `KeyState`: one hash per key (`<prefix>:{key}:state`), `_ts` the newest
@@ -127,7 +131,7 @@ public enum KeyStateScripts {
     /// the key has none.
     public static func read(_ reply: RESPValue) -> MergeResult? {
         guard let items = reply.array, !items.isEmpty else { return nil }
-        var newest: Int64?, event: LiveActivityEvent?
+        var newest: Int64?, event: LiveActivityEvent?, stale: Int64?, relevance: Double?
         var state: [String: JSONValue] = [:]
         var i = 0
         while i + 1 < items.count {
@@ -135,12 +139,27 @@ public enum KeyStateScripts {
             guard let name = items[i].string else { continue }
             if name == "_ts" { newest = items[i + 1].int; continue }
             if name == "_ev" { event = items[i + 1].string.flatMap(LiveActivityEvent.init(rawValue:)); continue }
+            if name == "_stale" { stale = items[i + 1].string.flatMap { Int64($0) }; continue }
+            if name == "_rel" { relevance = items[i + 1].string.flatMap { Double($0) }; continue }
             guard name.hasPrefix("f:"), let value = items[i + 1].bytes, let space = value.firstIndex(of: UInt8(ascii: " ")) else { continue }
             state[String(name.dropFirst(2))] = .encoded(Array(value[(space + 1)...]))
         }
         guard let newest else { return nil }
-        return MergeResult(stale: false, changed: false, newestEvent: event, contentState: state, newestMillis: newest)
+        return MergeResult(stale: false, changed: false, newestEvent: event, contentState: state, newestMillis: newest,
+                           staleAfterSeconds: stale, relevanceScore: relevance)
     }
+
+    /// Keeps the presentation (stale date offset, relevance) of the key's newest event that gave
+    /// one, for pushes sent later on the key's behalf. KEYS[1] = state hash. ARGV: ms, stale-after
+    /// seconds ('' for none), relevance ('' for none). Returns 1 when kept, 0 for an older event.
+    public static let presentation = RedisScript("""
+    local cur = tonumber(redis.call('HGET', KEYS[1], '_pts') or '')
+    if cur and tonumber(ARGV[1]) < cur then return 0 end
+    redis.call('HSET', KEYS[1], '_pts', ARGV[1])
+    if ARGV[2] == '' then redis.call('HDEL', KEYS[1], '_stale') else redis.call('HSET', KEYS[1], '_stale', ARGV[2]) end
+    if ARGV[3] == '' then redis.call('HDEL', KEYS[1], '_rel') else redis.call('HSET', KEYS[1], '_rel', ARGV[3]) end
+    return 1
+    """)
 
     public static func parse(_ reply: RESPValue) throws -> MergeResult {
         if let e = reply.errorMessage { throw RedisError(.server, "key state merge: \(e)") }

@@ -120,8 +120,11 @@ extension Sender {
         }
         stats.countDecision(audience, "flushed")
         // The newest state, quietly: no alert at 5.
-        let plan = Plan(key: key, event: state.newestEvent == .end ? .end : .update, priority: .routine, timestampMillis: newestMillis,
+        var plan = Plan(key: key, event: state.newestEvent == .end ? .end : .update, priority: .routine, timestampMillis: newestMillis,
                         audience: .activity(key), contentState: [:], storagePolicy: policy)
+        // The presentation of the newest event that gave one (stale date, relevance).
+        plan.staleAfterSeconds = state.staleAfterSeconds
+        plan.relevanceScore = state.relevanceScore
         let bytes: [UInt8]
         switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state.contentState), limit: PayloadLimits.device, what: "a flush") {
         case .success(let b): bytes = b

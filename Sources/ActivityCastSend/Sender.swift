@@ -172,6 +172,10 @@ public final class Sender: Sendable {
             channels.statesCommand(plan.key, apns.environments),
             // This entry's fan-out, if an earlier delivery started it (so its broadcast isn't repeated).
             RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
+            // Its presentation, for a flush that later sends the state on its behalf.
+            .script(KeyStateScripts.presentation, keys: [stateKey(plan.key)], args: [
+                plan.timestampMillis, plan.staleAfterSeconds.map { String($0) } ?? "", plan.relevanceScore.map { String($0) } ?? "",
+            ]),
         ])
         var merged = try KeyStateScripts.parse(replies[0])
         let known = try channels.states(replies[1], apns.environments)
@@ -294,10 +298,14 @@ public final class Sender: Sendable {
                 live = channelsLive.map(\.0)
             }
             if !priorities.anyTokens {
-                // Every tier's state waits for its flush (or is stale for it): no fan-out now.
-                if !live.isEmpty, priorities.channel != nil {
-                    _ = try await redis.pipeline(live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) })
+                // Every tier's state waits for its flush (or is stale for it): no fan-out now. A
+                // finished record of this entry's fan-out says so to a later delivery (no decision
+                // or broadcast again).
+                var commands = [RedisCommand("HSET", fan, "left", 0, "b", 1), RedisCommand("EXPIRE", fan, 3600)]
+                if priorities.channel != nil {
+                    commands += live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
                 }
+                _ = try await redis.pipeline(commands)
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 return .outcome(.done(summary))
             }

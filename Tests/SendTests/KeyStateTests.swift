@@ -66,4 +66,25 @@ import TestSupport
             }
         }
     }
+
+    /// The presentation a flush carries is the newest event's that gave one: an older event's
+    /// doesn't replace it, a newer event without one clears it; `read` returns it with the state.
+    @Test func thePresentationKeptIsTheNewestEventsAndReadReturnsIt() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let key = "p:{match:1}:state"
+        _ = try await redis.send(KeyStateScripts.mergeCommand(stateKey: key, millis: 200, ttlSeconds: 60, event: .update, contentState: ["homeScore": 1]))
+        func present(_ ms: Int64, _ stale: String, _ rel: String) async throws -> Int64? {
+            try await redis.send(.script(KeyStateScripts.presentation, keys: [key], args: [ms, stale, rel])).int
+        }
+        #expect(try await present(200, "600", "75") == 1)
+        #expect(try await present(100, "10", "5") == 0)
+        var read = try #require(KeyStateScripts.read(try await redis.send(RedisCommand("HGETALL", key))))
+        #expect(read.staleAfterSeconds == 600 && read.relevanceScore == 75 && read.newestMillis == 200)
+        #expect(read.contentState["homeScore"] == .encoded(Array("1".utf8)))
+        #expect(try await present(300, "", "") == 1)
+        read = try #require(KeyStateScripts.read(try await redis.send(RedisCommand("HGETALL", key))))
+        #expect(read.staleAfterSeconds == nil && read.relevanceScore == nil)
+    }
 }
