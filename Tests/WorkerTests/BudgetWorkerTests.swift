@@ -190,11 +190,7 @@ extension SendTests {
             // Each priority-10 push at its match time; the most in any hour of match time.
             let tens = mine.filter { $0["priority"] as? Int == 10 }.compactMap { $0["timeMillis"] as? Int }
                 .map { epoch + (Int64($0) - epoch) * scale }.sorted()
-            var most = 0, j = 0
-            for i in tens.indices {
-                while tens[i] - tens[j] >= 3_600_000 { j += 1 }
-                most = max(most, i - j + 1)
-            }
+            let most = mostWithin(3_600_000, of: tens)
             report.append("\(tok.prefix(2)): \(mine.count) pushes, \(tens.count) at 10, at most \(most) in an hour")
             #expect(most <= budget, "\(tok.prefix(4)) got \(most) priority-10 pushes in one hour of match time (budget \(budget))")
             let view = try await r.device(tok)
@@ -209,11 +205,7 @@ extension SendTests {
         if let channel = try await r.channelID("match:h1") {
             let tens = log.filter { $0["target"] as? String == channel && $0["priority"] as? Int == 10 }.compactMap { $0["timeMillis"] as? Int }
                 .map { epoch + (Int64($0) - epoch) * scale }.sorted()
-            var most = 0, j = 0
-            for i in tens.indices {
-                while tens[i] - tens[j] >= 3_600_000 { j += 1 }
-                most = max(most, i - j + 1)
-            }
+            let most = mostWithin(3_600_000, of: tens)
             report.append("channel: \(tens.count) at 10, at most \(most) in an hour")
             #expect(most <= 14, "the channel got \(most) priority-10 broadcasts in one hour of match time (budget 14)")
         } else {

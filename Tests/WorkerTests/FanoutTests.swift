@@ -623,11 +623,7 @@ extension FanoutTests {
         #expect(Set(received.map(\.target)) == Set(all))
         let times = received.map(\.timeMillis).sorted()
         let span = Double((times.last ?? 0) - (times.first ?? 0)) / 1000
-        var most = 0, j = 0
-        for i in times.indices {
-            while times[i] - times[j] >= 1000 { j += 1 }
-            most = max(most, i - j + 1)
-        }
+        let most = mostWithin(1000, of: times)
         let waits = r.stopLines.mapValues { Int($0["rate_waits"] ?? "") ?? 0 }
         print("FanoutTests rate: \(received.count) pushes in \(String(format: "%.2f", span)) s, at most \(most) in a second; waits \(waits)")
         #expect(most <= 600 + 100, "\(most) pushes in one second, the fleet's rate is 500 (burst 100; a stall at the sandbox can bunch receipts)")
@@ -656,11 +652,7 @@ extension FanoutTests {
         let times = received.map(\.timeMillis).sorted()
         let span = Double((times.last ?? 0) - (times.first ?? 0)) / 1000
         let guardHash = try await r.redis.send(RedisCommand("HGET", "\(r.settings.prefix):rate:\(r.workerSettings["apns.bundle_id"] ?? "com.example.activitycast")", "tightened")).string
-        var most = 0, j = 0
-        for i in times.indices {
-            while times[i] - times[j] >= 1000 { j += 1 }
-            most = max(most, i - j + 1)
-        }
+        let most = mostWithin(1000, of: times)
         // Accepted per whole second of the fan-out: the median second shows the rate held (the
         // busiest one can include the first moments, before any 429 had come back).
         let first = times.first ?? 0

@@ -97,3 +97,14 @@ func publishMixed(_ redis: RedisConnection, _ settings: Settings, count: Int, fr
     }
     return feedEntries
 }
+
+/// The most of `times` (sorted) that fall within any window of `span` (same unit): the busiest
+/// second, hour, … of a delivery log.
+func mostWithin(_ span: Int64, of times: [Int64]) -> Int {
+    var most = 0, j = 0
+    for i in times.indices {
+        while times[i] - times[j] >= span { j += 1 }
+        most = max(most, i - j + 1)
+    }
+    return most
+}
