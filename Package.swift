@@ -14,6 +14,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C shims: each includes one library's headers and turns its function-like macros into functions.
@@ -29,6 +31,9 @@ let package = Package(
         // Sockets, polling and byte streams (plain or TLS) for the client adapters.
         .target(name: "NetIO", dependencies: ["OpenSSLKit"]),
         .target(name: "RedisClient", dependencies: ["HiredisCodec", "NetIO", "OpenSSLKit"]),
+        // A minimal HTTP/1.1 server (GET, Connection: close) for the workers' ops endpoints, on
+        // NetIO's listening socket and one poll thread. No C module.
+        .target(name: "OpsHTTP", dependencies: ["NetIO"]),
         // A socket + TLS + HTTP/2 session pump for event-loop threads (APNs client and sandbox).
         .target(name: "HTTP2Transport", dependencies: ["HTTP2Kit", "NetIO", "OpenSSLKit"]),
 
@@ -56,9 +61,11 @@ let package = Package(
         ]),
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient",
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient", "OpsHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
             "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
@@ -96,6 +103,7 @@ let package = Package(
         .testTarget(name: "OpenSSLKitTests", dependencies: ["OpenSSLKit", "TestSupport"]),
         .testTarget(name: "HTTP2KitTests", dependencies: ["HTTP2Kit", "OpenSSLKit", "NetIO", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
+        .testTarget(name: "OpsHTTPTests", dependencies: ["OpsHTTP", "NetIO", "TestSupport"]),
         .testTarget(name: "SendTests", dependencies: [
             "ActivityCastSend", "ActivityCastCore", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
