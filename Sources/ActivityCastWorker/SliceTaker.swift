@@ -127,6 +127,7 @@ final class SliceTaker: Sendable {
         claimCursor.withLock { $0 = claim.nextCursor }
         if !claim.entries.isEmpty {
             stats.claimed.add(claim.entries.count, ordering: .relaxed)
+            stats.stream(stream)?.claimed.add(claim.entries.count, ordering: .relaxed)
             logger.info("claimed idle slices", metadata: ["count": "\(claim.entries.count)"])
         }
         for entry in claim.entries { take(entry, redelivered: true) }
@@ -135,6 +136,7 @@ final class SliceTaker: Sendable {
     private func take(_ entry: StreamEntry, redelivered: Bool) {
         active.add(1, ordering: .relaxed)
         stats.read.add(1, ordering: .relaxed)
+        stats.stream(stream)?.read.add(1, ordering: .relaxed)
         Task {
             await self.process(entry, redelivered: redelivered)
             self.active.subtract(1, ordering: .relaxed)
@@ -168,6 +170,7 @@ final class SliceTaker: Sendable {
             case .final, .gone:
                 await finish(entry)
                 stats.acked.add(1, ordering: .relaxed)
+                stats.stream(stream)?.acked.add(1, ordering: .relaxed)
             case .paused:
                 // The rest of the slice goes back to the stream for another worker, now.
                 _ = try await redis.pipeline([
@@ -181,6 +184,7 @@ final class SliceTaker: Sendable {
             }
         } catch {
             stats.failed.add(1, ordering: .relaxed)
+            stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             logger.warning("slice left pending after a failure", metadata: ["slice": "\(slice)", "error": "\(error)"])
             _ = try? await redis.pipeline([RedisCommand("HSET", errorsKey, entry.id, String("\(error)".prefix(300))),
                                            RedisCommand("EXPIRE", errorsKey, 7 * 86_400)])
@@ -204,6 +208,7 @@ final class SliceTaker: Sendable {
             _ = try await redis.send(RedisCommand("XADD", args))
             await finish(entry)
             stats.deadLettered.add(1, ordering: .relaxed)
+            stats.stream(stream)?.deadLettered.add(1, ordering: .relaxed)
             logger.warning("dead letter", metadata: ["entry": "\(stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
         } catch {
             logger.warning("dead-lettering a slice failed; it stays pending", metadata: ["entry": "\(stream)/\(entry.id)", "error": "\(error)"])

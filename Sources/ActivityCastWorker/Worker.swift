@@ -25,18 +25,22 @@ import Synchronization
 public final class Worker: Sendable {
     public let settings: Settings
     public let consumer: String
-    public let stats = WorkerStats()
+    public let stats: WorkerStats
     private let reader: RedisConnection
     private let redis: RedisConnection
     private let logger: Logger
     private let conditions: ConditionLog
     private let stop = StopSignal()
     /// Entries read and not yet finished; batch tasks decrement it.
-    private let inFlight = Atomic<Int>(0)
+    let inFlight = Atomic<Int>(0)
+    /// When the read loop last made progress (a read round ended, a wait ended), in milliseconds
+    /// since `born`: what `/healthz` judges the worker by (`OpsService`).
+    private let born = ContinuousClock.now
+    private let progressMillis = Atomic<Int64>(0)
     private let processor: EntryProcessor
     private let streams = Mutex<[String: StreamState]>([:])
     /// The send path, when the worker sends (`worker.send`).
-    private let sender: Sender?
+    let sender: Sender?
     /// Sends the slices this worker takes from the slices stream, on a connection of its own: a
     /// big fan-out's steps then don't queue in front of an event's round trips.
     private let sliceSender: Sender?
@@ -70,6 +74,9 @@ public final class Worker: Sendable {
         self.settings = settings
         self.logger = logger
         self.conditions = ConditionLog(logger: logger)
+        // Per-stream counts for the streams this worker reads: its input streams, and the slices
+        // stream when it sends.
+        self.stats = WorkerStats(streams: settings.inputStreams.map(\.stream) + (mode == .full && settings.send ? [settings.keys.slices] : []))
         self.consumer = settings.consumer.isEmpty ? Worker.defaultConsumerName() : settings.consumer
         var readerConfig = settings.redisConfiguration
         readerConfig.clientName = "activitycast-reader-\(consumer)"
@@ -142,6 +149,20 @@ public final class Worker: Sendable {
     public func requestStop() { stop.stop() }
     public var isStopping: Bool { stop.isStopped }
 
+    /// Records that the read loop made progress (see `sinceProgress`).
+    private func noteProgress() {
+        let d = (ContinuousClock.now - born).components
+        progressMillis.store(d.seconds * 1000 + d.attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
+    }
+
+    /// How long ago the read loop last made progress: completed a read round (entries, none, or
+    /// an error), woke from back-pressure or a retry wait, finished a start-up attempt. It wakes at
+    /// least every second while entries are in flight, so only a loop that hangs lets this grow
+    /// past a read's own timeouts.
+    var sinceProgress: Duration {
+        (ContinuousClock.now - born) - .milliseconds(progressMillis.load(ordering: .relaxed))
+    }
+
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
         let a = reader.stats, b = redis.stats
@@ -163,8 +184,10 @@ public final class Worker: Sendable {
         if let sendSetupError {
             throw StartError(description: "cannot send pushes: \(sendSetupError) (worker.send: false only logs the plans)")
         }
+        noteProgress()
         try await preflight()
         await ensureGroups()
+        noteProgress()
 
         let (completions, completed) = AsyncStream<Int>.makeStream()
         var iterator = completions.makeAsyncIterator()
@@ -176,18 +199,33 @@ public final class Worker: Sendable {
         }
         var nextClaim = ContinuousClock.now
 
+        // Wakes the loop every second while it waits for batches at the in-flight bound, so that
+        // liveness sees a loop that waits, not one that hangs (batches can take up to the
+        // visibility timeout while Redis is away).
+        // (Only then: the loop reads the stream only while it waits there, and ticks would pile up.)
+        let ticker = Task { [stop, maxInFlight = settings.maxInFlight] in
+            while !stop.isStopped {
+                try? await Task.sleep(for: .seconds(1))
+                if Task.isCancelled { break }
+                if self.inFlight.load(ordering: .relaxed) >= maxInFlight { completed.yield(0) }
+            }
+        }
+        defer { ticker.cancel() }
+
         let sliceLoop = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
             _ = await stop.race { await self.drainOwnPending(feed) }
+            noteProgress()
         }
 
         while !isStopping {
             // Back-pressure: wait for batches to finish while the bound is reached.
-            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil {}
+            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil { noteProgress() }
             if isStopping { break }
+            noteProgress()
 
             if ContinuousClock.now >= nextClaim {
                 _ = await stop.race { await self.claimIdle() }
@@ -201,6 +239,7 @@ public final class Worker: Sendable {
             let healthy = settings.inputStreams.filter { !isBroken($0.stream) }
             if healthy.isEmpty {
                 await stop.sleep(for: min(settings.claimInterval, .seconds(1)))
+                noteProgress()
                 continue
             }
             let room = settings.maxInFlight - inFlight.load(ordering: .relaxed)
@@ -224,6 +263,7 @@ public final class Worker: Sendable {
                 result = await StopSignal.within((stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)) { await read.value }
             }
             guard let result else { break }
+            noteProgress()
             let reads: [StreamRead]
             switch result {
             case .success(let r):
@@ -231,6 +271,7 @@ public final class Worker: Sendable {
                 conditions.clear("read", "reading streams again")
             case .failure(let error):
                 await readFailed(error, streams: healthy)
+                noteProgress()
                 continue
             }
             for read in reads where !read.entries.isEmpty {
@@ -238,6 +279,7 @@ public final class Worker: Sendable {
                 let n = read.entries.count
                 inFlight.add(n, ordering: .relaxed)
                 stats.read.add(n, ordering: .relaxed)
+                stats.stream(feed.stream)?.read.add(n, ordering: .relaxed)
                 if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
                 let processor = self.processor
                 let retryUntil = ContinuousClock.now + settings.visibilityTimeout
@@ -331,6 +373,7 @@ public final class Worker: Sendable {
                 attempt += 1
                 conditions.report("connect", "Redis not reachable yet; waiting for it", ["error": "\(error)"])
                 await stop.sleep(for: .milliseconds(min(100 * attempt, 2000)))
+                noteProgress()
             }
         }
     }
@@ -351,6 +394,7 @@ public final class Worker: Sendable {
                     attempt += 1
                     conditions.report("groups", "cannot create consumer groups yet; retrying", ["stream": "\(feed.stream)", "error": "\(error)"])
                     await stop.sleep(for: .milliseconds(min(100 * attempt, 2000)))
+                    noteProgress()
                 }
             }
         }
@@ -522,9 +566,11 @@ public final class Worker: Sendable {
                   let reads = try? StreamReplies.read(reply),
                   let entries = reads.first?.entries, !entries.isEmpty else { return }
             stats.read.add(entries.count, ordering: .relaxed)
+            stats.stream(feed.stream)?.read.add(entries.count, ordering: .relaxed)
             let outcome = await processor.process(feed: feed, entries: entries, redelivered: true,
                                                   retryUntil: ContinuousClock.now + settings.visibilityTimeout)
             noteRefusal(outcome.refusal, stream: feed.stream)
+            noteProgress()
             start = entries.last!.id
         }
     }
@@ -556,6 +602,8 @@ public final class Worker: Sendable {
                 if !claim.entries.isEmpty {
                     stats.claimed.add(claim.entries.count, ordering: .relaxed)
                     stats.read.add(claim.entries.count, ordering: .relaxed)
+                    stats.stream(feed.stream)?.claimed.add(claim.entries.count, ordering: .relaxed)
+                    stats.stream(feed.stream)?.read.add(claim.entries.count, ordering: .relaxed)
                     logger.info("claimed idle entries", metadata: ["stream": "\(feed.stream)", "count": "\(claim.entries.count)"])
                     let outcome = await processor.process(feed: feed, entries: claim.entries, redelivered: true,
                                                           retryUntil: ContinuousClock.now + settings.visibilityTimeout)

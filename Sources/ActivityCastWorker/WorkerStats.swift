@@ -1,6 +1,7 @@
 import Synchronization
 
-/// Counters a worker keeps while it runs; logged at exit and used by the intake benchmark.
+/// Counters a worker keeps while it runs; logged at exit, used by the intake benchmark and
+/// exported as metrics (`/metrics`, docs/operations.md).
 public final class WorkerStats: Sendable {
     let read = Atomic<Int>(0)
     let acked = Atomic<Int>(0)
@@ -11,8 +12,36 @@ public final class WorkerStats: Sendable {
     let claimed = Atomic<Int>(0)
     let stale = Atomic<Int>(0)
     let plans = Atomic<Int>(0)
+    /// The same counts per stream, for the streams the worker was made with (its input streams
+    /// and the slices stream). Fixed at init, so a lookup takes no lock.
+    let streams: [String: StreamCounters]
 
-    public init() {}
+    public init(streams: [String] = []) {
+        self.streams = Dictionary(streams.map { ($0, StreamCounters()) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// One stream's counts (nil for a stream the worker was not made with).
+    func stream(_ name: String) -> StreamCounters? { streams[name] }
+
+    /// How entries of one stream ended (or were taken); atomics only, added beside the totals.
+    final class StreamCounters: Sendable {
+        let read = Atomic<Int>(0)
+        let acked = Atomic<Int>(0)
+        let ackMissed = Atomic<Int>(0)
+        let deadLettered = Atomic<Int>(0)
+        let failed = Atomic<Int>(0)
+        let refused = Atomic<Int>(0)
+        let claimed = Atomic<Int>(0)
+        let stale = Atomic<Int>(0)
+
+        /// `outcome` label → count, as `activitycast_stream_entries_total` names them.
+        var byOutcome: [(String, Int)] {
+            [("acked", acked.load(ordering: .relaxed)), ("ack_missed", ackMissed.load(ordering: .relaxed)),
+             ("dead_lettered", deadLettered.load(ordering: .relaxed)), ("failed", failed.load(ordering: .relaxed)),
+             ("refused", refused.load(ordering: .relaxed)), ("claimed", claimed.load(ordering: .relaxed)),
+             ("stale", stale.load(ordering: .relaxed))]
+        }
+    }
 
     public struct Snapshot: Sendable, Equatable, Codable {
         /// Entries taken from streams (new reads and claims).
