@@ -53,6 +53,8 @@ public struct Settings: Sendable {
     public var deviceTTLSeconds: Int
     public var logLevel: String
     public var logFormat: String
+    /// Where the worker serves `/metrics`, `/healthz` and `/readyz` (`ops.listen`); nil: off.
+    public var opsListen: OpsListen? = OpsListen(host: "127.0.0.1", port: 9464)
     public var apns: APNsSettings
     /// The route file of each feed (`routes.sports`, `routes.transit`); nil: the built-in routes.
     /// Read by `loadRoutes()`, which the worker calls at start.
@@ -114,6 +116,7 @@ public enum SettingsLoader {
         ("ttl.device_s", "7776000"),
         ("log.level", "info"),
         ("log.format", "text"),
+        ("ops.listen", "127.0.0.1:9464"),
         ("apns.endpoint", "sandbox (127.0.0.1:2197)"),
         ("apns.channels_endpoint", "the push endpoint's channel host"),
         ("apns.bundle_id", "com.example.activitycast"),
@@ -411,6 +414,12 @@ public enum SettingsLoader {
         for key in ["routes.sports", "routes.transit"] where raw[key]?.value.isEmpty == true {
             throw wrong(key, "must be the path of a route file; leave it unset for the built-in routes")
         }
+        if let text = raw["ops.listen"]?.value {
+            guard let listen = OpsListen(parsing: text) else {
+                throw wrong("ops.listen", "must be host:port (port 0…65535; [::1]:9464 for IPv6) or off, got '\(shown(text))'")
+            }
+            settings.opsListen = listen.port == nil ? nil : listen
+        }
         settings.sportsRoutesFile = raw["routes.sports"]?.value
         settings.transitRoutesFile = raw["routes.transit"]?.value
         return settings
@@ -572,4 +581,30 @@ public struct APNsSettings: Sendable {
         }
         return settings
     }
+}
+
+/// `ops.listen`: the address of a worker's ops endpoints, or off.
+public struct OpsListen: Sendable, Equatable {
+    public var host: String
+    /// nil: off.
+    public var port: Int?
+
+    public init(host: String, port: Int?) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `host:port`, `[v6]:port`, or `off`. Nil when it is none of these.
+    public init?(parsing text: String) {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        if t == "off" { self.init(host: "", port: nil); return }
+        guard let colon = t.lastIndex(of: ":") else { return nil }
+        var host = String(t[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0 == "/" }),
+              let port = Int(t[t.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        self.init(host: host, port: port)
+    }
+
+    public var description: String { port.map { host.contains(":") ? "[\(host)]:\($0)" : "\(host):\($0)" } ?? "off" }
 }

@@ -43,6 +43,21 @@ struct WorkerCommand: AsyncParsableCommand {
             }
         }
         defer { signals.cancel() }
+        // The ops endpoints (ops.listen) serve from before the first Redis call until the drain
+        // ends: readiness fails while Redis is not reachable at start and while draining.
+        var ops: OpsService?
+        if let listen = settings.opsListen {
+            let service = OpsService(worker: worker, listen: listen, logger: logger)
+            do {
+                try service.start()
+            } catch {
+                let message = "cannot serve the ops endpoints on \(listen.description) (ops.listen): \(error)"
+                logger.critical("cannot start: \(message)")
+                throw CommandFailure(message)
+            }
+            ops = service
+        }
+        defer { ops?.stop() }
         do {
             _ = try await worker.run()
         } catch let error as Worker.StartError {

@@ -1,0 +1,99 @@
+import Logging
+import OpsHTTP
+import Synchronization
+
+/// A worker's ops endpoints on `ops.listen` (docs/operations.md, "Metrics and probes"):
+///
+/// - `/metrics`: the Prometheus text format (`WorkerMetrics`).
+/// - `/healthz` (liveness): 503 only when the worker itself is stuck — its read loop has made no
+///   progress for `livenessLimit`. A Redis outage is not that: reads fail and are retried, which
+///   is progress. 200 while draining (the shutdown deadline bounds it).
+/// - `/readyz` (readiness): 503 with the reason while draining after SIGTERM, while Redis does not
+///   answer the monitor's `PING` (1 s timeout, checked every second), or while the consumer
+///   group is missing on an input stream; 200 otherwise. It recovers by itself.
+///
+/// The HTTP server runs on a thread of its own; the handlers only read state kept up to date by
+/// the worker and the monitor, so a scrape never waits for Redis.
+public final class OpsService: Sendable {
+    public let listen: OpsListen
+    private let worker: Worker
+    private let monitor: GroupMonitor
+    private let metrics = WorkerMetrics()
+    private let server: OpsHTTPServer
+    private let monitorTask = Mutex<Task<Void, Never>?>(nil)
+    private let logger: Logger
+
+    /// How long the read loop may go without progress before `/healthz` fails:
+    /// 3 × max(`worker.block_ms`, 1 s) + `redis.connect_timeout_ms` + `redis.command_timeout_ms`
+    /// + 30 s. A read round takes at most its block time plus the command timeout (plus a
+    /// reconnect), so only a loop that hangs gets there.
+    public var livenessLimit: Duration {
+        let s = worker.settings
+        return max(s.block, .seconds(1)) * 3 + s.connectTimeout + s.commandTimeout + .seconds(30)
+    }
+
+    public init(worker: Worker, listen: OpsListen, logger: Logger) {
+        self.worker = worker
+        self.listen = listen
+        self.logger = logger
+        self.monitor = GroupMonitor(settings: worker.settings, consumer: worker.consumer,
+                                    watched: worker.stats.streams.keys.sorted())
+        // Filled in below: the handlers need `self`, which needs the server.
+        let box = Mutex<OpsService?>(nil)
+        server = OpsHTTPServer(host: listen.host, routes: [
+            "/metrics": { box.withLock { $0 }?.metricsResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
+            "/healthz": { box.withLock { $0 }?.healthResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
+            "/readyz": { box.withLock { $0 }?.readinessResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
+        ])
+        box.withLock { $0 = self }
+    }
+
+    /// Listens and starts checking Redis. Throws when the address can't be listened on.
+    public func start() throws {
+        try server.start(port: listen.port ?? 0)
+        let monitor = self.monitor
+        monitorTask.withLock { $0 = Task { await monitor.run() } }
+        logger.info("ops endpoints listening", metadata: ["listen": "\(listen.host):\(server.port)", "paths": "/metrics /healthz /readyz"])
+    }
+
+    /// The port it listens on (after `start`).
+    public var port: Int { server.port }
+
+    public func stop() {
+        monitorTask.withLock { $0?.cancel(); $0 = nil }
+        server.stop()
+    }
+
+    // MARK: Handlers (server thread; no waiting)
+
+    /// Why the worker is not ready, or nil.
+    func notReadyReason() -> String? {
+        if worker.isStopping { return "draining after a stop request (SIGTERM)" }
+        guard let r = monitor.lastReadiness else { return "starting: Redis not checked yet" }
+        let age = ContinuousClock.now - r.checkedAt
+        if age > .seconds(5) { return "Redis check unanswered for \(Int(age.seconds)) s" }
+        return r.problem
+    }
+
+    func readinessResponse() -> HTTPResponse {
+        if let reason = notReadyReason() { return HTTPResponse(status: 503, text: "not ready: \(reason)\n") }
+        return HTTPResponse(status: 200, text: "ready\n")
+    }
+
+    func healthResponse() -> HTTPResponse {
+        if worker.isStopping { return HTTPResponse(status: 200, text: "ok (draining)\n") }
+        let idle = worker.sinceProgress
+        let limit = livenessLimit
+        if idle > limit {
+            return HTTPResponse(status: 503, text: "stuck: the read loop has made no progress for \(Int(idle.seconds)) s (limit \(Int(limit.seconds)) s)\n")
+        }
+        return HTTPResponse(status: 200, text: "ok\n")
+    }
+
+    func metricsResponse() -> HTTPResponse {
+        let inputs = WorkerMetrics.Inputs(streams: monitor.lastViews?.streams ?? [:], ready: notReadyReason() == nil,
+                                          sinceProgress: worker.sinceProgress.seconds, inFlight: worker.inFlight.load(ordering: .relaxed))
+        return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
+                            body: metrics.render(worker: worker, inputs: inputs))
+    }
+}

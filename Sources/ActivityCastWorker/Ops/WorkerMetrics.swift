@@ -1,0 +1,118 @@
+import ActivityCastSend
+import CoreMetrics
+import Prometheus
+import Synchronization
+
+/// The worker's metrics in the Prometheus text format, made at scrape time from the counters the
+/// worker keeps anyway (`WorkerStats`, `SendStats`, the Redis connections' counters) and from the
+/// group monitor's last view: the hot path pays nothing for them beyond its atomics.
+///
+/// The values go through swift-metrics handles (`Counter`, `Gauge`) made by a
+/// `PrometheusMetricsFactory` on a registry of this worker's own (no global bootstrap), and the
+/// registry writes the text. A counter handle is advanced by the difference since the last scrape,
+/// so it stays monotonic. Every label takes values from a bounded set: stream names from the
+/// settings, kinds, outcomes (Apple's reasons are a fixed list), audiences — never a token, a
+/// device, a key or an entry id.
+final class WorkerMetrics: Sendable {
+    private let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+
+    private struct State {
+        var counters: [String: (handle: CoreMetrics.Counter, last: Int)] = [:]
+        var gauges: [String: CoreMetrics.Gauge] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    init() {
+        factory = PrometheusMetricsFactory(registry: registry)
+    }
+
+    /// What a scrape reads besides the worker's counters.
+    struct Inputs {
+        var streams: [String: GroupMonitor.StreamView]
+        var ready: Bool
+        var sinceProgress: Double
+        var inFlight: Int
+    }
+
+    /// The exposition text, after bringing every series up to date. Scrapes are serialised, so
+    /// that deltas are taken once.
+    func render(worker: Worker, inputs: Inputs) -> [UInt8] {
+        state.withLock { state in
+            func counter(_ name: String, _ labels: [(String, String)] = [], _ value: Int) {
+                let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+                if state.counters[key] == nil {
+                    state.counters[key] = (CoreMetrics.Counter(label: name, dimensions: labels, factory: factory), 0)
+                }
+                let delta = value - state.counters[key]!.last
+                guard delta > 0 else { return }
+                state.counters[key]!.handle.increment(by: delta)
+                state.counters[key]!.last = value
+            }
+            func gauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+                let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+                let handle = state.gauges[key] ?? {
+                    let g = CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
+                    state.gauges[key] = g
+                    return g
+                }()
+                handle.record(value)
+            }
+
+            // Streams: how entries ended, and the group's view.
+            let stats = worker.stats
+            for (stream, c) in stats.streams.sorted(by: { $0.key < $1.key }) {
+                counter("activitycast_stream_entries_read_total", [("stream", stream)], c.read.load(ordering: .relaxed))
+                for (outcome, n) in c.byOutcome {
+                    counter("activitycast_stream_entries_total", [("stream", stream), ("outcome", outcome)], n)
+                }
+                counter("activitycast_dead_letters_total", [("stream", stream)], c.deadLettered.load(ordering: .relaxed))
+            }
+            for (stream, view) in inputs.streams {
+                gauge("activitycast_stream_lag", [("stream", stream)], view.lag.map(Double.init) ?? .nan)
+                gauge("activitycast_stream_pending", [("stream", stream)], Double(view.pending))
+                gauge("activitycast_stream_oldest_pending_seconds", [("stream", stream)], view.oldestPendingSeconds)
+            }
+            counter("activitycast_plans_total", [], stats.plans.load(ordering: .relaxed))
+            gauge("activitycast_entries_in_flight", [], Double(inputs.inFlight))
+
+            // Sends.
+            if let sends = worker.sender?.stats {
+                for (key, n) in sends.byOutcome {
+                    let parts = key.split(separator: " ", maxSplits: 1).map(String.init)
+                    guard parts.count == 2 else { continue }
+                    counter("activitycast_pushes_total", [("kind", parts[0]), ("outcome", parts[1])], n)
+                }
+                for (key, n) in sends.budgetDecisions {
+                    let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+                    guard parts.count == 2 else { continue }
+                    counter("activitycast_budget_decisions_total", [("audience", parts[0]), ("outcome", parts[1])], n)
+                }
+                counter("activitycast_fanouts_total", [], sends.fanouts.load(ordering: .relaxed))
+                counter("activitycast_fanout_slices_total", [("outcome", "finished")], sends.slicesFinished.load(ordering: .relaxed))
+                counter("activitycast_fanout_slices_total", [("outcome", "superseded")], sends.slicesSuperseded.load(ordering: .relaxed))
+                counter("activitycast_fanout_tokens_resent_total", [], sends.tokensResent.load(ordering: .relaxed))
+                counter("activitycast_tokens_forgotten_total", [], sends.tokensForgotten.load(ordering: .relaxed))
+                counter("activitycast_send_failures_total", [], sends.failedTokens.load(ordering: .relaxed))
+                counter("activitycast_channel_fallbacks_total", [], sends.channelFallbacks.load(ordering: .relaxed))
+                counter("activitycast_events_stale_total", [], sends.stale.load(ordering: .relaxed))
+                counter("activitycast_starts_over_budget_total", [], sends.startsOverBudget.load(ordering: .relaxed))
+                counter("activitycast_rate_guard_waits_total", [], sends.rateWaits.load(ordering: .relaxed))
+            }
+
+            // Redis (the reading and the command connections).
+            let redis = worker.redisStats
+            counter("activitycast_redis_round_trips_total", [], redis.roundTrips)
+            counter("activitycast_redis_commands_total", [], redis.commands)
+            counter("activitycast_redis_connects_total", [], redis.connects)
+
+            // Health, as the probes see it.
+            gauge("activitycast_ready", [], inputs.ready ? 1 : 0)
+            gauge("activitycast_draining", [], worker.isStopping ? 1 : 0)
+            gauge("activitycast_read_loop_idle_seconds", [], inputs.sinceProgress)
+
+            return registry.emitToBuffer()
+        }
+    }
+}
