@@ -1,0 +1,277 @@
+import ActivityCastWorker
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// `/metrics`, `/healthz` and `/readyz` of real worker processes, read with curl over HTTP/1.1
+/// on loopback, against a real Redis (frozen with SIGSTOP where a test needs it) and the sandbox.
+@Suite(.serialized) struct OpsEndpointTests {
+    struct Answer {
+        var status: Int
+        var contentType: String
+        var body: String
+    }
+
+    /// GET with curl (HTTP/1.1, 3 s at most). Status 0: nothing answered.
+    func get(_ port: Int, _ path: String) async throws -> Answer {
+        let curl = try ChildProcess(executable: "/usr/bin/curl",
+                                    arguments: ["-s", "--http1.1", "-m", "3", "-w", "\n%{http_code} %{content_type}", "http://127.0.0.1:\(port)\(path)"],
+                                    logName: "curl")
+        defer { curl.removeLogs() }
+        _ = await curl.waitForExit(timeout: .seconds(10))
+        var lines = curl.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let last = lines.popLast().map(String.init) ?? ""
+        let parts = last.split(separator: " ", maxSplits: 1).map(String.init)
+        return Answer(status: Int(parts.first ?? "") ?? 0, contentType: parts.count > 1 ? parts[1] : "", body: lines.joined(separator: "\n"))
+    }
+
+    /// The samples of a scrape: `name{labels}` → value.
+    func samples(_ text: String) -> [String: Double] {
+        var out: [String: Double] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " ") else { continue }
+            out[String(line[..<space])] = Double(line[line.index(after: space)...])
+        }
+        return out
+    }
+
+    func scrape(_ port: Int) async throws -> [String: Double] {
+        let answer = try await get(port, "/metrics")
+        #expect(answer.status == 200)
+        return samples(answer.body)
+    }
+
+    /// A worker process serving its ops endpoints on a free loopback port (another if the first
+    /// was taken in between).
+    func worker(_ server: RedisServer, _ settings: [String: String], name: String) async throws -> (ChildProcess, Int) {
+        for _ in 0..<5 {
+            let port = freeLoopbackPort()
+            var env = settings
+            env["ops.listen"] = "127.0.0.1:\(port)"
+            let child = try startActivitycast(["worker", "--consumer", name], redis: server, settings: env, logName: name)
+            let up = await eventually(timeout: .seconds(20)) { child.stderr.contains("ops endpoints listening") || !child.isRunning }
+            if up, child.isRunning { return (child, port) }
+            _ = await child.stop()
+            child.removeLogs()
+        }
+        throw RedisServerError(description: "no worker could listen")
+    }
+
+    func token(_ byte: String) -> String { String(repeating: byte, count: 32) }
+
+    /// (a) A small match through the sandbox: the worker's counters say what happened — entries
+    /// acknowledged per stream, pushes by kind as the sandbox received them — and the group's
+    /// gauges show the streams drained.
+    @Test func metricsCountWhatAMatchDid() async throws {
+        let server = try await RedisServer()
+        let sandbox = try await SandboxProcess()
+        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
+        let redis = server.connection()
+        defer { redis.close() }
+        var env = sandbox.settings
+        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        let (w, port) = try await worker(server, env, name: "ops-a")
+        defer { w.removeLogs() }
+        let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        var registrations = 0, events = 0
+        func add(_ stream: String, _ fields: [(String, String)]) async throws {
+            _ = try await xadd(redis, stream, fields)
+            if stream == reg { registrations += 1 } else { events += 1 }
+        }
+        func drained() async -> Bool {
+            for s in [reg, sports] {
+                guard let g = try? await groupState(redis, stream: s), g.lag == 0, g.pending == 0 else { return false }
+            }
+            return true
+        }
+
+        try await add(reg, [("type", "start.token"), ("ts", next()), ("device", "c"), ("activity_type", "MatchActivityAttributes"),
+                            ("token", token("c3")), ("env", "development")])
+        try await add(reg, [("type", "follow"), ("ts", next()), ("device", "c"), ("target", "team:ars")])
+        try await add(sports, [("type", "match.scheduled"), ("ts", next()), ("match", "m1"), ("home", "ars"), ("away", "che"),
+                               ("kickoff", String(ts + 600_000))])
+        #expect(await eventually { await drained() })
+        try await add(reg, [("type", "activity.token"), ("ts", next()), ("device", "a"), ("key", "match:m1"), ("activity", "A"),
+                            ("token", token("a1")), ("env", "development")])
+        try await add(reg, [("type", "activity.token"), ("ts", next()), ("device", "b"), ("key", "match:m1"), ("activity", "B"),
+                            ("token", token("b2")), ("env", "development"), ("broadcast", "true")])
+        #expect(await eventually { await drained() })
+        try await add(sports, [("type", "match.started"), ("ts", next()), ("match", "m1"), ("home", "ars"), ("away", "che")])
+        try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "m1"), ("home_score", "1"), ("away_score", "0")])
+        try await add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "m1"), ("home_score", "2"), ("away_score", "1")])
+        #expect(await eventually(timeout: .seconds(60)) { await drained() })
+
+        let answer = try await get(port, "/metrics")
+        #expect(answer.status == 200)
+        #expect(answer.contentType.hasPrefix("text/plain; version=0.0.4"))
+        #expect(answer.body.contains("# TYPE activitycast_stream_entries_total counter"))
+        var m = samples(answer.body)
+        #expect(m["activitycast_stream_entries_total{stream=\"\(reg)\",outcome=\"acked\"}"] == Double(registrations))
+        #expect(m["activitycast_stream_entries_total{stream=\"\(sports)\",outcome=\"acked\"}"] == Double(events))
+        #expect(m["activitycast_stream_entries_read_total{stream=\"\(sports)\"}"] == Double(events))
+        #expect(m["activitycast_stream_entries_total{stream=\"\(sports)\",outcome=\"dead_lettered\"}"] == 0)
+        #expect(m["activitycast_dead_letters_total{stream=\"\(reg)\"}"] == 0)
+        #expect(m["activitycast_plans_total"] == Double(events))
+
+        // Pushes by kind, as the sandbox counted what it accepted. Coalesced states may still be
+        // flushed later: compare once both sides agree and stay put.
+        var last: (String, String) = ("", "")
+        let agree = try await eventually(timeout: .seconds(60)) {
+            let stats = try #require(try await sandbox.get("/sandbox/stats"))
+            m = try await scrape(port)
+            func pushes(_ kind: String) -> Int { Int(m["activitycast_pushes_total{kind=\"\(kind)\",outcome=\"ok\"}"] ?? 0) }
+            let ours = "token+start \(pushes("token") + pushes("start")) broadcast \(pushes("broadcast")) channel_create \(pushes("channel_create"))"
+            let theirs = "token+start \(stats["devicePushes"] as? Int ?? -1) broadcast \(stats["broadcasts"] as? Int ?? -1) channel_create \(stats["channelsCreated"] as? Int ?? -1)"
+            last = (ours, theirs)
+            return ours == theirs
+        }
+        #expect(agree, "worker \(last.0), sandbox \(last.1)")
+        #expect((m["activitycast_pushes_total{kind=\"channel_create\",outcome=\"ok\"}"] ?? 0) >= 1)
+        #expect(m["activitycast_pushes_total{kind=\"start\",outcome=\"ok\"}"] == 1)
+        #expect((m["activitycast_pushes_total{kind=\"token\",outcome=\"ok\"}"] ?? 0) >= 1)
+        #expect((m["activitycast_pushes_total{kind=\"broadcast\",outcome=\"ok\"}"] ?? 0) >= 1)
+        #expect(m.keys.contains { $0.hasPrefix("activitycast_budget_decisions_total{audience=\"channel\"") })
+        // (Readiness is checked every second: the first check may predate the groups.)
+        var ready = Answer(status: 0, contentType: "", body: "")
+        #expect(try await eventually(timeout: .seconds(10)) { ready = try await get(port, "/readyz"); return ready.status == 200 }, "\(ready.body)")
+        #expect(try await scrape(port)["activitycast_ready"] == 1)
+        // The group's view (refreshed every 5 s at most): drained.
+        #expect(try await eventually(timeout: .seconds(15)) {
+            let g = try await scrape(port)
+            return g["activitycast_stream_lag{stream=\"\(sports)\"}"] == 0 && g["activitycast_stream_pending{stream=\"\(sports)\"}"] == 0
+                && g["activitycast_stream_oldest_pending_seconds{stream=\"\(reg)\"}"] == 0
+        })
+        // No token, device or key in any label.
+        for key in m.keys { #expect(!key.contains(token("a1")) && !key.contains("match:m1") && !key.contains("device"), "\(key)") }
+        #expect(await w.stop() == 0)
+    }
+
+    /// (b) Redis frozen: not ready within seconds, with the reason; alive throughout; ready again
+    /// once Redis runs.
+    @Test func readinessFollowsRedisWhileLivenessHolds() async throws {
+        let server = try await RedisServer()
+        let (w, port) = try await worker(server, ["worker.send": "false", "worker.block_ms": "100"], name: "ops-b")
+        defer { w.removeLogs() }
+        #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
+        #expect(try await get(port, "/healthz").status == 200)
+        let pid = try #require(server.pid)
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        var reason = ""
+        #expect(try await eventually(timeout: .seconds(10)) {
+            let r = try await get(port, "/readyz")
+            reason = r.body
+            return r.status == 503
+        })
+        #expect(reason.contains("not ready: Redis unreachable"), "\(reason)")
+        // Frozen for a while: the read loop fails and retries, which is progress.
+        let frozenUntil = ContinuousClock.now + .seconds(8)
+        while ContinuousClock.now < frozenUntil {
+            let h = try await get(port, "/healthz")
+            #expect(h.status == 200 && h.body == "ok\n", "\(h.status) \(h.body)")
+            #expect(try await get(port, "/readyz").status == 503)
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let m = try await scrape(port)
+        #expect(m["activitycast_ready"] == 0)
+        kill(pid, SIGCONT)
+        #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
+        #expect(try await get(port, "/healthz").status == 200)
+        #expect(await w.stop() == 0)
+    }
+
+    /// (c) SIGTERM: not ready (draining) at once while the drain lasts — here Redis is frozen, so
+    /// the read in flight holds it until the shutdown deadline — then the process exits 0.
+    @Test func drainingIsNotReadyUntilTheExit() async throws {
+        let server = try await RedisServer()
+        let (w, port) = try await worker(server, ["worker.send": "false", "worker.block_ms": "100", "worker.shutdown_deadline_ms": "3000"],
+                                         name: "ops-c")
+        defer { w.removeLogs() }
+        #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
+        let pid = try #require(server.pid)
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        let signalled = ContinuousClock.now
+        w.kill(signal: SIGTERM)
+        var seen = false
+        while w.isRunning, ContinuousClock.now - signalled < .seconds(10) {
+            let r = try await get(port, "/readyz")
+            if r.status == 503 && r.body == "not ready: draining after a stop request (SIGTERM)\n" {
+                seen = true
+                let h = try await get(port, "/healthz")
+                #expect(h.status == 200 || h.status == 0, "\(h.status) \(h.body)")  // 0: it exited in between
+                let m = try await scrape(port)
+                #expect(m.isEmpty || m["activitycast_draining"] == 1)
+                break
+            }
+        }
+        #expect(seen)
+        #expect(await w.waitForExit(timeout: .seconds(10)) == 0)
+        #expect(ContinuousClock.now - signalled < .seconds(5))
+    }
+
+    /// (d) `ops.listen: off`: the worker works and listens on nothing. An address that is taken
+    /// stops the worker with the reason.
+    @Test func offServesNothingAndATakenAddressIsAnError() async throws {
+        let server = try await RedisServer()
+        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
+        let w = try startActivitycast(["worker", "--consumer", "ops-d"], redis: server,
+                                      settings: ["prefix": prefix, "worker.send": "false", "ops.listen": "off"], logName: "ops-d")
+        defer { w.removeLogs() }
+        let redis = server.connection()
+        defer { redis.close() }
+        _ = try await xadd(redis, "\(prefix):registrations", [("type", "follow"), ("ts", "1000"), ("device", "d"), ("target", "team:x")])
+        #expect(await eventually { await drained(redis, "\(prefix):registrations") })
+        #expect(w.isRunning)
+        #expect(try listeningSockets(of: w.pid) == 0)
+        #expect(!w.stderr.contains("ops endpoints listening"))
+        #expect(await w.stop() == 0)
+
+        // A second worker on the first one's address.
+        let (first, port) = try await worker(server, ["worker.send": "false", "prefix": prefix], name: "ops-d1")
+        defer { first.removeLogs() }
+        #expect(try listeningSockets(of: first.pid) == 1)
+        let (status, _, err) = try await runActivitycast(["worker", "--consumer", "ops-d2"], redis: server,
+                                                         settings: ["worker.send": "false", "prefix": prefix, "ops.listen": "127.0.0.1:\(port)"])
+        #expect(status == 1)
+        #expect(err.contains("cannot serve the ops endpoints on 127.0.0.1:\(port) (ops.listen)"), "\(err.suffix(300))")
+        #expect(await first.stop() == 0)
+    }
+
+    /// TCP sockets in LISTEN state that process `pid` holds (its descriptors matched against
+    /// /proc/net/tcp and tcp6).
+    func listeningSockets(of pid: Int32) throws -> Int {
+        var listening: Set<String> = []
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let f = line.split(separator: " ")
+                if f.count > 9, f[3] == "0A" { listening.insert(String(f[9])) }
+            }
+        }
+        let dir = "/proc/\(pid)/fd"
+        var count = 0
+        for fd in try FileManager.default.contentsOfDirectory(atPath: dir) {
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "\(dir)/\(fd)"),
+                  target.hasPrefix("socket:[") else { continue }
+            if listening.contains(String(target.dropFirst(8).dropLast())) { count += 1 }
+        }
+        return count
+    }
+
+    @Test func theSettingParses() throws {
+        #expect(OpsListen(parsing: "127.0.0.1:9464") == OpsListen(host: "127.0.0.1", port: 9464))
+        #expect(OpsListen(parsing: "0.0.0.0:0") == OpsListen(host: "0.0.0.0", port: 0))
+        #expect(OpsListen(parsing: "[::1]:80") == OpsListen(host: "::1", port: 80))
+        #expect(OpsListen(parsing: "off")?.port == nil)
+        for bad in ["", "9464", ":9464", "host:", "host:70000", "host:-1", "a b:1"] { #expect(OpsListen(parsing: bad) == nil, "\(bad)") }
+        #expect(try SettingsLoader.load(file: nil, environment: [:]).opsListen == OpsListen(host: "127.0.0.1", port: 9464))
+        #expect(try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_OPS_LISTEN": "off"]).opsListen == nil)
+        #expect { try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_OPS_LISTEN": "9464"]) } throws: {
+            "\($0)".contains("setting ops.listen (from ACTIVITYCAST_OPS_LISTEN): must be host:port")
+        }
+    }
+}
