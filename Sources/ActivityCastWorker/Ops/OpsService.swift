@@ -23,14 +23,6 @@ public final class OpsService: Sendable {
     private let monitorTask = Mutex<Task<Void, Never>?>(nil)
     private let logger: Logger
 
-    /// How long the read loop may go without progress before `/healthz` fails:
-    /// 3 × max(`worker.block_ms`, 1 s) + `redis.connect_timeout_ms` + `redis.command_timeout_ms`
-    /// + 30 s. A read round takes at most its block time plus the command timeout (plus a
-    /// reconnect), so only a loop that hangs gets there.
-    public var livenessLimit: Duration {
-        let s = worker.settings
-        return max(s.block, .seconds(1)) * 3 + s.connectTimeout + s.commandTimeout + .seconds(30)
-    }
 
     public init(worker: Worker, listen: OpsListen, logger: Logger) {
         self.worker = worker
@@ -38,14 +30,12 @@ public final class OpsService: Sendable {
         self.logger = logger
         self.monitor = GroupMonitor(settings: worker.settings, consumer: worker.consumer,
                                     watched: worker.stats.streams.keys.sorted())
-        // Filled in below: the handlers need `self`, which needs the server.
-        let box = Mutex<OpsService?>(nil)
+        let probes = Probes(worker: worker, monitor: monitor, metrics: metrics)
         server = OpsHTTPServer(host: listen.host, routes: [
-            "/metrics": { box.withLock { $0 }?.metricsResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
-            "/healthz": { box.withLock { $0 }?.healthResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
-            "/readyz": { box.withLock { $0 }?.readinessResponse() ?? HTTPResponse(status: 503, text: "starting\n") },
+            "/metrics": { probes.metricsResponse() },
+            "/healthz": { probes.healthResponse() },
+            "/readyz": { probes.readinessResponse() },
         ])
-        box.withLock { $0 = self }
     }
 
     /// Listens and starts checking Redis. Throws when the address can't be listened on.
@@ -64,7 +54,23 @@ public final class OpsService: Sendable {
         server.stop()
     }
 
-    // MARK: Handlers (server thread; no waiting)
+}
+
+/// The handlers (on the server's thread; they never wait). They hold what they read, not the
+/// service, so the server's routes make no cycle with it.
+struct Probes: Sendable {
+    let worker: Worker
+    let monitor: GroupMonitor
+    let metrics: WorkerMetrics
+
+    /// How long the read loop may go without progress before `/healthz` fails:
+    /// 3 × max(`worker.block_ms`, 1 s) + `redis.connect_timeout_ms` + `redis.command_timeout_ms`
+    /// + 30 s. A read round takes at most its block time plus the command timeout (plus a
+    /// reconnect), so only a loop that hangs gets there.
+    var livenessLimit: Duration {
+        let s = worker.settings
+        return max(s.block, .seconds(1)) * 3 + s.connectTimeout + s.commandTimeout + .seconds(30)
+    }
 
     /// Why the worker is not ready, or nil.
     func notReadyReason() -> String? {
