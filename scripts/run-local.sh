@@ -47,12 +47,15 @@ if [ -z "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
 fi
 
 worker_pids=()
+ops=()
 for n in 1 2; do
-  "$bin" worker --consumer "local-$n" 2>"$work/worker-$n.log" &
+  # Each worker serves /metrics, /healthz and /readyz on a port of its own.
+  ops+=("127.0.0.1:$(free_port)")
+  ACTIVITYCAST_OPS_LISTEN="${ops[-1]}" "$bin" worker --consumer "local-$n" 2>"$work/worker-$n.log" &
   pids+=($!)
   worker_pids+=($!)
 done
-echo "started 2 workers"
+echo "started 2 workers (ops endpoints: http://${ops[0]}/metrics, http://${ops[1]}/metrics)"
 sleep 1
 
 pub() { "$bin" publish "$@" >/dev/null; }
@@ -129,6 +132,11 @@ fi
 python3 scripts/demo_view.py sent "$work"/worker-*.log
 final='{"iphone-1 (iOS 18, started by push, on the channel)":{"homeScore":2,"awayScore":1},"iphone-2 (started by push, per-token updates)":{"homeScore":2,"awayScore":1},"iphone-3 (app-started, per-token)":{"homeScore":2,"awayScore":1},"ipad-4 (app-started, subscribed to the channel)":{"homeScore":2,"awayScore":1},"rider-5 (bus trip, started by push)":{"status":"ended"}}'
 view --final "$final" || demo_failed=1
+
+echo
+echo "== what a Prometheus scrape of local-1 shows (pushes and entries, the non-zero ones) =="
+curl -s "http://${ops[0]}/metrics" | grep -E '^activitycast_(pushes_total|stream_entries_total)' | grep -v ' 0$' || echo "(no /metrics answer)"
+echo "readiness: $(curl -s "http://${ops[0]}/readyz")"
 
 if [ -n "${RUN_SECONDS:-}" ]; then
   echo "running for $RUN_SECONDS s; ACTIVITYCAST_REDIS_URL=$ACTIVITYCAST_REDIS_URL ACTIVITYCAST_PREFIX=$ACTIVITYCAST_PREFIX"
