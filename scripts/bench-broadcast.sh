@@ -51,7 +51,7 @@ wait_for_sandbox "$work/sandbox.log"
 
 worker_args=()
 for i in $(seq "$workers"); do
-  "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
+  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
   pids+=("$!")
   worker_args+=(--worker-pid "$!")
 done

@@ -72,7 +72,7 @@ for n in "${counts[@]}"; do
   worker_pids=()
   worker_args=()
   for i in $(seq "$n"); do
-    "$bin" worker --consumer "bench-s$sitting-w$i" >"$work/worker-$sitting-$i.log" 2>&1 &
+    ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-s$sitting-w$i" >"$work/worker-$sitting-$i.log" 2>&1 &
     worker_pids+=("$!")
     worker_args+=(--worker-pid "$!")
   done

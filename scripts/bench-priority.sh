@@ -70,7 +70,7 @@ echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 
 echo "budgets and apns settings from the environment: $(env | grep -E '^ACTIVITYCAST_(BUDGETS|APNS)_' | sort | tr '\n' ' ')"
 worker_args=()
 for i in $(seq "$workers"); do
-  "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
+  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
   pids+=("$!")
   worker_args+=(--worker-pid "$!")
 done
