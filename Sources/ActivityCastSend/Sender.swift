@@ -425,7 +425,8 @@ public final class Sender: Sendable {
             case .retry(_, let reason):
                 throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)")
             default:
-                try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))], entry: "")
+                try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))],
+                                         apnsIDs: [result.response?.apnsID ?? result.response?.requestID], entry: "")
                 return false
             }
         }
@@ -503,8 +504,9 @@ public final class Sender: Sendable {
             var delivered: [TokenRow] = []
             var deliveredCount = 0
             // Dead tokens and permanent failures of the whole batch: written in one go, not per token.
-            var dead: [(row: TokenRow, reason: String)] = []
+            var dead: [(row: TokenRow, reason: String, apnsID: String?)] = []
             var failures: [(target: String, reason: String)] = []
+            var failureIDs: [String?] = []
             var lastReason = ""
             stats.count(kind, results)
             for (row, result) in zip(pending, results) {
@@ -513,13 +515,14 @@ public final class Sender: Sendable {
                     deliveredCount += 1
                     if onDelivered != nil { delivered.append(row) }
                 case .forget(let reason):
-                    dead.append((row, reason))
+                    dead.append((row, reason, result.response?.apnsID))
                 case .retry(let after, let reason):
                     retry.append(row)
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):
                     failures.append((row.token, reason))
+                    failureIDs.append(result.response?.apnsID)
                 }
             }
             if !dead.isEmpty {
@@ -531,7 +534,7 @@ public final class Sender: Sendable {
             if !failures.isEmpty {
                 summary.failed += failures.count
                 stats.failedTokens.add(failures.count, ordering: .relaxed)
-                try await recordFailures(plan.key, kind: kind.rawValue, failures, entry: entry)
+                try await recordFailures(plan.key, kind: kind.rawValue, failures, apnsIDs: failureIDs, entry: entry)
             }
             switch kind {
             case .start: summary.starts += deliveredCount
@@ -552,13 +555,15 @@ public final class Sender: Sendable {
     }
 
     /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.
-    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String)]) async throws {
+    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         _ = try await redis.pipeline(dead.map { d in
             .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key)], args: [d.row.activity, d.row.token, now])
         })
         for d in dead {
-            logger.info("token forgotten", metadata: ["key": "\(key)", "activity": "\(d.row.activity)", "reason": "\(d.reason)", "token": "\(d.row.token.prefix(8))…"])
+            // A failed send, logged once: what APNs said, its apns-id, never the whole token.
+            logger.info("token forgotten", metadata: ["key": "\(key)", "kind": "token", "activity": "\(d.row.activity)", "reason": "\(d.reason)",
+                                                      "apns_id": "\(d.apnsID ?? "-")", "token": "\(d.row.token.prefix(8))…"])
         }
     }
 
@@ -671,7 +676,7 @@ public final class Sender: Sendable {
 
     /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one
     /// meanwhile): the device no longer counts as able to start this type.
-    private func forgetStartTokens(_ dead: [(row: TokenRow, reason: String)], activityType: String) async throws {
+    private func forgetStartTokens(_ dead: [(row: TokenRow, reason: String, apnsID: String?)], activityType: String) async throws {
         // Device hashes and the type's set are in different slots: the set follows the hashes.
         let removed = try await redis.pipeline(dead.map { d in
             .script(TokenScripts.forgetStartIfSame, keys: [keys.device(d.row.activity)], args: ["start:\(activityType)", d.row.token])
@@ -679,7 +684,8 @@ public final class Sender: Sendable {
         let gone = zip(dead, removed).filter { $0.1.int == 1 }.map { $0.0.row.activity }
         if !gone.isEmpty { _ = try await redis.send(RedisCommand("SREM", [keys.startTokens(activityType: activityType)] + gone)) }
         for d in dead {
-            logger.info("push-to-start token forgotten", metadata: ["device": "\(d.row.activity)", "reason": "\(d.reason)", "token": "\(d.row.token.prefix(8))…"])
+            logger.info("push-to-start token forgotten", metadata: ["device": "\(d.row.activity)", "kind": "start", "reason": "\(d.reason)",
+                                                                    "apns_id": "\(d.apnsID ?? "-")", "token": "\(d.row.token.prefix(8))…"])
         }
     }
 
@@ -706,15 +712,19 @@ public final class Sender: Sendable {
     /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
     /// Permanent send failures, where ops can see them: `<prefix>:send-failures` (capped) and the
     /// `sends_failed` counter, in one pipeline however many.
-    func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], entry: String) async throws {
-        var commands = failures.map { f in
+    /// `apnsIDs`: APNs's `apns-id` of each failure's answer, where there was one.
+    func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], apnsIDs: [String?] = [],
+                        entry: String) async throws {
+        func id(_ i: Int) -> String { i < apnsIDs.count ? apnsIDs[i] ?? "-" : "-" }
+        var commands = failures.enumerated().map { i, f in
             RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
-                         "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry)
+                         "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry, "apns_id", id(i))
         }
         commands.append(RedisCommand("HINCRBY", keys.counters, "sends_failed", failures.count))
         _ = try await redis.pipeline(commands)
-        for f in failures {
-            logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(f.reason)", "target": "\(f.target.prefix(8))…"])
+        for (i, f) in failures.enumerated() {
+            logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(f.reason)", "apns_id": "\(id(i))",
+                                                     "target": "\(f.target.prefix(8))…"])
         }
     }
 }

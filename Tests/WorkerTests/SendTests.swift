@@ -477,3 +477,33 @@ import TestSupport
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// A failed send is logged once, with what ops need — the key, the kind, Apple's reason and the
+    /// apns-id of its answer — and never the whole token (JSON log lines, as `log.format json`).
+    @Test func aFailedSendIsLoggedOnceWithItsApnsIDAndNoWholeToken() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        var t = now() - 100_000
+        let gone = token("7f"), fine = token("7e")
+        try await register(r, device: "g1", key: "match:g1", activity: "A", token: gone, ts: t)
+        try await register(r, device: "g2", key: "match:g1", activity: "B", token: fine, ts: t + 1)
+        #expect(await eventually { await r.drainedAll() })
+        // APNs says the first token stopped being valid after it was registered: 410 Unregistered.
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"unregisteredTokens":{"\#(gone)":\#(t + 500)}}"#)
+        t += 1000
+        try await score(r, "g1", 1, 0, ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(await w.stop() == 0)
+        let lines = jsonLogLines(w.stderr).filter { $0["msg"] == "token forgotten" }
+        #expect(lines.count == 1, "\(lines)")
+        let line = try #require(lines.first)
+        #expect(line["key"] == "match:g1" && line["kind"] == "token" && line["reason"] == "Unregistered")
+        let id = line["apns_id"] ?? ""
+        #expect(UUID(uuidString: id) != nil, "apns_id '\(id)' is not APNs's apns-id")
+        #expect(line["token"] == String(gone.prefix(8)) + "…")
+        #expect(!w.stderr.contains(gone) && !w.stdout.contains(gone), "a whole token reached the log")
+    }
+}
