@@ -144,6 +144,14 @@ import TestSupport
             return g["activitycast_stream_lag{stream=\"\(sports)\"}"] == 0 && g["activitycast_stream_pending{stream=\"\(sports)\"}"] == 0
                 && g["activitycast_stream_oldest_pending_seconds{stream=\"\(reg)\"}"] == 0
         })
+        // The fleet's schedule of coalesced states: a member past due (written here, for a key
+        // with no state, so the worker's flusher drops it soon) shows in the gauges.
+        try await redis.command("ZADD", "\(prefix):budget-due", 1, "match:zz|standard", Int64(Date().timeIntervalSince1970 * 1000) + 600_000, "match:zy|frequent")
+        // The one due in ten minutes stays, not overdue; the overdue one is flushed (nothing to send) and removed.
+        #expect(try await eventually(timeout: .seconds(15)) {
+            let g = try await scrape(port)
+            return g["activitycast_budget_flushes_due"] == 1 && g["activitycast_budget_flushes_overdue"] == 0
+        })
         // No token, device or key in any label.
         for key in m.keys { #expect(!key.contains(token("a1")) && !key.contains("match:m1") && !key.contains("device"), "\(key)") }
         #expect(await w.stop() == 0)

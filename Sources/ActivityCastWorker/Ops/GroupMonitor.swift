@@ -36,6 +36,10 @@ final class GroupMonitor: Sendable {
     let viewInterval: Duration
     private let readiness = Mutex<Readiness?>(nil)
     private let views = Mutex<(at: ContinuousClock.Instant, streams: [String: StreamView])?>(nil)
+    /// The fleet's schedule of coalesced states (`RedisKeys.budgetDue`): members, and how many are
+    /// past due on Redis's clock; refreshed with the views.
+    private let schedule = Mutex<(due: Int64, overdue: Int64)?>(nil)
+    let budgetDue: String
 
     init(settings: Settings, consumer: String, watched: [String], checkInterval: Duration = .seconds(1), viewInterval: Duration = .seconds(5)) {
         var config = settings.redisConfiguration
@@ -50,12 +54,14 @@ final class GroupMonitor: Sendable {
         self.watched = watched
         self.checkInterval = checkInterval
         self.viewInterval = viewInterval
+        self.budgetDue = settings.keys.budgetDue
     }
 
     deinit { connection.close() }
 
     var lastReadiness: Readiness? { readiness.withLock { $0 } }
     var lastViews: (at: ContinuousClock.Instant, streams: [String: StreamView])? { views.withLock { $0 } }
+    var lastSchedule: (due: Int64, overdue: Int64)? { schedule.withLock { $0 } }
 
     /// Checks until cancelled.
     func run() async {
@@ -121,6 +127,10 @@ final class GroupMonitor: Sendable {
             result[stream] = StreamView(lag: lag, pending: pending, oldestPendingSeconds: oldest)
         }
         views.withLock { $0 = (.now, result) }
+        if let nowMillis, let counts = try? await connection.pipeline([RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis)]),
+           let due = counts[0].int, let overdue = counts[1].int {
+            schedule.withLock { $0 = (due, overdue) }
+        }
     }
 
     /// The fields of `group` in an `XINFO GROUPS` reply; nil if the group (or the key) is missing.

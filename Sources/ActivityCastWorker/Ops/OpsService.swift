@@ -98,7 +98,8 @@ struct Probes: Sendable {
 
     func metricsResponse() -> HTTPResponse {
         let inputs = WorkerMetrics.Inputs(streams: monitor.lastViews?.streams ?? [:], ready: notReadyReason() == nil,
-                                          sinceProgress: worker.sinceProgress.seconds, inFlight: worker.inFlight.load(ordering: .relaxed))
+                                          sinceProgress: worker.sinceProgress.seconds, inFlight: worker.inFlight.load(ordering: .relaxed),
+                                          schedule: monitor.lastSchedule)
         return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
                             body: metrics.render(worker: worker, inputs: inputs))
     }

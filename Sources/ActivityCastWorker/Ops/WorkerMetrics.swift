@@ -34,6 +34,8 @@ final class WorkerMetrics: Sendable {
         var ready: Bool
         var sinceProgress: Double
         var inFlight: Int
+        /// The fleet's schedule of coalesced states: members, and those past due.
+        var schedule: (due: Int64, overdue: Int64)? = nil
     }
 
     /// The exposition text, after bringing every series up to date. Scrapes are serialised, so
@@ -76,6 +78,10 @@ final class WorkerMetrics: Sendable {
             }
             counter("activitycast_plans_total", [], stats.plans.load(ordering: .relaxed))
             gauge("activitycast_entries_in_flight", [], Double(inputs.inFlight))
+            if let schedule = inputs.schedule {
+                gauge("activitycast_budget_flushes_due", [], Double(schedule.due))
+                gauge("activitycast_budget_flushes_overdue", [], Double(schedule.overdue))
+            }
 
             // Sends.
             if let sends = worker.sender?.stats {
