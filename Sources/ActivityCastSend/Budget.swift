@@ -356,30 +356,43 @@ public enum BudgetScripts {
     /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
     /// spacing ms, ttl s. Returns {decision (`p10`, `p5`, `coalesce`, `stale`), due ms (0 unless
     /// coalesce), now ms}.
-    public static let decide = RedisScript("""
-    local TOKEN = 3600000
+    /// Lua the bucket scripts share: `fmt` (integers as Redis keeps them), `clock` (the caller's
+    /// time, or Redis's `TIME` when it gave none: one clock for the fleet) and `refill`
+    /// (`TokenBucket.refill`: continuous, in integer ticks; elapsed time is clamped to the
+    /// capacity first — at a tick per ms or more the bucket is full by then — so the product stays
+    /// exact, and `refilled_at` never goes back). A bucket with no state starts full.
+    static let bucketLua = """
     local function fmt(x) return string.format('%.0f', x) end
-    local kind, ms, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-    if not now then
+    local function clock(given)
+      local now = tonumber(given or '')
+      if now then return now end
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
+    local function refill(ticks, at, now, cap, rate)
+      if not ticks or not at then return cap, now end
+      if now > at then
+        local elapsed = now - at
+        if elapsed > cap then elapsed = cap end
+        ticks = math.min(cap, ticks + elapsed * rate)
+        at = now
+      end
+      if ticks > cap then ticks = cap end
+      if ticks < 0 then ticks = 0 end
+      return ticks, at
+    end
+
+    """
+
+    public static let decide = RedisScript(bucketLua + """
+    local TOKEN = 3600000
+    local kind, ms, now = ARGV[1], tonumber(ARGV[2]), clock(ARGV[3])
     local cap, rate, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local spacing, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
     local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms')
-    local ticks, at = tonumber(h[1]), tonumber(h[2])
     local last, sent, pending, ended = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
-    if not ticks or not at then ticks, at = cap, now end
-    -- Continuous refill in ticks (a token is 3,600,000; R per hour is R per ms). Elapsed time is
-    -- clamped to the capacity first, so the product stays exact; refilled_at never goes back.
-    if now > at then
-      local elapsed = now - at
-      if elapsed > cap then elapsed = cap end
-      ticks = math.min(cap, ticks + elapsed * rate)
-      at = now
-    end
-    if ticks > cap then ticks = cap end
-    if ticks < 0 then ticks = 0 end
+    -- A token is 3,600,000 ticks: R per hour is R ticks per ms.
+    local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, rate)
     local counts = {}
     local decision, due = 'stale', 0
     local function count(f) counts[#counts + 1] = f end
@@ -451,16 +464,12 @@ public enum BudgetScripts {
     /// to `now + lease` (its claim), so it comes due again if the worker dies before settling it.
     /// KEYS[1] = schedule. ARGV: lease ms, count, now ms (`-`: Redis's clock). Returns
     /// {claim score, {member, …}}.
-    public static let takeDue = RedisScript("""
-    local now = tonumber(ARGV[3] or '')
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    public static let takeDue = RedisScript(bucketLua + """
+    local now = clock(ARGV[3])
     local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
     local claim = now + tonumber(ARGV[1])
     for _, m in ipairs(due) do redis.call('ZADD', KEYS[1], claim, m) end
-    return {string.format('%.0f', claim), due}
+    return {fmt(claim), due}
     """)
 
     /// Settles a taken member, only while it still holds this worker's claim (a newer coalesced
@@ -477,26 +486,14 @@ public enum BudgetScripts {
     /// as `decide` (`TokenBucket`). KEYS[1] = bucket hash (`ticks`, `refilled_at`, counters `taken`,
     /// `refused`). ARGV: capacity ticks, ticks per ms, now ms (`-`: Redis's clock), ttl s.
     /// Returns 1 (taken) or 0 (over budget).
-    public static let take = RedisScript("""
+    public static let take = RedisScript(bucketLua + """
     local TOKEN = 3600000
-    local cap, rate, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    local cap, rate, now = tonumber(ARGV[1]), tonumber(ARGV[2]), clock(ARGV[3])
     local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at')
-    local ticks, at = tonumber(h[1]), tonumber(h[2])
-    if not ticks or not at then ticks, at = cap, now end
-    if now > at then
-      local elapsed = now - at
-      if elapsed > cap then elapsed = cap end
-      ticks = math.min(cap, ticks + elapsed * rate)
-      at = now
-    end
-    if ticks > cap then ticks = cap end
+    local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, rate)
     local ok = 0
     if ticks >= TOKEN then ticks = ticks - TOKEN ok = 1 end
-    redis.call('HSET', KEYS[1], 'ticks', string.format('%.0f', ticks), 'refilled_at', string.format('%.0f', at))
+    redis.call('HSET', KEYS[1], 'ticks', fmt(ticks), 'refilled_at', fmt(at))
     redis.call('HINCRBY', KEYS[1], ok == 1 and 'taken' or 'refused', 1)
     redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
     return ok

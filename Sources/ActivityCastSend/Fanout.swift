@@ -507,7 +507,7 @@ extension Sender {
                 // `q` set once they are (else the entry's next delivery queues them).
                 logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
                 var commands = (0..<slice.count).filter { $0 != slice.index }.map { j in
-                    RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: slice.key, gen: slice.gen, index: j, count: slice.count).fields)
+                    queueCommand(SliceRef(key: slice.key, gen: slice.gen, index: j, count: slice.count))
                 }
                 commands.append(RedisCommand("HSET", fan, "q", 1))
                 commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
@@ -531,6 +531,9 @@ extension Sender {
             }
         }
     }
+
+    /// Puts `slice` on the slices stream for any worker to take.
+    func queueCommand(_ slice: SliceRef) -> RedisCommand { RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields) }
 
     /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
     /// finished it; `XACK` works for any consumer of the group).

@@ -31,26 +31,17 @@ public enum RateGuardScripts {
     /// KEYS[1] = guard hash (`ticks`, `refilled_at`, `tight_until`, counters `waits`, `tightened`).
     /// ARGV: n, per second, burst, now ms (`-`: Redis's clock), ttl s.
     /// Returns 0 when taken, else the ms to wait before asking again.
-    public static let take = RedisScript("""
+    public static let take = RedisScript(BudgetScripts.bucketLua + """
     local n, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-    local now = tonumber(ARGV[4])
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    local now = clock(ARGV[4])
     local cap = burst * 1000
     if n > burst then n = burst end
     local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'tight_until')
-    local ticks, at, tight = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]) or 0
-    if not ticks or not at then ticks, at = cap, now end
+    local tight = tonumber(h[3]) or 0
     -- Tightened after a 429: half the rate (at least one request per second).
     local eff = rate
     if tight > now then eff = math.max(1, math.floor(rate / 2)) end
-    if now > at then
-      local elapsed = now - at
-      if elapsed * eff > cap then ticks = cap else ticks = math.min(cap, ticks + elapsed * eff) end
-      at = now
-    end
+    local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, eff)
     local wait = 0
     if ticks >= n * 1000 then
       ticks = ticks - n * 1000
@@ -58,22 +49,17 @@ public enum RateGuardScripts {
       wait = math.ceil((n * 1000 - ticks) / eff)
       redis.call('HINCRBY', KEYS[1], 'waits', 1)
     end
-    redis.call('HSET', KEYS[1], 'ticks', string.format('%.0f', ticks), 'refilled_at', string.format('%.0f', at))
+    redis.call('HSET', KEYS[1], 'ticks', fmt(ticks), 'refilled_at', fmt(at))
     redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
     return wait
     """)
 
     /// A 429: the fleet's rate is halved until `now + for`. KEYS[1] = guard hash. ARGV: for ms,
     /// now ms (`-`: Redis's clock). Returns 1.
-    public static let tighten = RedisScript("""
-    local now = tonumber(ARGV[2])
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    local until_ = now + tonumber(ARGV[1])
+    public static let tighten = RedisScript(BudgetScripts.bucketLua + """
+    local until_ = clock(ARGV[2]) + tonumber(ARGV[1])
     local cur = tonumber(redis.call('HGET', KEYS[1], 'tight_until') or '0')
-    if until_ > cur then redis.call('HSET', KEYS[1], 'tight_until', string.format('%.0f', until_)) end
+    if until_ > cur then redis.call('HSET', KEYS[1], 'tight_until', fmt(until_)) end
     redis.call('HINCRBY', KEYS[1], 'tightened', 1)
     return 1
     """)

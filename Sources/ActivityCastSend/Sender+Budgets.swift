@@ -8,12 +8,8 @@ extension Sender {
         configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) }
     }
 
-    /// `real` from now on the budget's clock (ms): for rescheduling on the fleet's schedule.
-    public func budgetMillis(after real: Duration) -> Int64 {
-        let wall = Int64(Date().timeIntervalSince1970 * 1000)
-        guard let clock = configuration.budgetClock else { return wall + real.milliseconds }
-        return clock.now(wallMillis: wall) + clock.span(real)
-    }
+    /// A real duration on the budget's clock (ms): leases and reschedules on the fleet's schedule.
+    public func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
 
     /// The budget's decision for each audience `plan` reaches — the key's channel (when it has
     /// one) and each per-token tier — in one round trip, on Redis's clock (one clock for the
@@ -174,7 +170,7 @@ extension Sender {
                 logger.warning("a flush's first slice failed; it goes to the slices stream", metadata: ["key": "\(key)", "error": "\(error)"])
                 handBack = true
             }
-            if handBack { _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"] + first.fields)) }
+            if handBack { _ = try await redis.send(queueCommand(first)) }
             return .sent
         }
     }

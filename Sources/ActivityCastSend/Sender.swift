@@ -370,7 +370,7 @@ public final class Sender: Sendable {
         }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
-                RedisCommand("XADD", [configuration.slicesStream, "*"] + SliceRef(key: key, gen: gen, index: j, count: slices).fields)
+                queueCommand(SliceRef(key: key, gen: gen, index: j, count: slices))
             }
             commands.append(RedisCommand("HSET", fanKey(key, gen), "q", 1))
             let replies = try await redis.pipeline(commands)
@@ -391,7 +391,7 @@ public final class Sender: Sendable {
         case .final: return .handedOff(summary)
         case .busy, .paused:
             // Slice 0 isn't finished here: it goes to the slices stream like the others.
-            _ = try await redis.send(RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields))
+            _ = try await redis.send(queueCommand(slice))
             return .handedOff(summary)
         }
     }

@@ -32,9 +32,6 @@ final class BudgetFlusher: Sendable {
         self.conditions = ConditionLog(logger: logger)
     }
 
-    /// `real` on the schedule's clock (ms).
-    private func span(_ real: Duration) -> Int64 { sender.budgetMillis(after: real) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000)) }
-
     func run() async {
         while !stop.isStopped {
             let taken = await takeDue()
@@ -47,7 +44,7 @@ final class BudgetFlusher: Sendable {
     /// One round: takes up to 16 due members and flushes them side by side. Returns how many.
     func takeDue() async -> Int {
         let claim: String, members: [String]
-        let lease = sender.budgetMillis(after: self.lease) - (sender.budgetNow() ?? Int64(Date().timeIntervalSince1970 * 1000))
+        let lease = sender.budgetSpan(self.lease)
         do {
             let reply = try await redis.send(.script(BudgetScripts.takeDue, keys: [keys.budgetDue],
                                                      args: [lease, 16, sender.budgetNow().map { String($0) } ?? "-"]))
@@ -84,13 +81,13 @@ final class BudgetFlusher: Sendable {
                 logger.info("flushed a coalesced state", metadata: ["key": "\(key)", "audience": "\(audience)"])
             case .nothing: break
             case .later(let due): next = String(due)
-            case .busy: next = String(now + span(.milliseconds(250)))
+            case .busy: next = String(now + sender.budgetSpan(.milliseconds(250)))
             }
         } catch {
             // The state is pending again (`Sender.flush` undid its decision): retried in a second
             // (or, if even this can't be written, when the claim ends).
             logger.warning("flushing a coalesced state failed; it is retried", metadata: ["key": "\(key)", "audience": "\(audience)", "error": "\(error)"])
-            next = String(now + span(.seconds(1)))
+            next = String(now + sender.budgetSpan(.seconds(1)))
         }
         _ = try? await redis.send(.script(BudgetScripts.settleDue, keys: [keys.budgetDue], args: [member, claim, next]))
     }

@@ -133,11 +133,9 @@ struct EntryProcessor: Sendable {
                 }
                 try? await Task.sleep(for: .milliseconds(min(50 * attempt, 1000)))
             } catch let error as RedisError where error.refusal != nil {
-                stats.refused.add(entries.count, ordering: .relaxed)
                 stats.stream(feed.stream)?.refused.add(entries.count, ordering: .relaxed)
                 return Outcome(finished: 0, refusal: error.refusal)
             } catch {
-                stats.failed.add(entries.count, ordering: .relaxed)
                 stats.stream(feed.stream)?.failed.add(entries.count, ordering: .relaxed)
                 logger.error("batch left pending for a retry", metadata: ["stream": "\(feed.stream)", "entries": "\(entries.count)", "error": "\(error)"])
                 return Outcome()
@@ -326,10 +324,8 @@ struct EntryProcessor: Sendable {
                     ackIDs = []
                 } else {
                     let n = Int(replies[0].int ?? 0)
-                    stats.acked.add(n, ordering: .relaxed)
                     counters?.acked.add(n, ordering: .relaxed)
                     if n < ackIDs.count {
-                        stats.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
                         counters?.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
                         logger.warning("entries were already acknowledged by another worker", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count - n)"])
                     }
@@ -338,22 +334,18 @@ struct EntryProcessor: Sendable {
         }
         // Counted and logged only now that the dead letter is written (and its entry acknowledged).
         if !ackIDs.isEmpty {
-            stats.stale.add(stale, ordering: .relaxed)
             counters?.stale.add(stale, ordering: .relaxed)
             for (entry, reason) in deadLettered {
-                stats.deadLettered.add(1, ordering: .relaxed)
                 counters?.deadLettered.add(1, ordering: .relaxed)
                 logger.warning("dead letter", metadata: ["entry": "\(feed.stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
             }
         }
         if ownFailures > 0 {
-            stats.failed.add(ownFailures, ordering: .relaxed)
             counters?.failed.add(ownFailures, ordering: .relaxed)
             let first = outcome.lazy.compactMap { if case .own(let m)? = $0 { return m } else { return nil } }.first ?? ""
             logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(ownFailures)", "error": "\(first)"])
         }
         if refusal != nil {
-            stats.refused.add(entries.count - ackIDs.count - ownFailures - handedOff, ordering: .relaxed)
             counters?.refused.add(entries.count - ackIDs.count - ownFailures - handedOff, ordering: .relaxed)
         }
         return Outcome(finished: ackIDs.count, refusal: refusal)

@@ -126,7 +126,6 @@ final class SliceTaker: Sendable {
               let claim = try? StreamReplies.autoclaim(reply) else { return }
         claimCursor.withLock { $0 = claim.nextCursor }
         if !claim.entries.isEmpty {
-            stats.claimed.add(claim.entries.count, ordering: .relaxed)
             stats.stream(stream)?.claimed.add(claim.entries.count, ordering: .relaxed)
             logger.info("claimed idle slices", metadata: ["count": "\(claim.entries.count)"])
         }
@@ -135,7 +134,6 @@ final class SliceTaker: Sendable {
 
     private func take(_ entry: StreamEntry, redelivered: Bool) {
         active.add(1, ordering: .relaxed)
-        stats.read.add(1, ordering: .relaxed)
         stats.stream(stream)?.read.add(1, ordering: .relaxed)
         Task {
             await self.process(entry, redelivered: redelivered)
@@ -169,7 +167,6 @@ final class SliceTaker: Sendable {
             switch result {
             case .final, .gone:
                 await finish(entry)
-                stats.acked.add(1, ordering: .relaxed)
                 stats.stream(stream)?.acked.add(1, ordering: .relaxed)
             case .paused:
                 // The rest of the slice goes back to the stream for another worker, now.
@@ -183,7 +180,6 @@ final class SliceTaker: Sendable {
                 if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
             }
         } catch {
-            stats.failed.add(1, ordering: .relaxed)
             stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             logger.warning("slice left pending after a failure", metadata: ["slice": "\(slice)", "error": "\(error)"])
             _ = try? await redis.pipeline([RedisCommand("HSET", errorsKey, entry.id, String("\(error)".prefix(300))),
@@ -207,7 +203,6 @@ final class SliceTaker: Sendable {
             for (i, f) in (entry.fields ?? []).prefix(16).enumerated() { args.append(i % 2 == 0 ? Array("f:".utf8) + f : f) }
             _ = try await redis.send(RedisCommand("XADD", args))
             await finish(entry)
-            stats.deadLettered.add(1, ordering: .relaxed)
             stats.stream(stream)?.deadLettered.add(1, ordering: .relaxed)
             logger.warning("dead letter", metadata: ["entry": "\(stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
         } catch {

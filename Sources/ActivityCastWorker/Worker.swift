@@ -278,7 +278,6 @@ public final class Worker: Sendable {
                 guard let feed = healthy.first(where: { $0.stream == read.stream }) else { continue }
                 let n = read.entries.count
                 inFlight.add(n, ordering: .relaxed)
-                stats.read.add(n, ordering: .relaxed)
                 stats.stream(feed.stream)?.read.add(n, ordering: .relaxed)
                 if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
                 let processor = self.processor
@@ -565,7 +564,6 @@ public final class Worker: Sendable {
                                                          limits: processor.readLimits)[0],
                   let reads = try? StreamReplies.read(reply),
                   let entries = reads.first?.entries, !entries.isEmpty else { return }
-            stats.read.add(entries.count, ordering: .relaxed)
             stats.stream(feed.stream)?.read.add(entries.count, ordering: .relaxed)
             let outcome = await processor.process(feed: feed, entries: entries, redelivered: true,
                                                   retryUntil: ContinuousClock.now + settings.visibilityTimeout)
@@ -600,8 +598,6 @@ public final class Worker: Sendable {
                         "stream": "\(feed.stream)", "ids": "\(claim.deleted.prefix(10).joined(separator: ","))", "count": "\(claim.deleted.count)"])
                 }
                 if !claim.entries.isEmpty {
-                    stats.claimed.add(claim.entries.count, ordering: .relaxed)
-                    stats.read.add(claim.entries.count, ordering: .relaxed)
                     stats.stream(feed.stream)?.claimed.add(claim.entries.count, ordering: .relaxed)
                     stats.stream(feed.stream)?.read.add(claim.entries.count, ordering: .relaxed)
                     logger.info("claimed idle entries", metadata: ["stream": "\(feed.stream)", "count": "\(claim.entries.count)"])

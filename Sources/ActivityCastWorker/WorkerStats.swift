@@ -3,17 +3,10 @@ import Synchronization
 /// Counters a worker keeps while it runs; logged at exit, used by the intake benchmark and
 /// exported as metrics (`/metrics`, docs/operations.md).
 public final class WorkerStats: Sendable {
-    let read = Atomic<Int>(0)
-    let acked = Atomic<Int>(0)
-    let ackMissed = Atomic<Int>(0)
-    let deadLettered = Atomic<Int>(0)
-    let failed = Atomic<Int>(0)
-    let refused = Atomic<Int>(0)
-    let claimed = Atomic<Int>(0)
-    let stale = Atomic<Int>(0)
     let plans = Atomic<Int>(0)
-    /// The same counts per stream, for the streams the worker was made with (its input streams
-    /// and the slices stream). Fixed at init, so a lookup takes no lock.
+    /// How entries ended, per stream the worker was made with (its input streams and the slices
+    /// stream: every stream it reads). Fixed at init, so a lookup takes no lock; the totals are
+    /// their sums.
     let streams: [String: StreamCounters]
 
     public init(streams: [String] = []) {
@@ -23,7 +16,7 @@ public final class WorkerStats: Sendable {
     /// One stream's counts (nil for a stream the worker was not made with).
     func stream(_ name: String) -> StreamCounters? { streams[name] }
 
-    /// How entries of one stream ended (or were taken); atomics only, added beside the totals.
+    /// How entries of one stream ended (or were taken); atomics only.
     final class StreamCounters: Sendable {
         let read = Atomic<Int>(0)
         let acked = Atomic<Int>(0)
@@ -63,9 +56,11 @@ public final class WorkerStats: Sendable {
     }
 
     public var snapshot: Snapshot {
-        Snapshot(read: read.load(ordering: .relaxed), acked: acked.load(ordering: .relaxed),
-                 ackMissed: ackMissed.load(ordering: .relaxed), deadLettered: deadLettered.load(ordering: .relaxed),
-                 failed: failed.load(ordering: .relaxed), refused: refused.load(ordering: .relaxed), claimed: claimed.load(ordering: .relaxed),
-                 stale: stale.load(ordering: .relaxed), plans: plans.load(ordering: .relaxed))
+        func total(_ count: (StreamCounters) -> Int) -> Int { streams.values.reduce(0) { $0 + count($1) } }
+        return Snapshot(read: total { $0.read.load(ordering: .relaxed) }, acked: total { $0.acked.load(ordering: .relaxed) },
+                        ackMissed: total { $0.ackMissed.load(ordering: .relaxed) }, deadLettered: total { $0.deadLettered.load(ordering: .relaxed) },
+                        failed: total { $0.failed.load(ordering: .relaxed) }, refused: total { $0.refused.load(ordering: .relaxed) },
+                        claimed: total { $0.claimed.load(ordering: .relaxed) }, stale: total { $0.stale.load(ordering: .relaxed) },
+                        plans: plans.load(ordering: .relaxed))
     }
 }

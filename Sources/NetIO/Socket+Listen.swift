@@ -10,38 +10,17 @@ extension Socket {
     /// A non-blocking TCP socket listening on `host:port` (`SO_REUSEADDR`, close-on-exec). Port 0
     /// takes a free port (`localPort` tells which). Throws with the address when it can't bind.
     public static func listenTCP(host: String, port: Int, backlog: Int32 = 64) throws -> Socket {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_protocol = Int32(IPPROTO_TCP)
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host.isEmpty ? nil : host, String(port), &hints, &list)
-        guard rc == 0, let first = list else {
-            let text = rc == 0 ? "no addresses" : String(cString: gai_strerror(rc))
-            throw StreamError.system(SystemError("getaddrinfo", errno: EADDRNOTAVAIL, context: "\(host): \(text)"))
-        }
-        defer { freeaddrinfo(list) }
-        var lastError: Error = StreamError.system(SystemError("bind", errno: EADDRNOTAVAIL, context: "\(host):\(port)"))
-        var cursor: UnsafeMutablePointer<addrinfo>? = first
-        while let info = cursor {
-            cursor = info.pointee.ai_next
-            let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            if fd < 0 { lastError = StreamError.system(SystemError("socket", errno: errno)); continue }
-            let sock = Socket(adopting: fd)
+        try eachAddress(host: host, port: port, passive: true,
+                        none: StreamError.system(SystemError("bind", errno: EADDRNOTAVAIL, context: "\(host):\(port)"))) { sock, info in
             var on: Int32 = 1
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
-            guard bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
-                lastError = StreamError.system(SystemError("bind", errno: errno, context: "\(host):\(port)"))
-                continue
+            setsockopt(sock.fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+            guard bind(sock.fd, info.ai_addr, info.ai_addrlen) == 0 else {
+                throw StreamError.system(SystemError("bind", errno: errno, context: "\(host):\(port)"))
             }
-            guard listen(fd, backlog) == 0 else {
-                lastError = StreamError.system(SystemError("listen", errno: errno, context: "\(host):\(port)"))
-                continue
+            guard listen(sock.fd, backlog) == 0 else {
+                throw StreamError.system(SystemError("listen", errno: errno, context: "\(host):\(port)"))
             }
-            return sock
         }
-        throw lastError
     }
 
     /// The local port this socket is bound to (0 if unknown).

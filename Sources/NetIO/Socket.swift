@@ -24,18 +24,32 @@ public final class Socket {
     /// Connects to `host:port` over TCP, trying each address in turn, within `timeout`.
     public static func connectTCP(host: String, port: Int, timeout: Duration) throws -> Socket {
         let deadline = Deadline.after(timeout)
+        return try eachAddress(host: host, port: port, passive: false,
+                               none: StreamError.system(SystemError("connect", errno: ECONNREFUSED, context: "\(host):\(port)"))) { sock, info in
+            try sock.finishConnect(info.ai_addr, info.ai_addrlen, deadline: deadline, what: "\(host):\(port)")
+            sock.setNoDelay()
+        }
+    }
+
+    /// Resolves `host:port` for TCP (`passive`: an address to listen on; an empty host is any)
+    /// and tries each address in turn: a non-blocking, close-on-exec socket of its family, then
+    /// `use`. Returns the first socket `use` accepts; throws the last error (`none` if there was
+    /// no address to try).
+    static func eachAddress(host: String, port: Int, passive: Bool, none: Error,
+                            _ use: (Socket, addrinfo) throws -> Void) throws -> Socket {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_protocol = Int32(IPPROTO_TCP)
+        if passive { hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV }
         var list: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host, String(port), &hints, &list)
+        let rc = getaddrinfo(passive && host.isEmpty ? nil : host, String(port), &hints, &list)
         guard rc == 0, let first = list else {
             let text = rc == 0 ? "no addresses" : String(cString: gai_strerror(rc))
-            throw StreamError.system(SystemError("getaddrinfo", errno: EHOSTUNREACH, context: "\(host): \(text)"))
+            throw StreamError.system(SystemError("getaddrinfo", errno: passive ? EADDRNOTAVAIL : EHOSTUNREACH, context: "\(host): \(text)"))
         }
         defer { freeaddrinfo(list) }
-        var lastError: Error = StreamError.system(SystemError("connect", errno: ECONNREFUSED, context: "\(host):\(port)"))
+        var lastError = none
         var cursor: UnsafeMutablePointer<addrinfo>? = first
         while let info = cursor {
             cursor = info.pointee.ai_next
@@ -43,8 +57,7 @@ public final class Socket {
             if fd < 0 { lastError = StreamError.system(SystemError("socket", errno: errno)); continue }
             let sock = Socket(adopting: fd)
             do {
-                try sock.finishConnect(info.pointee.ai_addr, info.pointee.ai_addrlen, deadline: deadline, what: "\(host):\(port)")
-                sock.setNoDelay()
+                try use(sock, info.pointee)
                 return sock
             } catch {
                 lastError = error
