@@ -109,7 +109,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "TestSupport",
+            "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

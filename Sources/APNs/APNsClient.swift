@@ -69,6 +69,28 @@ public final class APNsClientStats: Sendable {
     let connectionsLost = Atomic<Int>(0)
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
+    /// Connections open now (HTTP/2 set up, not yet closed).
+    let open = Atomic<Int>(0)
+    /// Request durations by lane (priority 10, priority 5), from the event loops' own tallies:
+    /// each loop counts on its thread and adds its counts here at most every 250 ms.
+    private let durations = Mutex([RequestDurations(), RequestDurations()])
+
+    public var openConnections: Int { open.load(ordering: .relaxed) }
+
+    /// Time from a request's submission on a connection to its complete answer, by priority lane:
+    /// `(10, histogram)`, `(5, histogram)`.
+    public var requestDurations: [(priority: Int, histogram: RequestDurations)] {
+        durations.withLock { [(10, $0[0]), (5, $0[1])] }
+    }
+
+    func add(_ tallies: inout [RequestDurations]) {
+        durations.withLock { all in
+            for lane in all.indices where tallies[lane].count > 0 {
+                all[lane].add(tallies[lane])
+                tallies[lane] = RequestDurations()
+            }
+        }
+    }
 
     public struct Snapshot: Sendable, Equatable, Codable {
         public var delivered, rejected, retried, timeouts, connects, connectionsLost, goAways, tokenRefreshes: Int
@@ -79,6 +101,32 @@ public final class APNsClientStats: Sendable {
                  retried: retried.load(ordering: .relaxed), timeouts: timeouts.load(ordering: .relaxed),
                  connects: connects.load(ordering: .relaxed), connectionsLost: connectionsLost.load(ordering: .relaxed),
                  goAways: goAways.load(ordering: .relaxed), tokenRefreshes: tokenRefreshes.load(ordering: .relaxed))
+    }
+}
+
+/// Counts of durations in fixed buckets (Prometheus's cumulative `le` form is made when written).
+public struct RequestDurations: Sendable, Equatable {
+    /// Upper bounds in seconds, as `_bucket{le=…}` shows them.
+    public static let bounds: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+    private static let boundsNanos: [UInt64] = bounds.map { UInt64($0 * 1e9) }
+    /// Per bucket (not cumulative); the last one is above every bound.
+    public private(set) var counts = [Int](repeating: 0, count: bounds.count + 1)
+    public private(set) var sumNanos: UInt64 = 0
+    public var count: Int { counts.reduce(0, +) }
+
+    public init() {}
+
+    @inline(__always)
+    public mutating func record(nanoseconds: UInt64) {
+        var i = 0
+        while i < Self.boundsNanos.count && nanoseconds > Self.boundsNanos[i] { i += 1 }
+        counts[i] += 1
+        sumNanos &+= nanoseconds
+    }
+
+    public mutating func add(_ other: RequestDurations) {
+        for i in counts.indices { counts[i] += other.counts[i] }
+        sumNanos &+= other.sumNanos
     }
 }
 
@@ -126,6 +174,14 @@ public final class APNsClient: Sendable {
     }
 
     deinit { shutdown() }
+
+    /// How long the least recently active event loop has gone without a turn. A loop turns at
+    /// least every second when idle (its poll's timeout), so a large value means a stuck thread.
+    public var longestLoopStall: Duration {
+        let now = Deadline.now().nanoseconds
+        let oldest = loops.map { $0.lastTurn.load(ordering: .relaxed) }.min() ?? now
+        return .nanoseconds(Int64(bitPattern: now &- min(oldest, now)))
+    }
 
     /// Closes every connection; requests still waiting fail with `.shutdown`.
     public func shutdown() { loops.forEach { $0.stop() } }
@@ -242,10 +298,11 @@ public final class APNsClient: Sendable {
         }
         await window.acquire(targets.count, priority: priority)
         defer { window.release(targets.count, priority: priority) }
-        return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets)
+        return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets, priority: priority)
     }
 
-    private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets) async -> [APNsResult] {
+    private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets,
+                               priority: Int) async -> [APNsResult] {
         var all = headers
         if let token { all.append(HTTP2Header("authorization", "bearer \(token.value)")) }
         let template: HTTP2RequestTemplate
@@ -256,7 +313,7 @@ public final class APNsClient: Sendable {
             return Array(repeating: .failed(APNsTransportError(.configuration, "bad request headers: \(error)")), count: targets.count)
         }
         return await withCheckedContinuation { continuation in
-            let work = BatchWork(template: template, body: body, targets: targets,
+            let work = BatchWork(template: template, body: body, targets: targets, lane: priority >= 10 ? 0 : 1,
                                  completion: BatchCompletion(count: targets.count, continuation: continuation))
             // One contiguous slice per event loop, starting from a rotating one.
             let n = loops.count

@@ -16,12 +16,15 @@ final class BatchWork: Sendable {
     let template: HTTP2RequestTemplate
     let body: HTTP2Body?
     let targets: APNsClient.Targets
+    /// Which of `APNsClientStats.requestDurations` its answers are timed in: 0 priority 10, 1 priority 5.
+    let lane: Int
     let completion: BatchCompletion
 
-    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: APNsClient.Targets, completion: BatchCompletion) {
+    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: APNsClient.Targets, lane: Int, completion: BatchCompletion) {
         self.template = template
         self.body = body
         self.targets = targets
+        self.lane = lane
         self.completion = completion
     }
 }
@@ -109,6 +112,8 @@ final class APNsEventLoop: Sendable {
     let tlsContext: TLSContext?
     let logger: Logger
     let stats: APNsClientStats
+    /// `Deadline` nanoseconds of the loop's latest turn (liveness).
+    let lastTurn = Atomic<UInt64>(Deadline.now().nanoseconds)
 
     init(id: Int, connections: Int, configuration: APNsClientConfiguration, tlsContext: TLSContext?, logger: Logger, stats: APNsClientStats) {
         self.id = id
@@ -152,6 +157,9 @@ private final class LoopState {
     var current: BatchCompletion?
     var currentCount = 0
     var nextHousekeeping = Deadline.now()
+    /// Request durations counted on this thread since they were last added to the client's stats.
+    var durations = [RequestDurations(), RequestDurations()]
+    var durationsCounted = false
 
     init(owner: APNsEventLoop, connections count: Int) {
         self.owner = owner
@@ -163,6 +171,7 @@ private final class LoopState {
     func run() {
         while owner.inbox.take(into: &queue) {
             let now = Deadline.now()
+            owner.lastTurn.store(now.nanoseconds, ordering: .relaxed)
             spreadQueued()
             for c in connections {
                 if c.pump == nil {
@@ -281,6 +290,13 @@ private final class LoopState {
         nextHousekeeping = Deadline.after(.milliseconds(250))
         for c in connections { c.housekeeping(now) }
         publishResults()
+        publishDurations()
+    }
+
+    func publishDurations() {
+        guard durationsCounted else { return }
+        owner.stats.add(&durations)
+        durationsCounted = false
     }
 
     private func shutdown() {
@@ -289,6 +305,7 @@ private final class LoopState {
         for r in owner.inbox.drain() { finish(r, .failed(error)) }
         for c in connections { c.abandon(error) }
         publishResults()
+        publishDurations()
     }
 }
 
@@ -376,8 +393,9 @@ private final class ConnectionState: HTTP2ClientDelegate {
     func readable(_ revents: Int16) {
         guard let pump else { return }
         do {
-            if try !pump.readAvailable() { lost("APNs closed the connection"); return }
+            // The time of this read: answers completed by it are timed with it.
             lastActivity = Deadline.now()
+            if try !pump.readAvailable() { lost("APNs closed the connection"); return }
             if pump.isFinished && !draining { lost("the HTTP/2 session ended"); return }
             try pump.flush()
         } catch {
@@ -418,6 +436,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
             }
             connectFailures = 0
             stats.connects.add(1, ordering: .relaxed)
+            stats.open.add(1, ordering: .relaxed)
             submit()
             flush()
         } catch {
@@ -437,6 +456,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
     }
 
     func close() {
+        if pump != nil { stats.open.subtract(1, ordering: .relaxed) }
         pump?.close()
         pump = nil
         session = nil
@@ -468,6 +488,8 @@ private final class ConnectionState: HTTP2ClientDelegate {
         for i in slots.indices { if let f = slots[i] { loop.finish(f.request, .failed(error)) } }
         slots.removeAll()
         if let session, let pump {
+            stats.open.subtract(1, ordering: .relaxed)
+            self.pump = nil
             session.terminate(errorCode: .noError)
             _ = try? pump.flush()
             pump.close()
@@ -537,6 +559,12 @@ private final class ConnectionState: HTTP2ClientDelegate {
             // Swapped out of the slot, not copied: no reference counting for its strings.
             var response = APNsResponse(status: 0)
             swap(&response, &f.response)
+            if lastActivity.nanoseconds > f.started.nanoseconds {
+                loop.durations[f.request.work.lane].record(nanoseconds: lastActivity.nanoseconds - f.started.nanoseconds)
+            } else {
+                loop.durations[f.request.work.lane].record(nanoseconds: 0)
+            }
+            loop.durationsCounted = true
             if (200..<300).contains(f.status) {
                 succeededOnce = true
                 if !f.body.isEmpty { swap(&response.body, &f.body) }

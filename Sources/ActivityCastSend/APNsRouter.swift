@@ -20,6 +20,13 @@ public final class APNsRouter: Sendable {
     /// The environments pushes can go to, in a fixed order.
     public var environments: [APNsEnvironment] { APNsEnvironment.allCases.filter { push[$0] != nil } }
 
+    /// Every client once (one may serve pushes and channel management, or two environments).
+    public var clients: [APNsClient] {
+        var seen = Set<ObjectIdentifier>()
+        return (push.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) + manage.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value))
+            .filter { seen.insert(ObjectIdentifier($0)).inserted }
+    }
+
     public func shutdown() {
         for c in push.values { c.shutdown() }
         for c in manage.values { c.shutdown() }
@@ -30,6 +37,7 @@ public final class APNsRouter: Sendable {
 public final class SendStats: Sendable {
     public enum Kind: String, Sendable, CaseIterable { case broadcast, token, start, channelCreate = "channel_create", channelDelete = "channel_delete" }
 
+    /// `kind outcome priority` → count (priority empty for channel management).
     private let outcomes = Mutex<[String: Int]>([:])
     public let stale = Atomic<Int>(0)
     /// Fan-outs started, slices finished, slices superseded, tokens sent again after a takeover.
@@ -56,11 +64,12 @@ public final class SendStats: Sendable {
 
     public var budgetDecisions: [String: Int] { decisions.withLock { $0 } }
 
-    /// Counts one request of `kind` by its outcome: `ok`, Apple's reason, or `no_answer`.
-    public func count(_ kind: Kind, _ result: APNsResult) { count(kind, CollectionOfOne(result)) }
+    /// Counts one request of `kind` by its outcome: `ok`, Apple's reason, or `no_answer`;
+    /// `priority`: the push's apns-priority (nil for channel management).
+    public func count(_ kind: Kind, _ result: APNsResult, priority: Int? = nil) { count(kind, CollectionOfOne(result), priority: priority) }
 
     /// Counts a batch's requests: one lock and no string per request (a batch is mostly `ok`).
-    public func count(_ kind: Kind, _ results: some Sequence<APNsResult>) {
+    public func count(_ kind: Kind, _ results: some Sequence<APNsResult>, priority: Int? = nil) {
         var ok = 0
         var others: [String: Int] = [:]
         for result in results {
@@ -70,12 +79,20 @@ public final class SendStats: Sendable {
             case .failed: others["no_answer", default: 0] += 1
             }
         }
+        let p = priority.map(String.init) ?? ""
         outcomes.withLock { map in
-            if ok > 0 { map["\(kind.rawValue) ok", default: 0] += ok }
-            for (outcome, n) in others { map["\(kind.rawValue) \(outcome)", default: 0] += n }
+            if ok > 0 { map["\(kind.rawValue) ok \(p)", default: 0] += ok }
+            for (outcome, n) in others { map["\(kind.rawValue) \(outcome) \(p)", default: 0] += n }
         }
     }
 
-    /// `kind outcome` → count.
-    public var byOutcome: [String: Int] { outcomes.withLock { $0 } }
+    /// `kind outcome` → count, whatever the priority.
+    public var byOutcome: [String: Int] {
+        var out: [String: Int] = [:]
+        for (key, n) in byOutcomeAndPriority { out[String(key[..<(key.lastIndex(of: " ") ?? key.endIndex)]), default: 0] += n }
+        return out
+    }
+
+    /// `kind outcome priority` → count; the priority is empty for channel management.
+    public var byOutcomeAndPriority: [String: Int] { outcomes.withLock { $0 } }
 }

@@ -55,6 +55,10 @@ public final class ChannelRegistry: Sendable {
     func hashKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:channels" }
     var announcements: String { "\(keys.prefix):channels" }
     var expiring: String { "\(keys.prefix):channels:expiring" }
+    /// Every channel on record (`<env> <key>`, scored by its creation, ms) and every key on
+    /// per-token fallback (scored by when it fell back): counts for the metrics without a scan.
+    var index: String { "\(keys.prefix):channels:index" }
+    var fallbacks: String { "\(keys.prefix):channels:fallback" }
 
     /// What the key has in `env`: a channel, the fallback to per-token sends (channel limit), or nothing yet.
     public enum State: Sendable, Equatable {
@@ -120,6 +124,8 @@ public final class ChannelRegistry: Sendable {
                     RedisCommand("HSET", hashKey(key), env.rawValue, record.stored),
                     RedisCommand("HDEL", hashKey(key), "\(env.rawValue):fallback"),
                     RedisCommand("EXPIRE", hashKey(key), ttlSeconds),
+                    RedisCommand("ZADD", index, record.createdMillis, "\(env.rawValue) \(key)"),
+                    RedisCommand("ZREM", fallbacks, "\(env.rawValue) \(key)"),
                     RedisCommand("XADD", announcements, "MAXLEN", "~", 100_000, "*", "event", "created", "key", key.description,
                                  "env", env.rawValue, "channel", id, "policy", policy.rawValue),
                 ])
@@ -133,6 +139,7 @@ public final class ChannelRegistry: Sendable {
                     RedisCommand("HSET", hashKey(key), "\(env.rawValue):fallback", "1"),
                     RedisCommand("EXPIRE", hashKey(key), ttlSeconds),
                     RedisCommand("HINCRBY", keys.counters, "channels_fallback", 1),
+                    RedisCommand("ZADD", fallbacks, Int64(Date().timeIntervalSince1970 * 1000), "\(env.rawValue) \(key)"),
                 ])
                 stats.channelFallbacks.add(1, ordering: .relaxed)
                 logger.error("CHANNEL LIMIT REACHED (CannotCreateChannelConfig): this key's devices get per-token pushes instead of a broadcast",
@@ -153,7 +160,9 @@ public final class ChannelRegistry: Sendable {
     /// Forgets a channel APNs no longer knows (`ChannelNotRegistered`) if it is still the one
     /// stored, so the next `ensure` creates a new one.
     public func forget(_ key: ActivityKey, _ env: APNsEnvironment, id: String) async throws {
-        _ = try await redis.send(.script(ChannelScripts.forgetIfCurrent, keys: [hashKey(key)], args: [env.rawValue, id]))
+        if try await redis.send(.script(ChannelScripts.forgetIfCurrent, keys: [hashKey(key)], args: [env.rawValue, id])).int == 1 {
+            _ = try await redis.send(RedisCommand("ZREM", index, "\(env.rawValue) \(key)"))
+        }
         logger.warning("channel not registered at APNs; a new one is created", metadata: ["key": "\(key)", "env": "\(env.rawValue)", "channel": "\(id)"])
     }
 
@@ -166,6 +175,10 @@ public final class ChannelRegistry: Sendable {
     /// Returns how many channels were deleted.
     @discardableResult
     public func deleteDue(nowMillis: Int64, limit: Int = 50) async throws -> Int {
+        // Channels whose hash expired (no end ever came) leave the counts: the hash lives
+        // `ttlSeconds` after its last write.
+        _ = try await redis.pipeline([RedisCommand("ZREMRANGEBYSCORE", index, "-inf", nowMillis - Int64(ttlSeconds) * 1000),
+                                      RedisCommand("ZREMRANGEBYSCORE", fallbacks, "-inf", nowMillis - Int64(ttlSeconds) * 1000)])
         let due = try await redis.send(RedisCommand("ZRANGEBYSCORE", expiring, "-inf", nowMillis, "LIMIT", 0, limit))
         var deleted = 0
         for name in (due.array ?? []).compactMap(\.string) {
@@ -184,6 +197,7 @@ public final class ChannelRegistry: Sendable {
                     deleted += 1
                     _ = try await redis.pipeline([
                         .script(ChannelScripts.forgetIfCurrent, keys: [hashKey(key)], args: [env.rawValue, record.id]),
+                        RedisCommand("ZREM", index, "\(env.rawValue) \(key)"),
                         RedisCommand("XADD", announcements, "MAXLEN", "~", 100_000, "*", "event", "deleted", "key", key.description,
                                      "env", env.rawValue, "channel", record.id),
                     ])
@@ -201,7 +215,7 @@ public final class ChannelRegistry: Sendable {
 
 enum ChannelScripts {
     /// KEYS[1] = the key's channels hash. ARGV = env, id. Removes the env's channel if it is
-    /// still `id`. Returns 1 if removed.
+    /// still `id`. Returns 1 if removed. (One slot: the caller takes it out of the index.)
     static let forgetIfCurrent = RedisScript("""
     local cur = redis.call('HGET', KEYS[1], ARGV[1])
     if cur and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ' ' then

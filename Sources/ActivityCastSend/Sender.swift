@@ -409,7 +409,7 @@ public final class Sender: Sendable {
             try await admit(1)
             let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
-            stats.count(.broadcast, result)
+            stats.count(.broadcast, result, priority: priority)
             if result.action == .delivered { return true }
             if result.response?.reason == .channelNotRegistered, !recreated {
                 recreated = true
@@ -508,7 +508,7 @@ public final class Sender: Sendable {
             var failures: [(target: String, reason: String)] = []
             var failureIDs: [String?] = []
             var lastReason = ""
-            stats.count(kind, results)
+            stats.count(kind, results, priority: priority)
             for (row, result) in zip(pending, results) {
                 switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
                 case .delivered:

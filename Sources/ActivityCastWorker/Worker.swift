@@ -49,7 +49,7 @@ public final class Worker: Sendable {
     private let slices: SliceTaker?
     /// Flushes coalesced states that came due, when the worker sends.
     private let flusher: BudgetFlusher?
-    private let apns: APNsRouter?
+    let apns: APNsRouter?
     /// Why the send path could not be set up (a missing key, no sandbox): the worker won't start.
     private let sendSetupError: String?
 

@@ -136,6 +136,51 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(Set(handler.requests.map(\.path)).count == 500)
         #expect(Set(handler.requests.map(\.connection)).count >= 10)
         #expect(client.stats.snapshot.goAways >= 9)
+        #expect(client.stats.openConnections <= 1)
+    }
+
+    /// Answers are timed from submission to their read, in their priority lane; connections
+    /// open are counted while open; the loops keep turning.
+    @Test func requestDurationsAreTimedByLaneAndConnectionsCounted() async throws {
+        // Requests to tokens ending in "1" wait 40 ms at the peer (one thread: one after another).
+        let handler = ScriptedPeer(answer: { req, _ in
+            if (req.path ?? "").hasSuffix("1") { usleep(40_000) }
+            return H2Response(status: 200)
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 2) { $0.threads = 2 }
+        defer { client.shutdown() }
+        let slow = (0..<4).map { String(format: "%063x1", $0) }
+        let fast = (0..<6).map { String(format: "%063x2", $0) }
+        #expect(await client.sendLiveActivity(payload: Array("{}".utf8), to: slow, bundleID: "com.example.app", priority: 10)
+            .allSatisfy { $0.action == .delivered })
+        #expect(await client.sendLiveActivity(payload: Array("{}".utf8), to: fast, bundleID: "com.example.app", priority: 5)
+            .allSatisfy { $0.action == .delivered })
+        // The loops add their counts at most every 250 ms.
+        var lanes: [Int: RequestDurations] = [:]
+        for _ in 0..<40 {
+            lanes = Dictionary(uniqueKeysWithValues: client.stats.requestDurations.map { ($0.priority, $0.histogram) })
+            if lanes[10]?.count == 4 && lanes[5]?.count == 6 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let ten = try #require(lanes[10]), five = try #require(lanes[5])
+        #expect(ten.count == 4 && five.count == 6)
+        // Every slow answer took 40 ms or more: none in the buckets up to 25 ms.
+        let upTo25ms = RequestDurations.bounds.firstIndex(of: 0.025)!
+        #expect(ten.counts[...upTo25ms].reduce(0, +) == 0, "\(ten.counts)")
+        #expect(ten.sumNanos >= 4 * 40_000_000)
+        #expect(five.sumNanos < ten.sumNanos)
+        #expect(client.stats.openConnections >= 1 && client.stats.openConnections <= 2)
+        #expect(client.longestLoopStall < .seconds(2))
+        client.shutdown()
+        var open = -1
+        for _ in 0..<40 {
+            open = client.stats.openConnections
+            if open == 0 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(open == 0)
     }
 
     @Test func aResetConnectionIsReopenedAndRequestsRetried() async throws {

@@ -40,6 +40,9 @@ import TestSupport
         #expect(ids.count == 1, "\(states)")
         let id = try #require(ids.first)
         #expect(try await sandbox.get("/sandbox/stats")?["channelsCreated"] as? Int == 1)
+        // On record in the index the metrics count (`activitycast_channels{state="open"}`).
+        let index = "\(prefix):channels:index"
+        #expect(try await redis.send(RedisCommand("ZRANGE", index, 0, -1)).array?.compactMap(\.string) == ["development match:x"])
 
         // Due for deletion: exactly one registry deletes it, at APNs and in Redis.
         try await registries[0].scheduleDeletion(key, atMillis: 1)
@@ -50,6 +53,12 @@ import TestSupport
         #expect(deleted == 1)
         #expect(try await sandbox.get("/sandbox/channels/\(id)")?["deleted"] as? Int == 1)
         #expect(try await registries[1].state(key, .development) == .none)
+        #expect(try await redis.send(RedisCommand("ZCARD", index)).int == 0)
+        // A channel whose hash expired without an end leaves the index once its TTL has passed.
+        try await redis.command("ZADD", index, Int64(Date().timeIntervalSince1970 * 1000) - 3_601_000, "development match:old",
+                                Int64(Date().timeIntervalSince1970 * 1000), "development match:new")
+        _ = try await registries[2].deleteDue(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+        #expect(try await redis.send(RedisCommand("ZRANGE", index, 0, -1)).array?.compactMap(\.string) == ["development match:new"])
         let events = try await redis.send(RedisCommand("XRANGE", "\(prefix):channels", "-", "+"))
         let kinds = (events.array ?? []).compactMap { try? StreamReplies.entry($0) }.compactMap { e -> String? in
             guard let f = e.fields, let i = f.firstIndex(of: Array("event".utf8)) else { return nil }

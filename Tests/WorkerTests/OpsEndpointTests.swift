@@ -60,6 +60,9 @@ import TestSupport
 
     func token(_ byte: String) -> String { String(repeating: byte, count: 32) }
 
+    /// The sum of the samples whose series starts with `prefix`.
+    func sum(_ m: [String: Double], _ prefix: String) -> Double { m.filter { $0.key.hasPrefix(prefix) }.values.reduce(0, +) }
+
     /// (a) A small match through the sandbox: the worker's counters say what happened — entries
     /// acknowledged per stream, pushes by kind as the sandbox received them — and the group's
     /// gauges show the streams drained.
@@ -122,17 +125,40 @@ import TestSupport
         let agree = try await eventually(timeout: .seconds(60)) {
             let stats = try #require(try await sandbox.get("/sandbox/stats"))
             m = try await scrape(port)
-            func pushes(_ kind: String) -> Int { Int(m["activitycast_pushes_total{kind=\"\(kind)\",outcome=\"ok\"}"] ?? 0) }
+            func pushes(_ kind: String) -> Int { Int(sum(m, "activitycast_pushes_total{kind=\"\(kind)\",outcome=\"ok\",")) }
             let ours = "token+start \(pushes("token") + pushes("start")) broadcast \(pushes("broadcast")) channel_create \(pushes("channel_create"))"
             let theirs = "token+start \(stats["devicePushes"] as? Int ?? -1) broadcast \(stats["broadcasts"] as? Int ?? -1) channel_create \(stats["channelsCreated"] as? Int ?? -1)"
             last = (ours, theirs)
             return ours == theirs
         }
         #expect(agree, "worker \(last.0), sandbox \(last.1)")
-        #expect((m["activitycast_pushes_total{kind=\"channel_create\",outcome=\"ok\"}"] ?? 0) >= 1)
-        #expect(m["activitycast_pushes_total{kind=\"start\",outcome=\"ok\"}"] == 1)
-        #expect((m["activitycast_pushes_total{kind=\"token\",outcome=\"ok\"}"] ?? 0) >= 1)
-        #expect((m["activitycast_pushes_total{kind=\"broadcast\",outcome=\"ok\"}"] ?? 0) >= 1)
+        #expect((m["activitycast_pushes_total{kind=\"channel_create\",outcome=\"ok\",priority=\"\"}"] ?? 0) >= 1)
+        #expect(m["activitycast_pushes_total{kind=\"start\",outcome=\"ok\",priority=\"10\"}"] == 1)
+        #expect(sum(m, "activitycast_pushes_total{kind=\"token\",outcome=\"ok\",priority=\"10\"") >= 1)
+        #expect(sum(m, "activitycast_pushes_total{kind=\"broadcast\",outcome=\"ok\",priority=\"") >= 1)
+        // Only 10 and 5 are priorities; channel management has none.
+        #expect(m.keys.filter { $0.hasPrefix("activitycast_pushes_total{") }.allSatisfy {
+            $0.hasSuffix("priority=\"10\"}") || $0.hasSuffix("priority=\"5\"}") || ($0.contains("kind=\"channel_") && $0.hasSuffix("priority=\"\"}"))
+        }, "\(m.keys.filter { $0.hasPrefix("activitycast_pushes_total{") })")
+        // Every request the sandbox answered was timed, in its lane: the histograms' counts add up
+        // to the pushes counted (all answered here), and the buckets are cumulative.
+        var timed = (0.0, 0.0)
+        #expect(try await eventually(timeout: .seconds(5)) {
+            m = try await scrape(port)
+            timed = (sum(m, "activitycast_apns_request_duration_seconds_count{"), sum(m, "activitycast_pushes_total{"))
+            return timed.0 == timed.1
+        }, "timed \(timed.0), counted \(timed.1)")
+        for lane in ["10", "5"] {
+            let inf = m["activitycast_apns_request_duration_seconds_bucket{priority=\"\(lane)\",le=\"+Inf\"}"]
+            #expect(inf == m["activitycast_apns_request_duration_seconds_count{priority=\"\(lane)\"}"])
+            #expect((m["activitycast_apns_request_duration_seconds_bucket{priority=\"\(lane)\",le=\"0.001\"}"] ?? -1)
+                    <= (m["activitycast_apns_request_duration_seconds_bucket{priority=\"\(lane)\",le=\"10.0\"}"] ?? -2))
+        }
+        #expect((m["activitycast_apns_request_duration_seconds_count{priority=\"10\"}"] ?? 0) >= 3)
+        #expect((m["activitycast_apns_request_duration_seconds_sum{priority=\"10\"}"] ?? 0) > 0)
+        #expect((m["activitycast_apns_connections"] ?? 0) >= 1)
+        #expect((m["activitycast_apns_connects_total"] ?? 0) >= m["activitycast_apns_connections"] ?? 1)
+        #expect(m["activitycast_apns_goaways_total"] == 0)
         #expect(m.keys.contains { $0.hasPrefix("activitycast_budget_decisions_total{audience=\"channel\"") })
         // (Readiness is checked every second: the first check may predate the groups.)
         var ready = Answer(status: 0, contentType: "", body: "")
@@ -144,6 +170,16 @@ import TestSupport
             return g["activitycast_stream_lag{stream=\"\(sports)\"}"] == 0 && g["activitycast_stream_pending{stream=\"\(sports)\"}"] == 0
                 && g["activitycast_stream_oldest_pending_seconds{stream=\"\(reg)\"}"] == 0
         })
+        // The match's channels (one per environment) are on record as the sandbox made them, and
+        // the key is scheduled for their deletion since the final whistle.
+        let created = try #require(try await sandbox.get("/sandbox/stats"))["channelsCreated"] as? Int
+        #expect(created == 2)
+        var channels: [Double?] = []
+        #expect(try await eventually(timeout: .seconds(15)) {
+            let g = try await scrape(port)
+            channels = ["open", "ending", "fallback"].map { g["activitycast_channels{state=\"\($0)\"}"] }
+            return channels == [created.map(Double.init), 1, 0]
+        }, "\(channels)")
         // The fleet's schedule of coalesced states: a member past due (written here, for a key
         // with no state, so the worker's flusher drops it soon) shows in the gauges.
         try await redis.command("ZADD", "\(prefix):budget-due", 1, "match:zz|standard", Int64(Date().timeIntervalSince1970 * 1000) + 600_000, "match:zy|frequent")

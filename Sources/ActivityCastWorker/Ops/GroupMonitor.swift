@@ -40,6 +40,11 @@ final class GroupMonitor: Sendable {
     /// past due on Redis's clock; refreshed with the views.
     private let schedule = Mutex<(due: Int64, overdue: Int64)?>(nil)
     let budgetDue: String
+    /// Channels by state (`ChannelRegistry`'s index, fallbacks and deletion schedule), refreshed
+    /// with the views: `open` channels on record, keys whose channels are `ending` (scheduled
+    /// for deletion), keys on per-token `fallback`.
+    private let channels = Mutex<[(state: String, count: Int64)]?>(nil)
+    let channelSets: [(state: String, key: String)]
 
     init(settings: Settings, consumer: String, watched: [String], checkInterval: Duration = .seconds(1), viewInterval: Duration = .seconds(5)) {
         var config = settings.redisConfiguration
@@ -55,6 +60,8 @@ final class GroupMonitor: Sendable {
         self.checkInterval = checkInterval
         self.viewInterval = viewInterval
         self.budgetDue = settings.keys.budgetDue
+        let prefix = settings.keys.prefix
+        channelSets = [("open", "\(prefix):channels:index"), ("ending", "\(prefix):channels:expiring"), ("fallback", "\(prefix):channels:fallback")]
     }
 
     deinit { connection.close() }
@@ -62,6 +69,7 @@ final class GroupMonitor: Sendable {
     var lastReadiness: Readiness? { readiness.withLock { $0 } }
     var lastViews: (at: ContinuousClock.Instant, streams: [String: StreamView])? { views.withLock { $0 } }
     var lastSchedule: (due: Int64, overdue: Int64)? { schedule.withLock { $0 } }
+    var lastChannels: [(state: String, count: Int64)]? { channels.withLock { $0 } }
 
     /// Checks until cancelled.
     func run() async {
@@ -127,10 +135,12 @@ final class GroupMonitor: Sendable {
             result[stream] = StreamView(lag: lag, pending: pending, oldestPendingSeconds: oldest)
         }
         views.withLock { $0 = (.now, result) }
-        if let nowMillis, let counts = try? await connection.pipeline([RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis)]),
-           let due = counts[0].int, let overdue = counts[1].int {
-            schedule.withLock { $0 = (due, overdue) }
-        }
+        guard let nowMillis, let counts = try? await connection.pipeline(
+            [RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis)] + channelSets.map { RedisCommand("ZCARD", $0.key) })
+        else { return }
+        if let due = counts[0].int, let overdue = counts[1].int { schedule.withLock { $0 = (due, overdue) } }
+        let sets = zip(channelSets, counts.dropFirst(2)).compactMap { set, reply in reply.int.map { (set.state, $0) } }
+        if sets.count == channelSets.count { channels.withLock { $0 = sets } }
     }
 
     /// The fields of `group` in an `XINFO GROUPS` reply; nil if the group (or the key) is missing.

@@ -1,3 +1,4 @@
+import APNs
 import Logging
 import OpsHTTP
 import Synchronization
@@ -6,7 +7,7 @@ import Synchronization
 ///
 /// - `/metrics`: the Prometheus text format (`WorkerMetrics`).
 /// - `/healthz` (liveness): 503 only when the worker itself is stuck — its read loop has made no
-///   progress for `livenessLimit`. A Redis outage is not that: reads fail and are retried, which
+///   progress for `livenessLimit`, or an APNs event loop has not turned for `loopLimit`. A Redis outage is not that: reads fail and are retried, which
 ///   is progress. 200 while draining (the shutdown deadline bounds it).
 /// - `/readyz` (readiness): 503 with the reason while draining after SIGTERM, while Redis does not
 ///   answer the monitor's `PING` (1 s timeout, checked every second), or while the consumer
@@ -86,20 +87,38 @@ struct Probes: Sendable {
         return HTTPResponse(status: 200, text: "ready\n")
     }
 
+    /// How long an APNs event loop may go without a turn before `/healthz` fails: it turns at
+    /// least every second, and blocks only while it opens a connection (each bounded by the connect
+    /// timeout, one after another for the loop's connections), so 30 s more than that.
+    static func loopLimit(_ configuration: APNsClientConfiguration) -> Duration {
+        let perLoop = (configuration.connections + configuration.threads - 1) / max(1, configuration.threads)
+        return configuration.connectTimeout * (perLoop + 1) + .seconds(30)
+    }
+
     func healthResponse() -> HTTPResponse {
-        if worker.isStopping { return HTTPResponse(status: 200, text: "ok (draining)\n") }
-        let idle = worker.sinceProgress
-        let limit = livenessLimit
-        if idle > limit {
-            return HTTPResponse(status: 503, text: "stuck: the read loop has made no progress for \(Int(idle.seconds)) s (limit \(Int(limit.seconds)) s)\n")
+        let loops = (worker.apns?.clients ?? []).map { c in (endpoint: "\(c.configuration.endpoint)", stall: c.longestLoopStall, limit: Self.loopLimit(c.configuration)) }
+        return Self.health(draining: worker.isStopping, readIdle: worker.sinceProgress, readLimit: livenessLimit, loops: loops)
+    }
+
+    /// The liveness answer from plain values: 503 naming what is stuck, else 200.
+    static func health(draining: Bool, readIdle: Duration, readLimit: Duration,
+                       loops: [(endpoint: String, stall: Duration, limit: Duration)]) -> HTTPResponse {
+        if draining { return HTTPResponse(status: 200, text: "ok (draining)\n") }
+        var stuck: [String] = []
+        if readIdle > readLimit {
+            stuck.append("the read loop has made no progress for \(Int(readIdle.seconds)) s (limit \(Int(readLimit.seconds)) s)")
         }
+        for loop in loops where loop.stall > loop.limit {
+            stuck.append("an APNs event loop (\(loop.endpoint)) has not turned for \(Int(loop.stall.seconds)) s (limit \(Int(loop.limit.seconds)) s)")
+        }
+        if !stuck.isEmpty { return HTTPResponse(status: 503, text: "stuck: \(stuck.joined(separator: "; "))\n") }
         return HTTPResponse(status: 200, text: "ok\n")
     }
 
     func metricsResponse() -> HTTPResponse {
         let inputs = WorkerMetrics.Inputs(streams: monitor.lastViews?.streams ?? [:], ready: notReadyReason() == nil,
                                           sinceProgress: worker.sinceProgress.seconds, inFlight: worker.inFlight.load(ordering: .relaxed),
-                                          schedule: monitor.lastSchedule)
+                                          schedule: monitor.lastSchedule, channels: monitor.lastChannels)
         return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
                             body: metrics.render(worker: worker, inputs: inputs))
     }

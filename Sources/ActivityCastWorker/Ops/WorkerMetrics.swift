@@ -1,3 +1,4 @@
+import APNs
 import ActivityCastSend
 import CoreMetrics
 import Prometheus
@@ -36,6 +37,8 @@ final class WorkerMetrics: Sendable {
         var inFlight: Int
         /// The fleet's schedule of coalesced states: members, and those past due.
         var schedule: (due: Int64, overdue: Int64)? = nil
+        /// The fleet's channels by state (`GroupMonitor.lastChannels`).
+        var channels: [(state: String, count: Int64)]? = nil
     }
 
     /// The exposition text, after bringing every series up to date. Scrapes are serialised, so
@@ -82,13 +85,14 @@ final class WorkerMetrics: Sendable {
                 gauge("activitycast_budget_flushes_due", [], Double(schedule.due))
                 gauge("activitycast_budget_flushes_overdue", [], Double(schedule.overdue))
             }
+            for (state, count) in inputs.channels ?? [] { gauge("activitycast_channels", [("state", state)], Double(count)) }
 
             // Sends.
             if let sends = worker.sender?.stats {
-                for (key, n) in sends.byOutcome {
-                    let parts = key.split(separator: " ", maxSplits: 1).map(String.init)
-                    guard parts.count == 2 else { continue }
-                    counter("activitycast_pushes_total", [("kind", parts[0]), ("outcome", parts[1])], n)
+                for (key, n) in sends.byOutcomeAndPriority {
+                    let parts = key.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+                    guard parts.count == 3 else { continue }
+                    counter("activitycast_pushes_total", [("kind", parts[0]), ("outcome", parts[1]), ("priority", parts[2])], n)
                 }
                 for (key, n) in sends.budgetDecisions {
                     let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
@@ -107,6 +111,20 @@ final class WorkerMetrics: Sendable {
                 counter("activitycast_rate_guard_waits_total", [], sends.rateWaits.load(ordering: .relaxed))
             }
 
+            // APNs connections, summed over the worker's clients (pushes and channel management).
+            let clients = worker.apns?.clients ?? []
+            if !clients.isEmpty {
+                let apns = clients.map(\.stats.snapshot)
+                func sum(_ f: (APNsClientStats.Snapshot) -> Int) -> Int { apns.reduce(0) { $0 + f($1) } }
+                gauge("activitycast_apns_connections", [], Double(clients.reduce(0) { $0 + $1.stats.openConnections }))
+                counter("activitycast_apns_connects_total", [], sum(\.connects))
+                counter("activitycast_apns_connections_lost_total", [], sum(\.connectionsLost))
+                counter("activitycast_apns_goaways_total", [], sum(\.goAways))
+                counter("activitycast_apns_request_timeouts_total", [], sum(\.timeouts))
+                counter("activitycast_apns_requests_retried_total", [], sum(\.retried))
+                counter("activitycast_apns_provider_token_refreshes_total", [], sum(\.tokenRefreshes))
+            }
+
             // Redis (the reading and the command connections).
             let redis = worker.redisStats
             counter("activitycast_redis_round_trips_total", [], redis.roundTrips)
@@ -118,7 +136,34 @@ final class WorkerMetrics: Sendable {
             gauge("activitycast_draining", [], worker.isStopping ? 1 : 0)
             gauge("activitycast_read_loop_idle_seconds", [], inputs.sinceProgress)
 
-            return registry.emitToBuffer()
+            var text = registry.emitToBuffer()
+            if !clients.isEmpty {
+                var lanes: [Int: RequestDurations] = [:]
+                for client in clients {
+                    for (priority, h) in client.stats.requestDurations { lanes[priority, default: RequestDurations()].add(h) }
+                }
+                text += Self.histogram("activitycast_apns_request_duration_seconds",
+                                       help: "Time from a request's submission on an APNs connection to its complete answer",
+                                       label: "priority", lanes.sorted { $0.key > $1.key }.map { (String($0.key), $0.value) })
+            }
+            return text
         }
+    }
+
+    /// A histogram in the text format, one series per label value: cumulative `_bucket`s with
+    /// `le` bounds, `_sum` in seconds and `_count`.
+    static func histogram(_ name: String, help: String, label: String, _ series: [(String, RequestDurations)]) -> [UInt8] {
+        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        for (value, h) in series {
+            var cumulative = 0
+            for (i, bound) in RequestDurations.bounds.enumerated() {
+                cumulative += h.counts[i]
+                out += "\(name)_bucket{\(label)=\"\(value)\",le=\"\(bound)\"} \(cumulative)\n"
+            }
+            out += "\(name)_bucket{\(label)=\"\(value)\",le=\"+Inf\"} \(h.count)\n"
+            out += "\(name)_sum{\(label)=\"\(value)\"} \(Double(h.sumNanos) / 1e9)\n"
+            out += "\(name)_count{\(label)=\"\(value)\"} \(h.count)\n"
+        }
+        return Array(out.utf8)
     }
 }
