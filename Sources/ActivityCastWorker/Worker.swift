@@ -166,7 +166,8 @@ public final class Worker: Sendable {
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
         let a = reader.stats, b = redis.stats
-        return .init(roundTrips: a.roundTrips + b.roundTrips, commands: a.commands + b.commands, connects: a.connects + b.connects)
+        return .init(roundTrips: a.roundTrips + b.roundTrips, commands: a.commands + b.commands, connects: a.connects + b.connects,
+                     failures: a.failures + b.failures)
     }
 
     var positionsKey: String { "\(settings.prefix):positions:\(settings.group)" }

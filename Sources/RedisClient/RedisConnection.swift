@@ -21,11 +21,15 @@ public final class RedisConnection: Sendable {
 
     /// Counters for benchmarks and metrics.
     public struct Stats: Sendable, Equatable {
-        public init(roundTrips: Int, commands: Int, connects: Int) { self.roundTrips = roundTrips; self.commands = commands; self.connects = connects }
+        public init(roundTrips: Int, commands: Int, connects: Int, failures: Int = 0) {
+            self.roundTrips = roundTrips; self.commands = commands; self.connects = connects; self.failures = failures
+        }
         /// Write-then-read cycles: what pipelining saves.
         public var roundTrips: Int
         public var commands: Int
         public var connects: Int
+        /// Round trips that failed without replies: no connection, a timeout, a lost connection.
+        public var failures: Int
     }
 
     public init(configuration: RedisConfiguration) {
@@ -43,7 +47,7 @@ public final class RedisConnection: Sendable {
     public var stats: Stats {
         Stats(roundTrips: counters.roundTrips.load(ordering: .relaxed),
               commands: counters.commands.load(ordering: .relaxed),
-              connects: counters.connects.load(ordering: .relaxed))
+              connects: counters.connects.load(ordering: .relaxed), failures: counters.failures.load(ordering: .relaxed))
     }
 
     /// Sends `commands` as one pipeline and returns one reply per command, error replies
@@ -106,6 +110,7 @@ final class Counters: Sendable {
     let roundTrips = Atomic<Int>(0)
     let commands = Atomic<Int>(0)
     let connects = Atomic<Int>(0)
+    let failures = Atomic<Int>(0)
 }
 
 /// Jobs waiting for the I/O thread, guarded by a condition variable the thread sleeps on.
@@ -194,6 +199,7 @@ final class IOThreadState: @unchecked Sendable {
         do {
             stream = try connectedStream()
         } catch {
+            counters.failures.add(1, ordering: .relaxed)
             fail(jobs, error)
             return
         }
@@ -242,6 +248,7 @@ final class IOThreadState: @unchecked Sendable {
             default: mapped = RedisError(.connectionLost, "lost the connection to Redis \(configuration.url.host):\(configuration.url.port): \(error)")
             }
             // Jobs before `index` were answered and resumed already; only the rest fail.
+            counters.failures.add(1, ordering: .relaxed)
             fail(jobs[index...], mapped)
         }
     }

@@ -201,6 +201,7 @@ import TestSupport
         defer { w.removeLogs() }
         #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
         #expect(try await get(port, "/healthz").status == 200)
+        #expect(try await scrape(port)["activitycast_redis_errors_total"] == 0)
         let pid = try #require(server.pid)
         kill(pid, SIGSTOP)
         defer { kill(pid, SIGCONT) }
@@ -221,6 +222,8 @@ import TestSupport
         }
         let m = try await scrape(port)
         #expect(m["activitycast_ready"] == 0)
+        // The worker's reads timed out while Redis was frozen.
+        #expect((m["activitycast_redis_errors_total"] ?? 0) >= 1)
         kill(pid, SIGCONT)
         #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
         #expect(try await get(port, "/healthz").status == 200)

@@ -130,6 +130,7 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_redis_round_trips_total", [], redis.roundTrips)
             counter("activitycast_redis_commands_total", [], redis.commands)
             counter("activitycast_redis_connects_total", [], redis.connects)
+            counter("activitycast_redis_errors_total", [], redis.failures)
 
             // Health, as the probes see it.
             gauge("activitycast_ready", [], inputs.ready ? 1 : 0)
