@@ -213,6 +213,11 @@ public struct BudgetState: Equatable, Sendable {
     public var pendingMillis: Int64?
     /// The time of the end sent for the key; updates after it are stale.
     public var endedMillis: Int64?
+    /// The entry (`<stream>/<id>`) decided at 10 last. The same entry decided again — a
+    /// redelivery whose first try died between the decision and the send — is answered 10 again
+    /// without spending a second token. (An entry, not an event time: feeds with second-resolution
+    /// times have several events of one time.)
+    public var priority10Entry: String?
     public var counters: Counters
 
     /// Every decision, counted (`inspect` shows them).
@@ -234,12 +239,13 @@ public struct BudgetState: Equatable, Sendable {
     }
 
     public init(bucket: TokenBucket, lastMillis: Int64? = nil, lastSentAt: Int64? = nil, pendingMillis: Int64? = nil,
-                endedMillis: Int64? = nil, counters: Counters = Counters()) {
+                endedMillis: Int64? = nil, priority10Entry: String? = nil, counters: Counters = Counters()) {
         self.bucket = bucket
         self.lastMillis = lastMillis
         self.lastSentAt = lastSentAt
         self.pendingMillis = pendingMillis
         self.endedMillis = endedMillis
+        self.priority10Entry = priority10Entry
         self.counters = counters
     }
 
@@ -251,9 +257,19 @@ public struct BudgetState: Equatable, Sendable {
 }
 
 /// The decision for one event of one (key, audience). `state` nil: the first event (the bucket
-/// starts full). `nowMillis` is the decider's clock; event times are the source's.
-public func decide(_ state: BudgetState?, _ event: BudgetEvent, nowMillis now: Int64,
+/// starts full). `nowMillis` is the decider's clock; event times are the source's. `entry`: the
+/// stream entry that carried the event (`<stream>/<id>`), so its redelivery isn't charged twice.
+public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? = nil, nowMillis now: Int64,
                    policy: AudiencePolicy) -> (BudgetDecision, BudgetState) {
+    // The entry decided at 10 last, decided again (and nothing newer since): 10, the state as it
+    // was — nothing spent, refilled or counted.
+    if let state, let entry, state.priority10Entry == entry {
+        switch event {
+        case .update(let millis, .critical) where state.lastMillis == millis: return (.priority10, state)
+        case .end(let millis) where state.lastMillis == millis: return (.priority10, state)
+        default: break
+        }
+    }
     var s = state ?? BudgetState(bucket: .full(policy.bucket, at: now))
     s.bucket.refill(to: now, policy.bucket)
 
@@ -262,7 +278,12 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, nowMillis now: I
         s.lastSentAt = max(s.lastSentAt ?? now, now)
         // The push carries the whole merged state: a pending state no newer than it is sent too.
         if let p = s.pendingMillis, p <= millis { s.pendingMillis = nil }
-        if decision == .priority10 { s.counters.priority10 += 1 } else { s.counters.priority5 += 1 }
+        if decision == .priority10 {
+            s.counters.priority10 += 1
+            s.priority10Entry = entry
+        } else {
+            s.counters.priority5 += 1
+        }
         return (decision, s)
     }
 
@@ -348,13 +369,13 @@ public struct BudgetReply: Equatable, Sendable {
 
 /// The Redis side of `decide`: one hash per (key, audience), `<prefix>:{key}:budget:<audience>`,
 /// shared by every worker. Fields: `ticks`, `refilled_at`, `last_ms`, `sent_at`, `pending_ms`,
-/// `ended_ms` (absent when nil) and the counters `p10`, `p5`, `downgraded`, `coalesced`,
+/// `ended_ms`, `p10_entry` (absent when nil) and the counters `p10`, `p5`, `downgraded`, `coalesced`,
 /// `flushed`, `stale`, `idle_flushes`. Integers are written with `%.0f`: Lua 5.1's numbers are
 /// doubles, exact below 2^53, which the policy's bounds keep every value under.
 public enum BudgetScripts {
     /// KEYS[1] = budget hash. ARGV: kind (`critical`, `routine`, `end`, `flush`), event ms (''
     /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
-    /// spacing ms, ttl s. Returns {decision (`p10`, `p5`, `coalesce`, `stale`), due ms (0 unless
+    /// spacing ms, ttl s, entry (`<stream>/<id>`, '' when none). Returns {decision (`p10`, `p5`, `coalesce`, `stale`), due ms (0 unless
     /// coalesce), now ms}.
     /// Lua the bucket scripts share: `fmt` (integers as Redis keeps them), `clock` (the caller's
     /// time, or Redis's `TIME` when it gave none: one clock for the fleet) and `refill`
@@ -389,8 +410,13 @@ public enum BudgetScripts {
     local kind, ms, now = ARGV[1], tonumber(ARGV[2]), clock(ARGV[3])
     local cap, rate, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local spacing, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
-    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms')
-    local last, sent, pending, ended = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
+    local entry = ARGV[9] or ''
+    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms', 'p10_entry')
+    local last, sent, pending, ended, p10entry = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), h[7]
+    -- The entry decided at 10 last, decided again (a redelivery): 10, nothing spent or counted.
+    if (kind == 'end' or kind == 'critical') and entry ~= '' and p10entry == entry and last == ms then
+      return {'p10', '0', fmt(now)}
+    end
     -- A token is 3,600,000 ticks: R per hour is R ticks per ms.
     local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, rate)
     local counts = {}
@@ -405,6 +431,7 @@ public enum BudgetScripts {
       if sent == nil or now > sent then sent = now end
       -- The push carries the whole merged state: a pending state no newer than it goes too.
       if pending ~= nil and pending <= m then pending = nil end
+      if d == 'p10' then p10entry = entry ~= '' and entry or false end
       count(d)
       decision = d
     end
@@ -453,6 +480,7 @@ public enum BudgetScripts {
     for _, f in ipairs(opt) do
       if f[2] ~= nil then set[#set + 1] = f[1] set[#set + 1] = fmt(f[2]) else del[#del + 1] = f[1] end
     end
+    if p10entry then set[#set + 1] = 'p10_entry' set[#set + 1] = p10entry else del[#del + 1] = 'p10_entry' end
     redis.call('HSET', KEYS[1], unpack(set))
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
@@ -530,7 +558,7 @@ public enum BudgetScripts {
     """)
 
     /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet).
-    public static func decideCommand(budgetKey: String, event: BudgetEvent, nowMillis: Int64?, policy: AudiencePolicy,
+    public static func decideCommand(budgetKey: String, event: BudgetEvent, entry: String? = nil, nowMillis: Int64?, policy: AudiencePolicy,
                                      ttlSeconds: Int) -> RedisCommand {
         let kind: String, millis: String
         switch event {
@@ -540,7 +568,7 @@ public enum BudgetScripts {
         }
         return .script(decide, keys: [budgetKey], args: [
             kind, millis, nowMillis.map { String($0) } ?? "-", policy.bucket.capacityTicks, policy.bucket.ticksPerMillisecond,
-            policy.reserveTicks, policy.minSpacingMillis, ttlSeconds,
+            policy.reserveTicks, policy.minSpacingMillis, ttlSeconds, entry ?? "",
         ])
     }
 
@@ -564,9 +592,12 @@ public enum BudgetScripts {
     public static func state(fromHash reply: RESPValue) -> BudgetState? {
         guard let items = reply.array, !items.isEmpty else { return nil }
         var f: [String: Int64] = [:]
+        var entry: String?
         var i = 0
         while i + 1 < items.count {
-            if let name = items[i].string, let v = items[i + 1].int { f[name] = v }
+            if let name = items[i].string {
+                if name == "p10_entry" { entry = items[i + 1].string } else if let v = items[i + 1].int { f[name] = v }
+            }
             i += 2
         }
         guard let ticks = f["ticks"], let at = f["refilled_at"] else { return nil }
@@ -579,6 +610,6 @@ public enum BudgetScripts {
         c.stale = Int(f["stale"] ?? 0)
         c.idleFlushes = Int(f["idle_flushes"] ?? 0)
         return BudgetState(bucket: TokenBucket(ticks: ticks, refilledAt: at), lastMillis: f["last_ms"], lastSentAt: f["sent_at"],
-                           pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], counters: c)
+                           pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], priority10Entry: entry, counters: c)
     }
 }

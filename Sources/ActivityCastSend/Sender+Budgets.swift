@@ -13,14 +13,16 @@ extension Sender {
 
     /// The budget's decision for each audience `plan` reaches — the key's channel (when it has
     /// one) and each per-token tier — in one round trip, on Redis's clock (one clock for the
-    /// fleet). A coalesced state goes on the fleet's schedule of due flushes.
-    func decideBudgets(_ plan: Plan, channel: Bool) async throws -> AudiencePriorities {
+    /// fleet). A coalesced state goes on the fleet's schedule of due flushes. `entry` names the
+    /// event's entry: decided again after a crash before its fan-out was recorded, it isn't
+    /// charged twice.
+    func decideBudgets(_ plan: Plan, entry: String, channel: Bool) async throws -> AudiencePriorities {
         guard let event = BudgetEvent(plan) else { return AudiencePriorities(all: PushBuilder.priority(plan)) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
         if channel { audiences.insert(.channel(plan.storagePolicy), at: 0) }
         let policy = configuration.budgets
         let replies = try await redis.pipeline(audiences.map { audience in
-            BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, nowMillis: budgetNow(),
+            BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                         policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds)
         })
         var decisions: [BudgetAudience: BudgetDecision] = [:]

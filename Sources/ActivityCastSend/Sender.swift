@@ -270,7 +270,7 @@ public final class Sender: Sendable {
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            priorities = try await decideBudgets(plan, channel: !channelsLive.isEmpty)
+            priorities = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty)
             // A push at 5 carries no alert: an alert only makes sense at 10.
             if plan.alert != nil {
                 var quiet = plan

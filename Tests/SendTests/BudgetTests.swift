@@ -169,6 +169,36 @@ import TestSupport
         #expect(decisions == [.priority10, .stale, .stale, .priority5])
     }
 
+    /// A worker that died between the decision and the send: the entry is redelivered and the
+    /// same event decided again. It goes at 10 again without a second token (nor a second count);
+    /// the same for the end, which would otherwise pay like a corrected end.
+    @Test func aRedeliveredEventDecidedAtTenDoesNotSpendTwice() {
+        let policy = AudiencePolicy(bucket: BucketPolicy(capacity: 3, refillPerHour: 0), minSpacingMillis: 0, endReserve: 1)
+        var state: BudgetState?
+        func step(_ e: BudgetEvent, _ entry: String) -> BudgetDecision {
+            let (d, next) = decide(state, e, entry: entry, nowMillis: 1_000, policy: policy)
+            state = next
+            return d
+        }
+        #expect(step(.update(millis: 100, priority: .critical), "s/1-0") == .priority10)
+        #expect(step(.update(millis: 100, priority: .critical), "s/1-0") == .priority10)
+        #expect(step(.update(millis: 100, priority: .critical), "s/1-0") == .priority10)
+        #expect(state?.bucket.ticks == 2 * BudgetState.ticksPerToken)
+        #expect(state?.counters.priority10 == 1)
+        // Another entry of the same time (feeds with times in seconds have many) pays.
+        #expect(step(.update(millis: 100, priority: .critical), "s/2-0") == .priority10)
+        #expect(state?.bucket.ticks == 1 * BudgetState.ticksPerToken)
+        // A newer event in between: the old entry is stale, not 10 again.
+        #expect(step(.update(millis: 200, priority: .routine), "s/3-0") == .priority5)
+        #expect(step(.update(millis: 100, priority: .critical), "s/2-0") == .stale)
+        #expect(step(.end(millis: 300), "s/4-0") == .priority10)
+        let spent = state?.bucket.ticks
+        #expect(step(.end(millis: 300), "s/4-0") == .priority10)
+        #expect(state?.bucket.ticks == spent && state?.counters.downgraded == 0 && state?.counters.priority10 == 3)
+        // A later, corrected end still pays (the bucket is empty: at 5).
+        #expect(step(.end(millis: 400), "s/5-0") == .priority5)
+    }
+
     /// A critical update every 20 s for three hours: in every sliding hour the bucket grants at
     /// most capacity + refill, and the end still goes at 10.
     @Test func noHourEverGrantsMoreThanCapacityPlusRefill() {
@@ -236,6 +266,7 @@ import TestSupport
         var mismatch = false
         var seen: [String: Int] = [:]
         var byKind: [String: Int] = [:]
+        var entryNumber = 0, redeliveries = 0
         sequences: for round in 0..<400 {
             let capacity = Int.random(in: 1...6, using: &rng)
             let policy = AudiencePolicy(
@@ -246,6 +277,7 @@ import TestSupport
             var now = Int64.random(in: 1_700_000_000_000...1_800_000_000_000, using: &rng)
             var base = Int64.random(in: 0...1_000_000, using: &rng)
             var model: BudgetState?
+            var previous: (String?, BudgetEvent)?
             let length = Int.random(in: 1...40, using: &rng)
             for step in 0..<length {
                 switch Int.random(in: 0..<100, using: &rng) {
@@ -257,11 +289,11 @@ import TestSupport
                 var millis = base
                 switch Int.random(in: 0..<100, using: &rng) {
                 case 0..<12: millis -= Int64.random(in: 1...10_000, using: &rng)  // out of order
-                case 12..<18: break  // the same time again (a redelivery)
+                case 12..<18: break  // the same time again (another event of that second)
                 default: base += Int64.random(in: 1...3000, using: &rng); millis = base
                 }
                 // Ends come mostly last (everything after an end is stale), sometimes earlier or twice.
-                let event: BudgetEvent
+                var event: BudgetEvent
                 let last = step == length - 1 && Bool.random(using: &rng)
                 switch last ? 0 : Int.random(in: 0..<100, using: &rng) {
                 case 0..<2: event = .end(millis: millis)
@@ -269,10 +301,20 @@ import TestSupport
                 case 40..<85: event = .update(millis: millis, priority: .routine)
                 default: event = .flush
                 }
-                let (expected, next) = decide(model, event, nowMillis: now, policy: policy)
+                // Each event its own entry; sometimes the previous entry again (a redelivery).
+                var entry: String?
+                if let p = previous, Int.random(in: 0..<100, using: &rng) < 12 {
+                    (entry, event) = p
+                    redeliveries += 1
+                } else if event != .flush {
+                    entryNumber += 1
+                    entry = "feed/\(entryNumber)-0"
+                    previous = (entry, event)
+                }
+                let (expected, next) = decide(model, event, entry: entry, nowMillis: now, policy: policy)
                 model = next
                 let replies = try await redis.pipeline([
-                    BudgetScripts.decideCommand(budgetKey: key, event: event, nowMillis: now, policy: policy, ttlSeconds: 60),
+                    BudgetScripts.decideCommand(budgetKey: key, event: event, entry: entry, nowMillis: now, policy: policy, ttlSeconds: 60),
                     RedisCommand("HGETALL", key),
                 ])
                 let got = try BudgetScripts.parse(replies[0])
@@ -293,7 +335,7 @@ import TestSupport
                 checked += 1
             }
         }
-        print("BudgetTests: \(checked) decisions agreed (seed \(seed)): \(byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        print("BudgetTests: \(checked) decisions agreed (seed \(seed), \(redeliveries) redeliveries): \(byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
         if mismatch { return }
         // Every path was exercised: each outcome of each kind of event (a repeated end over budget is rare).
         for path in ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",

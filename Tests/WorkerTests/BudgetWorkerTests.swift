@@ -33,8 +33,14 @@ extension SendTests {
             #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
         }
         t += 1000
-        try await r.add(sports, [("type", "match.full_time"), ("ts", String(t)), ("match", "b1"), ("home_score", "8"), ("away_score", "0")])
+        let end = try await r.add(sports, [("type", "match.full_time"), ("ts", String(t)), ("match", "b1"), ("home_score", "8"), ("away_score", "0")])
         #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        // Each tier's budget names the entry it last granted 10 to: decided again (a redelivery
+        // after a crash before the fan-out was recorded), it costs nothing more.
+        for tier in ["standard", "frequent"] {
+            let granted = try await r.redis.send(RedisCommand("HGET", "\(r.settings.prefix):{match:b1}:budget:\(tier)", "p10_entry"))
+            #expect(granted.string == "\(sports)/\(end)", "\(tier): \(granted)")
+        }
 
         let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
         for tok in standard + frequent {

@@ -22,8 +22,9 @@ import TestSupport
             return try startActivitycast(["worker", "--consumer", name], redis: server, settings: env, logName: name)
         }
 
-        func add(_ stream: String, _ fields: [(String, String)]) async throws {
-            _ = try await xadd(redis, stream, fields)
+        @discardableResult
+        func add(_ stream: String, _ fields: [(String, String)]) async throws -> String {
+            try await xadd(redis, stream, fields)
         }
 
         func drainedAll() async -> Bool {
