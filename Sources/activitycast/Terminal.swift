@@ -86,14 +86,14 @@ final class Terminal: Sendable {
     /// Leaves the alternate screen, shows the cursor and puts the terminal modes back. Safe to call
     /// more than once and from any thread; only the first call after `enter()` does anything.
     func restore() {
-        let saved: termios? = state.withLock { s in
+        let saved: termios?? = state.withLock { s in
             guard s.entered else { return nil }
             s.entered = false
-            return s.saved ?? termios()
+            return .some(s.saved)
         }
-        guard var saved else { return }
+        guard let saved else { return }
         Self.write("\u{1b}[?25h\u{1b}[?1049l")
-        tcsetattr(STDIN_FILENO, TCSADRAIN, &saved)
+        if var modes = saved { tcsetattr(STDIN_FILENO, TCSADRAIN, &modes) }
     }
 
     /// Columns and rows (TIOCGWINSZ on stdout); 80 × 24 when the terminal doesn't say.

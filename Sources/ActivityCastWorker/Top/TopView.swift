@@ -92,9 +92,10 @@ public struct TopState: Sendable {
         }
         var cut = out.map { fit($0, width) }
         if cut.count > height {
+            // The last row says how much is missing, unless the header is all there is room for.
             let hidden = cut.count - height + 1
-            cut = Array(cut.prefix(max(height - 1, 0))) + [fit("… \(hidden) more lines (a taller terminal shows them)", width)]
-            cut = Array(cut.prefix(max(height, 0)))
+            cut = height < 2 ? Array(cut.prefix(max(height, 0)))
+                : Array(cut.prefix(height - 1)) + [fit("… \(hidden) more lines (a taller terminal shows them)", width)]
         }
         return cut
     }
