@@ -61,7 +61,7 @@ let package = Package(
         ]),
         // Worker, inspect, publish and configuration: wires the core to Redis.
         .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient", "OpsHTTP",
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient", "OpsHTTP", "NetIO",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),

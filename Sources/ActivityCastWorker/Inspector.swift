@@ -32,6 +32,9 @@ public struct InspectReport: Codable, Sendable {
         /// tell (after deletions).
         public var lag: Int64?
         public var lastDeliveredID: String
+        /// Entries delivered to the group since it was created (`entries-read`, Redis 7); nil when
+        /// Redis can't tell. `activitycast top` shows its rate.
+        public var entriesRead: Int64? = nil
     }
 
     public struct Stream: Codable, Sendable {
@@ -45,6 +48,9 @@ public struct InspectReport: Codable, Sendable {
         /// Why the stream could not be read (a key of another type, a refused command); the other
         /// fields are then empty. Nil when it was read.
         public var error: String?
+        /// Entries ever added to the stream (`entries-added`, Redis 7), trimmed ones included:
+        /// `activitycast top` shows its rate. Nil when Redis doesn't say.
+        public var entriesAdded: Int64? = nil
     }
 
     /// One dead letter's `reason`, `stream` and `id` fields, each cut to its first
@@ -470,9 +476,11 @@ public struct Inspector: Sendable {
             groups.append(.init(name: groupName, consumers: consumers, pending: gd["pending"]?.int ?? 0,
                                 oldestPendingID: pending.first?.id, oldestPendingAgeMillis: pending.map(\.idleMillis).max(),
                                 lag: gd["lag"].flatMap { $0.isNull ? nil : $0.int },
-                                lastDeliveredID: gd["last-delivered-id"]?.string ?? ""))
+                                lastDeliveredID: gd["last-delivered-id"]?.string ?? "",
+                                entriesRead: gd["entries-read"].flatMap { $0.isNull ? nil : $0.int }))
         }
-        return .init(name: name, kind: kind, exists: true, length: s["length"]?.int ?? 0, firstID: firstID, lastID: lastID, groups: groups)
+        return .init(name: name, kind: kind, exists: true, length: s["length"]?.int ?? 0, firstID: firstID, lastID: lastID, groups: groups,
+                     entriesAdded: s["entries-added"]?.int)
     }
 
     private func registrations() async throws -> InspectReport.Registrations {
@@ -621,7 +629,7 @@ extension InspectReport {
     /// Whether a coalesced state waits, and when it is due: `due in 12 s` (rounded up), `due now`
     /// (within the second), `overdue 3 s` (rounded down), or `not scheduled` (nothing in the
     /// schedule will flush it); `-` when nothing waits.
-    private func waiting(_ b: Budget) -> String {
+    func waiting(_ b: Budget) -> String {
         guard b.pendingMillis != nil else { return "-" }
         guard let due = b.dueAtMillis else { return "not scheduled" }
         let ms = due - budgets.nowMillis
