@@ -9,6 +9,8 @@
 #
 #   bash scripts/bench-fanout.sh [--tokens 100000,1000000] [--workers 1,3] [--trips 1,1000,100000]
 #                                [--connections 2] [--streams 1000] [--runs 1] [--no-h2load]
+#                                [--ops on|off|scraped]   # the workers' ops endpoints: listening (default),
+#                                                         # off, or listening and /metrics fetched every 100 ms
 #   (defaults as shown: the workers' own defaults for apns.connections and max_concurrent_streams)
 #   ACTIVITYCAST_FANOUT_BATCH=512 ACTIVITYCAST_FANOUT_SLICES_IN_HAND=8 bash scripts/bench-fanout.sh   # fanout.* settings reach the workers
 #   BIN=/tmp/old/activitycast bash scripts/bench-fanout.sh   # another build, not rebuilt
@@ -16,7 +18,7 @@
 #   LOGS=/tmp/fanout-logs LOG_LEVEL=info bash scripts/bench-fanout.sh ...   # keep the workers', sandbox's and redis-server's logs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tokens=100000,1000000 worker_counts=1,3 trips=1,1000,100000 connections=2 streams=1000
+tokens=100000,1000000 worker_counts=1,3 trips=1,1000,100000 connections=2 streams=1000 ops=on
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,10 +27,12 @@ while [ $# -gt 0 ]; do
     --trips) trips=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --streams) streams=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    --ops) ops=$2; shift 2 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
+case "$ops" in on|off|scraped) ;; *) echo "--ops is on, off or scraped" >&2; exit 64 ;; esac
 source scripts/lib.sh
 if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
 work=$(mktemp -d)
@@ -64,7 +68,7 @@ pids+=("$sandbox_pid")
 wait_for_sandbox "$work/sandbox.log"
 
 echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo "fanout settings from the environment: $(env | grep -E '^ACTIVITYCAST_(FANOUT|WORKER)_' | tr '\n' ' ' || true)"
+echo "fanout settings from the environment: $(env | grep -E '^ACTIVITYCAST_(FANOUT|WORKER)_' | tr '\n' ' ' || true); ops endpoints: $ops"
 sitting=0
 IFS=, read -ra counts <<<"$worker_counts"
 for n in "${counts[@]}"; do
@@ -72,9 +76,22 @@ for n in "${counts[@]}"; do
   worker_pids=()
   worker_args=()
   for i in $(seq "$n"); do
-    ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-s$sitting-w$i" >"$work/worker-$sitting-$i.log" 2>&1 &
-    worker_pids+=("$!")
+    ops_port=$(free_port)
+    listen="127.0.0.1:$ops_port"
+    [ "$ops" = off ] && listen=off
+    ACTIVITYCAST_OPS_LISTEN="$listen" "$bin" worker --consumer "bench-s$sitting-w$i" >"$work/worker-$sitting-$i.log" 2>&1 &
     worker_args+=(--worker-pid "$!")
+    worker_pids+=("$!")
+    if [ "$ops" = scraped ]; then
+      # A scraper far more eager than Prometheus (every 100 ms): an upper bound on a scrape's cost.
+      # One process (no children to outlive it when it is stopped by PID).
+      python3 -c 'import sys, time, urllib.request
+while True:
+    try: urllib.request.urlopen(sys.argv[1], timeout=1).read()
+    except Exception: pass
+    time.sleep(0.1)' "http://$listen/metrics" &
+      worker_pids+=("$!")
+    fi
   done
   if [ -n "${PERF:-}" ]; then
     perf record -g -o "$PERF/perf-$sitting.data" -p "${worker_pids[0]},$redis_pid,$sandbox_pid" >"$work/perf.log" 2>&1 &

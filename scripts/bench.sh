@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-build_release
+if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
 work=$(mktemp -d)
 port=$(free_port)
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &

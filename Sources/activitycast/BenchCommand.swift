@@ -25,12 +25,18 @@ struct IntakeBench: AsyncParsableCommand {
     @Option(help: "Entries per XREADGROUP (worker.batch_size).") var batchSize = 512
     @Option(help: "decode: decode + plan + ack (trivial handler); full: also count audiences and log plans at debug.")
     var mode = "decode"
+    @Option(help: "The ops endpoints during each run, a comma-separated list taken in turn: off, on (listening, the group monitor running), scraped (on, and /metrics fetched every 100 ms). Each run measures every mode listed; medians per mode.")
+    var ops = "off"
 
     func run() async throws {
         guard mode == "decode" || mode == "full" else { throw ValidationError("--mode is decode or full") }
+        let opsModes = ops.split(separator: ",").map(String.init)
+        guard !opsModes.isEmpty, opsModes.allSatisfy({ ["off", "on", "scraped"].contains($0) }) else {
+            throw ValidationError("--ops takes off, on and scraped, comma-separated")
+        }
         LineLogHandler.bootstrap(level: "warning", format: "text")
-        var results: [(rate: Double, roundTrips: Double, seconds: Double)] = []
-        for run in 1...runs {
+        var byMode: [String: [(rate: Double, roundTrips: Double, seconds: Double)]] = [:]
+        for run in 1...runs { for opsMode in opsModes {
             let prefix = "bench\(UInt32.random(in: 0...UInt32.max))"
             let settings = try common.settings(extra: [
                 "prefix": prefix, "streams.feeds": "sports=\(prefix):feed:sports",
@@ -42,6 +48,23 @@ struct IntakeBench: AsyncParsableCommand {
             try await preload(redis, stream: settings.feeds[0].stream, count: events)
 
             let worker = Worker(settings: settings, logger: Logger(label: "bench"), mode: mode == "full" ? .full : .decodeOnly)
+            var service: OpsService?
+            var scraper: Task<Int, Never>?
+            if opsMode != "off" {
+                let s = OpsService(worker: worker, listen: OpsListen(host: "127.0.0.1", port: 0), logger: Logger(label: "bench"))
+                try s.start()
+                service = s
+                if opsMode == "scraped", let endpoint = MetricsEndpoint("http://127.0.0.1:\(s.port)/metrics") {
+                    scraper = Task {
+                        var scrapes = 0
+                        while !Task.isCancelled {
+                            if case .success = await endpoint.fetch(timeout: .seconds(1)) { scrapes += 1 }
+                            try? await Task.sleep(for: .milliseconds(100))
+                        }
+                        return scrapes
+                    }
+                }
+            }
             let started = ContinuousClock.now
             let task = Task { try await worker.run() }
             while worker.stats.snapshot.acked < events {
@@ -50,19 +73,28 @@ struct IntakeBench: AsyncParsableCommand {
             }
             let elapsed = ContinuousClock.now - started
             let roundTrips = Double(worker.redisStats.roundTrips) / Double(events)
+            scraper?.cancel()
+            let scrapes = await scraper?.value
             worker.requestStop()
             let snapshot = try await task.value
+            service?.stop()
             let seconds = elapsed.seconds
-            results.append((Double(events) / seconds, roundTrips, seconds))
-            print(String(format: "run %d: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)",
-                         run, events, seconds, Double(events) / seconds, roundTrips, snapshot.acked, snapshot.deadLettered))
+            byMode[opsMode, default: []].append((Double(events) / seconds, roundTrips, seconds))
+            print(String(format: "run %d, ops %@: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)%@",
+                         run, opsMode, events, seconds, Double(events) / seconds, roundTrips, snapshot.acked, snapshot.deadLettered,
+                         scrapes.map { ", \($0) scrapes" } ?? ""))
             let keys = ["\(prefix):feed:sports", "\(prefix):registrations", "\(prefix):deadletter", "\(prefix):keys"]
             _ = try await redis.send(RedisCommand("DEL", keys))
+        } }
+        let baseline = byMode[opsModes[0]].map { $0.map(\.rate).sorted()[$0.count / 2] }
+        for opsMode in opsModes {
+            let results = byMode[opsMode] ?? []
+            let rates = results.map(\.rate).sorted()
+            let trips = results.map(\.roundTrips).sorted()
+            let ratio = baseline.map { String(format: ", %.3f of ops %@", rates[rates.count / 2] / $0, opsModes[0]) } ?? ""
+            print(String(format: "median, ops %@: %.0f events/s, %.4f round trips/event (%d runs of %d events, batch %d, mode %@)%@",
+                         opsMode, rates[rates.count / 2], trips[trips.count / 2], runs, events, batchSize, mode, ratio))
         }
-        let rates = results.map(\.rate).sorted()
-        let trips = results.map(\.roundTrips).sorted()
-        print(String(format: "median: %.0f events/s, %.4f round trips/event (%d runs of %d events, batch %d, mode %@)",
-                     rates[rates.count / 2], trips[trips.count / 2], runs, events, batchSize, mode))
     }
 
     /// Adds `count` realistic score updates, pipelined in chunks (not timed).
