@@ -7,29 +7,15 @@ import Foundation
 import HTTP2Kit
 import Logging
 
-/// Builds an APNs client from the settings: the push endpoint, or the channel-management one.
+/// Builds an APNs client from the settings, as a worker does (`APNsSetup.client`): the push
+/// endpoint, or the channel-management one. Its provider tokens are this process's own.
 func makeAPNsClient(_ settings: Settings, channels: Bool = false, logger: Logger) throws -> APNsClient {
-    let apns = settings.apns
-    let endpoint: APNsEndpoint
     do {
-        endpoint = try APNsEndpoint(parsing: channels ? apns.channelsEndpoint : apns.endpoint)
-    } catch {
-        throw ValidationError("\(error)")
+        return try APNsSetup.client(settings, endpoint: channels ? settings.apns.channelsEndpoint : settings.apns.endpoint,
+                                    channels: channels, logger: logger)
+    } catch let error as APNsSetupError {
+        throw ValidationError(error.description)
     }
-    if apns.usesLocalSandbox && !FileManager.default.fileExists(atPath: apns.caFile ?? "") {
-        throw ValidationError("no APNs configured and no local sandbox found in \(apns.sandboxDirectory): start one with `activitycast sandbox`, or set ACTIVITYCAST_APNS_ENDPOINT and the key settings")
-    }
-    let signer: ProviderTokenSigner
-    do {
-        let identity = try ProviderIdentity(keyID: apns.keyID, teamID: apns.teamID)
-        signer = try ProviderTokenSigner.load(pemFile: apns.keyFile, pem: apns.keyPEM, identity: identity)
-    } catch {
-        throw ValidationError("APNs signing key: \(error)")
-    }
-    let configuration = APNsClientConfiguration(endpoint: endpoint, connections: channels ? 1 : apns.connections, caFile: apns.caFile,
-                                                verifyPeer: apns.verifyPeer, requestTimeout: apns.requestTimeout,
-                                                maxConcurrentStreams: apns.maxConcurrentStreams)
-    return try APNsClient(configuration: configuration, tokens: LocalProviderTokens(signer: signer), logger: logger)
 }
 
 /// Prints Apple's answer the way an operator wants to read it.
