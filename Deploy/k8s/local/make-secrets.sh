@@ -15,8 +15,9 @@ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$tmp/AuthKe
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
   -keyout "$tmp/tls.key" -out "$tmp/tls.crt" -subj /CN=activitycast-sandbox \
   -addext "subjectAltName=DNS:activitycast-sandbox,DNS:localhost,IP:127.0.0.1" 2>/dev/null
-b64() { base64 -w0 "$1"; }
 indent() { sed 's/^/    /' "$1"; }
+# stringData (plain text), not data (base64): Kubernetes takes either, and podman 4.3's kube play
+# writes data values into the mounted files still base64-encoded.
 cat <<YAML
 apiVersion: v1
 kind: Secret
@@ -25,8 +26,9 @@ metadata:
   labels:
     app.kubernetes.io/name: activitycast
 type: Opaque
-data:
-  AuthKey.p8: $(b64 "$tmp/AuthKey.p8")
+stringData:
+  AuthKey.p8: |
+$(indent "$tmp/AuthKey.p8")
 ---
 apiVersion: v1
 kind: Secret
@@ -35,9 +37,11 @@ metadata:
   labels:
     app.kubernetes.io/name: activitycast
 type: kubernetes.io/tls
-data:
-  tls.crt: $(b64 "$tmp/tls.crt")
-  tls.key: $(b64 "$tmp/tls.key")
+stringData:
+  tls.crt: |
+$(indent "$tmp/tls.crt")
+  tls.key: |
+$(indent "$tmp/tls.key")
 ---
 apiVersion: v1
 kind: ConfigMap
