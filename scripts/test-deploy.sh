@@ -208,6 +208,11 @@ for o in "${ops[@]}"; do
 done
 [ "$pushes" -gt 0 ] || fail "the workers' /metrics count no successful push"
 echo "scenario ${t_scenario} s; the workers' /metrics: $pushes pushes answered ok"
+# Each worker's resident memory now and at its peak, beside the manifest's limit.
+for w in "${workers[@]}"; do
+  pid=$(pm inspect --format '{{.State.Pid}}' "$w")
+  echo "$w: $($sudo grep -E '^Vm(HWM|RSS)' "/proc/$pid/status" | tr -s ' \t' ' ' | tr '\n' ' ')(limit $(( $(pm inspect --format '{{.HostConfig.Memory}}' "$w") / 1048576 )) MiB)"
+done
 
 echo "== stop the workers (SIGTERM) and check what they left"
 # `podman kube down` in podman before 5.1 kills the containers at once (SIGKILL, exit 137: podman
