@@ -7,6 +7,7 @@
 #
 #   bash scripts/build-image.sh                      # -> localhost/activitycast:dev
 #   IMAGE=localhost/activitycast:1.2 bash scripts/build-image.sh
+#   BIN=/path/to/activitycast bash scripts/build-image.sh   # that binary (release, static stdlib), not built here
 #
 # Prints how long each step took and the image's size. Deploy/Dockerfile is the same image for
 # builders that can pull swift:6.x-bookworm and debian:bookworm-slim.
@@ -35,8 +36,12 @@ bash scripts/install-deps.sh podman runc mmdebstrap binutils
 t_deps=$(took "$t")
 
 t=$(now)
-swift build -c release --product activitycast --static-swift-stdlib 2>&1 | tail -1
-bin=$(swift build -c release --show-bin-path)/activitycast
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN
+else
+  swift build -c release --product activitycast --static-swift-stdlib 2>&1 | tail -1
+  bin=$(swift build -c release --show-bin-path)/activitycast
+fi
 t_build=$(took "$t")
 
 # The base: the packages unpacked (never configured: nothing of theirs runs), then trimmed by

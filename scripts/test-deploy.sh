@@ -12,7 +12,8 @@
 # Everything it starts is removed on exit, also on failure (pods and secrets by name, background
 # processes by PID). A throwaway APNs key is made for the run (Deploy/k8s/local/make-secrets.sh).
 #
-#   bash scripts/test-deploy.sh          # about 1 minute after the image is built
+#   bash scripts/test-deploy.sh          # about 20 s after the release build
+#   BIN=/path/to/activitycast bash scripts/test-deploy.sh   # image that binary instead of building
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -61,7 +62,7 @@ echo "== image"
 t=$(now)
 bash scripts/build-image.sh | tee "$work/build.out"
 t_image=$(took "$t")
-bin=$(swift build -c release --show-bin-path)/activitycast
+bin=${BIN:-$(swift build -c release --show-bin-path)/activitycast}
 
 # kube play needs catatonit for its pods' infra containers (podman builds the pause image from it).
 bash scripts/install-deps.sh catatonit
