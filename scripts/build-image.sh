@@ -28,6 +28,8 @@ pm() { $sudo env CONTAINERS_CONF="$repo/Deploy/podman/containers.conf" podman "$
 now() { date +%s.%N; }
 took() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
 
+# The images these tags name now: replaced below, then removed (by ID) so rebuilds don't pile up.
+old_ids=$(pm image inspect --format '{{.Id}}' "$image" "$base" 2>/dev/null || true)
 work=$(mktemp -d)
 trap '$sudo rm -rf "$work"' EXIT
 
@@ -68,6 +70,11 @@ t_image=$(took "$t")
 # It runs: the dynamic loader finds every library, as user 10001, on a read-only root.
 pm run --rm --read-only --network none "$image" routes show sports >/dev/null
 [ "$(pm run --rm --read-only --network none --entrypoint /usr/local/bin/activitycast "$image" --help | head -1)" != "" ]
+
+keep=$(pm image inspect --format '{{.Id}}' "$image" "$base")
+for id in $old_ids; do
+  grep -q "$id" <<<"$keep" || pm rmi "$id" >/dev/null 2>&1 || true   # still used by a container: kept
+done
 
 size=$(pm image inspect --format '{{.Size}}' "$image")
 base_size=$(pm image inspect --format '{{.Size}}' "$base")

@@ -89,7 +89,9 @@ $sudo mmdebstrap --quiet --variant=extract --include=redis-server bookworm "$wor
   usr/lib/x86_64-linux-gnu/libperl* usr/lib/x86_64-linux-gnu/gconv \
   && $sudo find usr/bin bin -mindepth 1 ! -name 'redis-*' -delete)
 $sudo tar --numeric-owner -C "$work/redis-root" -cf "$work/redis.tar" .
+old_redis=$(pm image inspect --format '{{.Id}}' "$redis_image" 2>/dev/null || true)
 pm import --quiet --change "ENV PATH=/usr/local/bin:/usr/bin:/bin" "$work/redis.tar" "$redis_image" >/dev/null
+[ -z "$old_redis" ] || [ "$old_redis" = "$(pm image inspect --format '{{.Id}}' "$redis_image")" ] || pm rmi "$old_redis" >/dev/null 2>&1 || true
 echo "built $redis_image in $(took "$t") s"
 
 echo "== podman kube play"
