@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the system packages ActivityCast builds and tests with (Debian 12). Idempotent: does
+# Installs the system packages ActivityCast builds and tests with (Debian 12), plus any packages
+# named as arguments (scripts/build-image.sh adds podman, runc, mmdebstrap). Idempotent: does
 # nothing when everything is present.
 set -euo pipefail
-packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux)
+packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
