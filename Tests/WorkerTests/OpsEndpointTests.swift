@@ -63,19 +63,12 @@ import TestSupport
     /// The sum of the samples whose series starts with `prefix`.
     func sum(_ m: [String: Double], _ prefix: String) -> Double { m.filter { $0.key.hasPrefix(prefix) }.values.reduce(0, +) }
 
-    /// (a) A small match through the sandbox: the worker's counters say what happened — entries
-    /// acknowledged per stream, pushes by kind as the sandbox received them — and the group's
-    /// gauges show the streams drained.
-    @Test func metricsCountWhatAMatchDid() async throws {
-        let server = try await RedisServer()
-        let sandbox = try await SandboxProcess()
-        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
-        let redis = server.connection()
-        defer { redis.close() }
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
-        let (w, port) = try await worker(server, env, name: "ops-a")
-        defer { w.removeLogs() }
+    /// A small match through a sending worker on `prefix`'s streams: a push-to-start token and a
+    /// follow, the match scheduled, two activity tokens (one on the broadcast channel), then
+    /// started, a goal and full time; waits for the streams to drain after each step. Returns the
+    /// entries added to the registrations stream and to the sports feed. (Shared with the test
+    /// that has a real Prometheus scrape the worker.)
+    func playSmallMatch(_ redis: RedisConnection, prefix: String) async throws -> (registrations: Int, events: Int) {
         let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
         var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
         func next() -> String { ts += 1000; return String(ts) }
@@ -106,6 +99,24 @@ import TestSupport
         try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "m1"), ("home_score", "1"), ("away_score", "0")])
         try await add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "m1"), ("home_score", "2"), ("away_score", "1")])
         #expect(await eventually(timeout: .seconds(60)) { await drained() })
+        return (registrations, events)
+    }
+
+    /// (a) A small match through the sandbox: the worker's counters say what happened — entries
+    /// acknowledged per stream, pushes by kind as the sandbox received them — and the group's
+    /// gauges show the streams drained.
+    @Test func metricsCountWhatAMatchDid() async throws {
+        let server = try await RedisServer()
+        let sandbox = try await SandboxProcess()
+        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
+        let redis = server.connection()
+        defer { redis.close() }
+        var env = sandbox.settings
+        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        let (w, port) = try await worker(server, env, name: "ops-a")
+        defer { w.removeLogs() }
+        let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
+        let (registrations, events) = try await playSmallMatch(redis, prefix: prefix)
 
         let answer = try await get(port, "/metrics")
         #expect(answer.status == 200)
