@@ -60,9 +60,6 @@ start_private_redis "$work"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="bench" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
 export ACTIVITYCAST_APNS_CONNECTIONS="$connections" ACTIVITYCAST_APNS_MAX_CONCURRENT_STREAMS="$streams"
-# The event is critical (priority 10): a connection kept for priority 10 would carry part of the
-# fan-out, and h2load would be compared with one connection more. Unless asked, none.
-export ACTIVITYCAST_APNS_PRIORITY10_CONNECTIONS="${ACTIVITYCAST_APNS_PRIORITY10_CONNECTIONS:-0}"
 # h2load opens all its streams at once; the sandbox (like APNs) allows one stream before it has
 # seen a provider token unless told otherwise. Our client waits by itself.
 "$bin" sandbox --threads "${SANDBOX_THREADS:-2}" --streams-before-auth 1000 --delivery-log 1000 >"$work/sandbox.log" 2>&1 &

@@ -38,10 +38,6 @@ public struct APNsClientConfiguration: Sendable {
     /// Priority-5 requests in flight at most (nil: a quarter of `connections ×
     /// maxConcurrentStreams`), so priority-10 requests find free streams and short queues.
     public var lowPriorityInFlight: Int?
-    /// Connections per event loop kept for priority 10, besides `connections`: a priority-10
-    /// request goes out on one of them (others only when they are full), never behind priority-5
-    /// requests in the same socket or the same server-side connection.
-    public var priorityConnections: Int = 1
 
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),

@@ -105,9 +105,7 @@ final class BatchCompletion: @unchecked Sendable {
 /// one poll over all their sockets, one queue of requests that each connection draws from as its
 /// streams free up. Requests arrive through an inbox (one lock and one wake-up per batch slice).
 final class APNsEventLoop: Sendable {
-    /// Requests by lane: priority 10 (`urgentInbox`) and the rest, one wake-up for both.
-    let inbox: Mailbox<OutgoingRequest>
-    let urgentInbox: Mailbox<OutgoingRequest>
+    let inbox = Mailbox<OutgoingRequest>()
 
     let id: Int
     let configuration: APNsClientConfiguration
@@ -123,12 +121,9 @@ final class APNsEventLoop: Sendable {
         self.tlsContext = tlsContext
         self.logger = logger
         self.stats = stats
-        let wakeup = Wakeup()
-        inbox = Mailbox(wakeup: wakeup)
-        urgentInbox = Mailbox(wakeup: wakeup)
         let thread = Thread { [self] in
             nameCurrentThread("apns-\(id)")
-            LoopState(owner: self, connections: connections, reserved: configuration.priorityConnections).run()
+            LoopState(owner: self, connections: connections).run()
         }
         thread.name = "apns-\(id)"
         thread.start()
@@ -139,64 +134,21 @@ final class APNsEventLoop: Sendable {
         var requests: [OutgoingRequest] = []
         requests.reserveCapacity(range.count)
         for index in range { requests.append(OutgoingRequest(work: work, index: index, attempts: 0)) }
-        if !(work.lane == 0 ? urgentInbox : inbox).post(requests) {
+        if !inbox.post(requests) {
             let error = APNsResult.failed(APNsTransportError(.shutdown, "the APNs client was shut down"))
             for r in requests { r.work.completion.complete(r.index, error) }
         }
     }
 
-    func stop() {
-        urgentInbox.close()
-        inbox.close()
-    }
-}
-
-/// Requests waiting for a stream, in order, with a moving head (no shifting per request).
-struct RequestQueue {
-    var items: [OutgoingRequest] = []
-    var head = 0
-
-    var count: Int { items.count - head }
-    var isEmpty: Bool { head >= items.count }
-
-    mutating func pop() -> OutgoingRequest? {
-        guard head < items.count else { return nil }
-        let r = items[head]
-        head += 1
-        if head == items.count {
-            items.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head > 4096 && head * 2 > items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return r
-    }
-
-    /// Back to the front (a lost connection's requests go before newer ones).
-    mutating func pushFront(_ requests: [OutgoingRequest]) {
-        guard !requests.isEmpty else { return }
-        if head > 0 {
-            items.replaceSubrange(0..<head, with: [])
-            head = 0
-        }
-        items.insert(contentsOf: requests, at: 0)
-    }
-
-    mutating func removeAll() -> ArraySlice<OutgoingRequest> {
-        defer { items.removeAll(); head = 0 }
-        return items[head...]
-    }
+    func stop() { inbox.close() }
 }
 
 /// The thread-confined state of one event loop.
 private final class LoopState {
     let owner: APNsEventLoop
     var config: APNsClientConfiguration { owner.configuration }
-    /// Priority 10 first: any connection takes from `urgent` before `routine`; a reserved
-    /// connection takes only from `urgent`.
-    var urgent = RequestQueue()
-    var routine = RequestQueue()
+    var queue: [OutgoingRequest] = []
+    var queueHead = 0
     var connections: [ConnectionState] = []
     /// How many results each batch got during one turn of the loop (stored already, announced
     /// at its end). Results mostly arrive batch by batch, so a run of the same batch skips the
@@ -209,22 +161,17 @@ private final class LoopState {
     var durations = [RequestDurations(), RequestDurations()]
     var durationsCounted = false
 
-    init(owner: APNsEventLoop, connections count: Int, reserved: Int) {
+    init(owner: APNsEventLoop, connections count: Int) {
         self.owner = owner
-        // Reserved connections first: each turn they take priority-10 requests before the others do.
-        connections = (0..<max(0, reserved)).map { ConnectionState(loop: self, index: max(1, count) + $0, reserved: true) }
-            + (0..<max(1, count)).map { ConnectionState(loop: self, index: $0, reserved: false) }
+        connections = (0..<max(1, count)).map { ConnectionState(loop: self, index: $0) }
     }
 
-    var queued: Int { urgent.count + routine.count }
+    var queued: Int { queue.count - queueHead }
 
     func run() {
-        while owner.urgentInbox.take(into: &urgent.items), owner.inbox.take(into: &routine.items) {
+        while owner.inbox.take(into: &queue) {
             let now = Deadline.now()
             owner.lastTurn.store(now.nanoseconds, ordering: .relaxed)
-            // Connections kept for priority 10 (first in `connections`) take it before the
-            // others are given their shares.
-            for c in connections where c.reserved && c.pump != nil { c.submit() }
             spreadQueued()
             for c in connections {
                 if c.pump == nil {
@@ -252,24 +199,34 @@ private final class LoopState {
     private func spreadQueued() {
         guard connections.count > 1 else { return }
         var open = 0
-        for c in connections where c.session != nil && !c.draining && !c.reserved { open += 1 }
+        for c in connections where c.session != nil && !c.draining { open += 1 }
         guard open > 1, queued > open else { return }
         let share = (queued + open - 1) / open
-        for c in connections where c.session != nil && !c.draining && !c.reserved { c.submit(atMost: share) }
+        for c in connections where c.session != nil && !c.draining { c.submit(atMost: share) }
     }
 
-    /// Takes the next request for a connection with room, if any: priority 10 first; a
-    /// connection reserved for priority 10 takes nothing else.
-    func next(reserved: Bool = false) -> OutgoingRequest? {
-        if let r = urgent.pop() { return r }
-        return reserved ? nil : routine.pop()
+    /// Takes the next request for a connection with room, if any.
+    func next() -> OutgoingRequest? {
+        guard queueHead < queue.count else { return nil }
+        let r = queue[queueHead]
+        queueHead += 1
+        if queueHead == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            queueHead = 0
+        } else if queueHead > 4096 && queueHead * 2 > queue.count {
+            queue.removeFirst(queueHead)
+            queueHead = 0
+        }
+        return r
     }
 
     func requeue(_ requests: [OutgoingRequest]) {
         guard !requests.isEmpty else { return }
-        let lanes = Dictionary(grouping: requests) { $0.work.lane == 0 }
-        if let u = lanes[true] { urgent.pushFront(u) }
-        if let r = lanes[false] { routine.pushFront(r) }
+        if queueHead == 0 { queue.insert(contentsOf: requests, at: 0) } else {
+            queue.replaceSubrange(0..<queueHead, with: [])
+            queueHead = 0
+            queue.insert(contentsOf: requests, at: 0)
+        }
     }
 
     func finish(_ request: OutgoingRequest, _ result: consuming APNsResult) {
@@ -344,9 +301,7 @@ private final class LoopState {
 
     private func shutdown() {
         let error = APNsTransportError(.shutdown, "the APNs client was shut down")
-        for r in urgent.removeAll() { finish(r, .failed(error)) }
-        for r in routine.removeAll() { finish(r, .failed(error)) }
-        for r in owner.urgentInbox.drain() { finish(r, .failed(error)) }
+        for r in queue[queueHead...] { finish(r, .failed(error)) }
         for r in owner.inbox.drain() { finish(r, .failed(error)) }
         for c in connections { c.abandon(error) }
         publishResults()
@@ -377,9 +332,6 @@ private final class ConnectionState: HTTP2ClientDelegate {
     // The loop owns its connections (and outlives them): no reference counting on the hot path.
     unowned(unsafe) let loop: LoopState
     let index: Int
-    /// Kept for priority 10 (`apns.priority10_connections`): it never carries priority 5, so a
-    /// priority-10 request never queues behind a flood's bytes in the socket or at the server.
-    let reserved: Bool
     var config: APNsClientConfiguration { loop.config }
     var logger: Logger { loop.owner.logger }
     var stats: APNsClientStats { loop.owner.stats }
@@ -396,10 +348,9 @@ private final class ConnectionState: HTTP2ClientDelegate {
     var lastActivity = Deadline.now()
     var pingSentAt: Deadline?
 
-    init(loop: LoopState, index: Int, reserved: Bool) {
+    init(loop: LoopState, index: Int) {
         self.loop = loop
         self.index = index
-        self.reserved = reserved
     }
 
     var name: String { "\(loop.owner.id).\(index)" }
@@ -411,7 +362,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
         var submitted = false
         var now: Deadline?
         var taken = 0
-        while taken < atMost, session.activeStreams < limit, let request = loop.next(reserved: reserved) {
+        while taken < atMost, session.activeStreams < limit, let request = loop.next() {
             taken += 1
             let slot = freeSlots.popLast() ?? { slots.append(nil); return slots.count - 1 }()
             let work = request.work

@@ -33,8 +33,6 @@ public enum APNsSetup {
                                                     verifyPeer: apns.verifyPeer, requestTimeout: apns.requestTimeout,
                                                     maxConcurrentStreams: apns.maxConcurrentStreams)
         configuration.lowPriorityInFlight = apns.priority5InFlight
-        // Channel management carries no priority-5 traffic: nothing to keep a connection from.
-        configuration.priorityConnections = channels ? 0 : apns.priority10Connections
         let tokens: any ProviderTokenSource = redis.map { RedisSharedProviderTokens(signer: signer, redis: $0, prefix: settings.prefix) }
             ?? LocalProviderTokens(signer: signer)
         do {

@@ -131,7 +131,6 @@ public enum SettingsLoader {
         ("apns.request_timeout_ms", "30000"),
         ("apns.rate_per_second", "0"),
         ("apns.priority5_in_flight", "a quarter of connections × max_concurrent_streams"),
-        ("apns.priority10_connections", "1"),
         ("apns.rate_burst", "the rate"),
         ("sandbox.dir", ".activitycast/sandbox"),
         ("sandbox.listen", "127.0.0.1:2197"),
@@ -528,8 +527,6 @@ public struct APNsSettings: Sendable {
     public var maxConcurrentStreams: Int
     /// Priority-5 requests in flight at most (nil: the client's default).
     public var priority5InFlight: Int?
-    /// Connections kept for priority 10, besides `connections` (push endpoints only).
-    public var priority10Connections: Int = 1
     /// The fleet's requests per second for this app (0: no guard), and the burst it allows.
     public var ratePerSecond: Int = 0
     public var rateBurst: Int?
@@ -574,7 +571,6 @@ public struct APNsSettings: Sendable {
             connections: try int("apns.connections", 2, 1...64),
             maxConcurrentStreams: try int("apns.max_concurrent_streams", 1000, 1...100_000),
             priority5InFlight: try string("apns.priority5_in_flight").map { _ in try int("apns.priority5_in_flight", 1, 1...1_000_000) },
-            priority10Connections: try int("apns.priority10_connections", 1, 0...16),
             ratePerSecond: try int("apns.rate_per_second", 0, 0...10_000_000),
             rateBurst: try string("apns.rate_burst").map { _ in try int("apns.rate_burst", 1, 1...10_000_000) },
             requestTimeout: .milliseconds(try int("apns.request_timeout_ms", 30_000, 100...600_000)),

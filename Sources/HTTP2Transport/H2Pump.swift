@@ -160,10 +160,9 @@ public final class Mailbox<Item: Sendable>: Sendable {
         var closed = false
     }
     private let state = Mutex(State())
-    public let wakeup: Wakeup
+    public let wakeup = Wakeup()
 
-    /// `wakeup`: shared when one thread waits on several mailboxes.
-    public init(wakeup: Wakeup = Wakeup()) { self.wakeup = wakeup }
+    public init() {}
 
     /// Posts `new`; returns false (and keeps nothing) once the mailbox is closed.
     @discardableResult

@@ -31,7 +31,6 @@ struct APNsBench: AsyncParsableCommand {
         var base = try makeAPNsClient(settings, logger: logger).configuration
         base.connections = connections
         base.maxConcurrentStreams = streams
-        base.priorityConnections = 0  // exactly h2load's connections
         let signer = try ProviderTokenSigner.load(pemFile: settings.apns.keyFile, pem: settings.apns.keyPEM,
                                                   identity: try ProviderIdentity(keyID: settings.apns.keyID, teamID: settings.apns.teamID))
         let tokens = LocalProviderTokens(signer: signer)

@@ -95,8 +95,7 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 200, delay: .milliseconds(20)) })
         let peer = try Peer.start(handler, maxConcurrentStreams: 5)
         defer { peer.stop() }
-        // One connection (the rule is per connection): none kept for priority 10.
-        let client = try peer.client(connections: 1) { $0.priorityConnections = 0 }
+        let client = try peer.client(connections: 1)
         defer { client.shutdown() }
         let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(60), bundleID: "com.example.app")
         #expect(results.allSatisfy { $0.action == .delivered })
@@ -137,8 +136,7 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(Set(handler.requests.map(\.path)).count == 500)
         #expect(Set(handler.requests.map(\.connection)).count >= 10)
         #expect(client.stats.snapshot.goAways >= 9)
-        // The one connection and the one kept for priority 10, at most.
-        #expect(client.stats.openConnections <= 2)
+        #expect(client.stats.openConnections <= 1)
     }
 
     /// Answers are timed from submission to their read, in their priority lane; connections
@@ -173,8 +171,7 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(ten.counts[...upTo25ms].reduce(0, +) == 0, "\(ten.counts)")
         #expect(ten.sumNanos >= 4 * 40_000_000)
         #expect(five.sumNanos < ten.sumNanos)
-        // Two loops, each with one connection and one kept for priority 10.
-        #expect(client.stats.openConnections >= 1 && client.stats.openConnections <= 4)
+        #expect(client.stats.openConnections >= 1 && client.stats.openConnections <= 2)
         #expect(client.longestLoopStall < .seconds(2))
         client.shutdown()
         var open = -1
@@ -184,39 +181,6 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
             try await Task.sleep(for: .milliseconds(50))
         }
         #expect(open == 0)
-    }
-
-    /// Priority 10 goes out on a connection of its own while a priority-5 flood fills the others,
-    /// so it never queues behind the flood; with none kept, both share the connections.
-    @Test(arguments: [1, 0])
-    func priorityTenHasAConnectionOfItsOwn(kept: Int) async throws {
-        let handler = ScriptedPeer(answer: { _, _ in usleep(100); return H2Response(status: 200) })
-        let peer = try Peer.start(handler)
-        defer { peer.stop() }
-        let client = try peer.client(connections: 2) { $0.priorityConnections = kept }
-        defer { client.shutdown() }
-        let payload = Array("{}".utf8)
-        let flood = Task { await client.sendLiveActivity(payload: payload, to: tokens(4000), bundleID: "com.example.app", priority: 5) }
-        try await Task.sleep(for: .milliseconds(50))
-        let urgent = (0..<20).map { String(format: "ff%062x", $0) }
-        for token in urgent {
-            #expect(await client.sendLiveActivity(payload: payload, to: [token], bundleID: "com.example.app", priority: 10)[0].action == .delivered)
-        }
-        #expect(await flood.value.allSatisfy { $0.action == .delivered })
-        let seen = handler.requests
-        let isUrgent = { (s: ScriptedPeer.Seen) in s.path.hasPrefix("/3/device/ff") }
-        let urgentConnections = Set(seen.filter(isUrgent).map(\.connection))
-        let routineConnections = Set(seen.filter { !isUrgent($0) }.map(\.connection))
-        // The flood was still going when the urgent requests began.
-        let firstUrgent = try #require(seen.filter(isUrgent).map(\.at).min())
-        #expect(seen.filter { !isUrgent($0) }.contains { $0.at > firstUrgent }, "the flood was over before the priority-10 requests: proves nothing")
-        if kept > 0 {
-            #expect(urgentConnections.isDisjoint(with: routineConnections), "urgent \(urgentConnections), routine \(routineConnections)")
-            #expect(client.stats.openConnections == 3)
-        } else {
-            #expect(urgentConnections.isSubset(of: routineConnections))
-            #expect(client.stats.openConnections == 2)
-        }
     }
 
     @Test func aResetConnectionIsReopenedAndRequestsRetried() async throws {
