@@ -354,7 +354,9 @@ import TestSupport
         }, "\(screen)")
         #expect(try await tmux.modes() == .init(alternateScreen: false, cursorVisible: true))
         #expect(!screen.contains("activitycast top  ") && !screen.contains("STREAM "), "\(screen)")
-        #expect(screen.contains(". \(script.path)"), "\(screen)")
+        // The command line that started top is there again (joined: a narrow window wraps it).
+        let history = try await tmux.captureHistory()
+        #expect(history.contains(". \(script.path)"), "\(history)")
     }
 }
 
@@ -393,6 +395,10 @@ final class TmuxSession: Sendable {
     }
 
     func capture() async throws -> String { try await run(["capture-pane", "-p", "-t", "top"]) }
+
+    /// The normal screen with 50 lines of its history, wrapped lines joined: the shell's own lines
+    /// whole, whatever the window's width and the prompt's length.
+    func captureHistory() async throws -> String { try await run(["capture-pane", "-p", "-J", "-S", "-50", "-t", "top"]) }
 
     func modes() async throws -> Modes {
         let flags = try await run(["display-message", "-p", "-t", "top", "#{alternate_on} #{cursor_flag}"])
