@@ -35,11 +35,17 @@ struct TLSSessionTests {
     }
 
     /// Two sessions over a fresh socketpair; `close()` releases the sessions, then the fds.
+    /// A client and a server session over a socketpair. Each descriptor is closed exactly once
+    /// (`close()` may be called again, and from `deinit`): tests run in parallel, and closing a
+    /// number twice would close whatever another test opened under it meanwhile (a key file being
+    /// read, a socket).
     final class Pair {
         var client: TLSSession?
         var server: TLSSession?
         let clientFD: Int32
         let serverFD: Int32
+        private var clientOpen = true
+        private var serverOpen = true
 
         init(client clientContext: TLSContext, server serverContext: TLSContext, serverName: String?) throws {
             (clientFD, serverFD) = try SSLTestSockets.nonBlockingPair()
@@ -59,8 +65,18 @@ struct TLSSessionTests {
         func close() {
             client = nil
             server = nil
-            SSLTestSockets.close(clientFD)
-            SSLTestSockets.close(serverFD)
+            closeClientSocket()
+            closeServerSocket()
+        }
+
+        func closeClientSocket() {
+            if clientOpen { SSLTestSockets.close(clientFD) }
+            clientOpen = false
+        }
+
+        func closeServerSocket() {
+            if serverOpen { SSLTestSockets.close(serverFD) }
+            serverOpen = false
         }
 
         deinit { close() }
@@ -304,7 +320,7 @@ struct TLSSessionTests {
         #expect(try readOnce(try #require(pair.client)) == .wantRead)
         // Drop the client without SSL_shutdown, then close its socket.
         pair.client = nil
-        SSLTestSockets.close(pair.clientFD)
+        pair.closeClientSocket()
         let server = try #require(pair.server)
         var caught: (any Error)?
         for _ in 0..<10 {
@@ -331,7 +347,7 @@ struct TLSSessionTests {
         defer { pair.close() }
         #expect(pair.handshake().bothDone)
         pair.server = nil
-        SSLTestSockets.close(pair.serverFD)
+        pair.closeServerSocket()
         let client = try #require(pair.client)
         let payload = [UInt8](repeating: 7, count: 64 * 1024)
         var thrown: TLSError?
