@@ -559,11 +559,8 @@ private final class ConnectionState: HTTP2ClientDelegate {
             // Swapped out of the slot, not copied: no reference counting for its strings.
             var response = APNsResponse(status: 0)
             swap(&response, &f.response)
-            if lastActivity.nanoseconds > f.started.nanoseconds {
-                loop.durations[f.request.work.lane].record(nanoseconds: lastActivity.nanoseconds - f.started.nanoseconds)
-            } else {
-                loop.durations[f.request.work.lane].record(nanoseconds: 0)
-            }
+            let answeredAt = max(lastActivity.nanoseconds, f.started.nanoseconds)
+            loop.durations[f.request.work.lane].record(nanoseconds: answeredAt - f.started.nanoseconds)
             loop.durationsCounted = true
             if (200..<300).contains(f.status) {
                 succeededOnce = true

@@ -106,13 +106,10 @@ import TestSupport
     /// acknowledged per stream, pushes by kind as the sandbox received them — and the group's
     /// gauges show the streams drained.
     @Test func metricsCountWhatAMatchDid() async throws {
-        let server = try await RedisServer()
-        let sandbox = try await SandboxProcess()
-        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
-        let redis = server.connection()
-        defer { redis.close() }
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        let rig = try await SendingRig()
+        let (server, sandbox, prefix, redis, env) = (rig.server, rig.sandbox, rig.prefix, rig.redis, rig.env)
+        // The rig holds the processes: alive to the end of the test, whatever is used last.
+        defer { redis.close(); withExtendedLifetime(rig) {} }
         let (w, port) = try await worker(server, env, name: "ops-a")
         defer { w.removeLogs() }
         let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
@@ -331,5 +328,24 @@ import TestSupport
         #expect { try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_OPS_LISTEN": "9464"]) } throws: {
             "\($0)".contains("setting ops.listen (from ACTIVITYCAST_OPS_LISTEN): must be host:port")
         }
+    }
+}
+
+/// What the ops tests with a sending worker start from: a Redis and the sandbox of their own, a
+/// key prefix of their own, a connection, and the worker's settings (quick reads and claims).
+struct SendingRig {
+    let server: RedisServer
+    let sandbox: SandboxProcess
+    let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
+    let redis: RedisConnection
+    let env: [String: String]
+
+    init() async throws {
+        server = try await RedisServer()
+        sandbox = try await SandboxProcess()
+        redis = server.connection()
+        var env = sandbox.settings
+        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        self.env = env
     }
 }

@@ -20,13 +20,10 @@ import TestSupport
     @Test func prometheusScrapesAWorkerThroughAMatch() async throws {
         try PrometheusProcess.requireInstalled()
         let ops = OpsEndpointTests()
-        let server = try await RedisServer()
-        let sandbox = try await SandboxProcess()
-        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
-        let redis = server.connection()
-        defer { redis.close() }
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        let rig = try await SendingRig()
+        let (server, sandbox, prefix, redis, env) = (rig.server, rig.sandbox, rig.prefix, rig.redis, rig.env)
+        // The rig holds the processes: alive to the end of the test, whatever is used last.
+        defer { redis.close(); withExtendedLifetime(rig) {} }
         let (w, port) = try await ops.worker(server, env, name: "prom-a")
         defer { w.removeLogs() }
         let prometheus = try await PrometheusProcess(config: """

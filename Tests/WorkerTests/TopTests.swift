@@ -121,13 +121,10 @@ import TestSupport
     /// A real sending worker (against the sandbox) and its /metrics: pushes by kind and outcome,
     /// the worker's state; an endpoint that doesn't answer is shown as down.
     @Test func metricsOfARealWorkerShowPushesByKindAndOutcome() async throws {
-        let server = try await RedisServer()
-        let sandbox = try await SandboxProcess()
-        let prefix = "t\(UInt32.random(in: 0...UInt32.max))"
-        let redis = server.connection()
-        defer { redis.close() }
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        let rig = try await SendingRig()
+        let (server, prefix, redis, env) = (rig.server, rig.prefix, rig.redis, rig.env)
+        // The rig holds the processes: alive to the end of the test, whatever is used last.
+        defer { redis.close(); withExtendedLifetime(rig) {} }
         let (worker, port) = try await opsWorker(server, env)
         defer { worker.removeLogs() }
         let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"

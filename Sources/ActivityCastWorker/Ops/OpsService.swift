@@ -7,8 +7,9 @@ import Synchronization
 ///
 /// - `/metrics`: the Prometheus text format (`WorkerMetrics`).
 /// - `/healthz` (liveness): 503 only when the worker itself is stuck — its read loop has made no
-///   progress for `livenessLimit`, or an APNs event loop has not turned for `loopLimit`. A Redis outage is not that: reads fail and are retried, which
-///   is progress. 200 while draining (the shutdown deadline bounds it).
+///   progress for `livenessLimit`, or an APNs event loop has not turned for `loopLimit`. A Redis
+///   outage is not that: reads fail and are retried, which is progress. 200 while draining (the
+///   shutdown deadline bounds it).
 /// - `/readyz` (readiness): 503 with the reason while draining after SIGTERM, while Redis does not
 ///   answer the monitor's `PING` (1 s timeout, checked every second), or while the consumer
 ///   group is missing on an input stream; 200 otherwise. It recovers by itself.
