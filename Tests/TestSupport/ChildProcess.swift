@@ -150,6 +150,26 @@ final class ChildRegistry: @unchecked Sendable {
     }
 }
 
+/// A server child on a free loopback port. The port can be taken between choosing it and binding
+/// it (another test), so a child that isn't `ready` within `timeout` (or exits) is killed and
+/// another port tried, five times; then it throws with the child's last words (`lastWords`).
+public func startOnFreeLoopbackPort(_ what: String, timeout: Duration, launch: (Int) throws -> ChildProcess,
+                                    ready: (ChildProcess) -> Bool, lastWords: (ChildProcess) -> String) async throws
+    -> (child: ChildProcess, port: Int) {
+    var lastError = ""
+    for _ in 0..<5 {
+        let port = freeLoopbackPort()
+        let child = try launch(port)
+        let up = await eventually(timeout: timeout) { ready(child) || !child.isRunning }
+        if up, child.isRunning { return (child, port) }
+        lastError = lastWords(child)
+        child.kill(signal: SIGKILL)
+        _ = await child.waitForExit(timeout: .seconds(5))
+        child.removeLogs()
+    }
+    throw RedisServerError(description: "\(what) did not start: \(lastError)")
+}
+
 /// A loopback TCP port that was free a moment ago (bound to port 0, then released).
 public func freeLoopbackPort() -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

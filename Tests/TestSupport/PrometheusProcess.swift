@@ -23,29 +23,18 @@ public final class PrometheusProcess: @unchecked Sendable {
         directory = try TemporaryDirectory()
         let configPath = "\(directory.path)/prometheus.yml"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-        var lastError = ""
-        // The port can be taken between choosing it and binding it (another test): try another.
-        for _ in 0..<5 {
-            let port = freeLoopbackPort()
-            let child = try ChildProcess(executable: PrometheusProcess.executable,
-                                         arguments: ["--config.file=\(configPath)", "--storage.tsdb.path=\(directory.path)/data",
-                                                     "--storage.tsdb.retention.time=1h", "--web.listen-address=127.0.0.1:\(port)"],
-                                         logName: "prometheus")
-            let up = await eventually(timeout: .seconds(60)) {
-                child.stderr.contains("Server is ready to receive web requests.") || !child.isRunning
-            }
-            if up, child.isRunning {
-                self.port = port
-                self.child = child
-                return
-            }
-            lastError = String(child.stderr.suffix(1000))
-            child.kill(signal: SIGKILL)
-            _ = await child.waitForExit(timeout: .seconds(5))
-            child.removeLogs()
+        let directory = self.directory
+        do {
+            (child, port) = try await startOnFreeLoopbackPort("prometheus", timeout: .seconds(60), launch: { port in
+                try ChildProcess(executable: PrometheusProcess.executable,
+                                 arguments: ["--config.file=\(configPath)", "--storage.tsdb.path=\(directory.path)/data",
+                                             "--storage.tsdb.retention.time=1h", "--web.listen-address=127.0.0.1:\(port)"],
+                                 logName: "prometheus")
+            }, ready: { $0.stderr.contains("Server is ready to receive web requests.") }, lastWords: { String($0.stderr.suffix(1000)) })
+        } catch {
+            directory.remove()  // no deinit for an object whose init threw
+            throw error
         }
-        directory.remove()
-        throw RedisServerError(description: "prometheus did not start: \(lastError)")
     }
 
     deinit {

@@ -9,25 +9,17 @@ public final class SandboxProcess: @unchecked Sendable {
 
     public init(arguments: [String] = []) async throws {
         directory = try TemporaryDirectory()
-        var lastError = ""
-        // The port can be taken between choosing it and binding it (another test): try another.
-        for _ in 0..<5 {
-            let port = freeLoopbackPort()
-            let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["sandbox"] + arguments,
-                                         environment: ["ACTIVITYCAST_SANDBOX_DIR": directory.path, "ACTIVITYCAST_SANDBOX_LISTEN": "127.0.0.1:\(port)"],
-                                         logName: "sandbox")
-            let up = await eventually(timeout: .seconds(20)) { child.stdout.contains("listening") || !child.isRunning }
-            if up, child.isRunning {
-                self.port = port
-                self.child = child
-                return
-            }
-            lastError = String((child.stdout + child.stderr).suffix(500))
-            child.kill(signal: SIGKILL)
-            child.removeLogs()
+        let directory = self.directory
+        do {
+            (child, port) = try await startOnFreeLoopbackPort("the sandbox", timeout: .seconds(20), launch: { port in
+                try ChildProcess(executable: try activitycastExecutable(), arguments: ["sandbox"] + arguments,
+                                 environment: ["ACTIVITYCAST_SANDBOX_DIR": directory.path, "ACTIVITYCAST_SANDBOX_LISTEN": "127.0.0.1:\(port)"],
+                                 logName: "sandbox")
+            }, ready: { $0.stdout.contains("listening") }, lastWords: { String(($0.stdout + $0.stderr).suffix(500)) })
+        } catch {
+            directory.remove()  // no deinit for an object whose init threw
+            throw error
         }
-        directory.remove()
-        throw RedisServerError(description: "the sandbox did not start: \(lastError)")
     }
 
     deinit {
