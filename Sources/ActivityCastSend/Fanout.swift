@@ -163,7 +163,7 @@ public enum FanoutScripts {
     """)
 
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
-    /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n, want, now ms,
+    /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n (0: the fan-out's), want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
     /// width (from the caller's last `send`, or 0).
     /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}} (resent: 1 after a
@@ -181,6 +181,8 @@ public enum FanoutScripts {
     local f = 's' .. j
     local meta = redis.call('HMGET', KEYS[2], 'left', f, 'rid', 'n', 'r')
     if not meta[1] then return {'gone', 0} end
+    -- n 0: the fan-out's own count (a step pipelined behind the create, which decides it).
+    if n == 0 then n = tonumber(meta[4]) end
     local left, st = tonumber(meta[1]), meta[2]
     if left > 0 and meta[3] ~= runid() and redis.call('HGET', KEYS[1], 'name') == gen then
       -- Redis restarted (or failed over) since the fan-out began: the scan order is another one,
@@ -385,9 +387,12 @@ extension Sender {
         var priority: Int
     }
 
+    /// `firstStep`: the reply of the slice's first step, when the caller already made it (in the
+    /// fan-out's creating round trip).
     func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
-                  known: SliceHead? = nil, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+                  known: SliceHead? = nil, firstStep: RESPValue? = nil, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
+        var firstStep = firstStep
         let fan = fanKey(slice.key, slice.gen)
         let head: SliceHead
         if let known {
@@ -405,7 +410,6 @@ extension Sender {
         let live = head.live, entry = head.entry, tiers = head.tiers
         // The tiers' pushes differ: each token's tier is needed (its registration's, else its device's).
         let byTier = tiers.standard != tiers.frequent
-        let keysList = [genKey(slice.key), fan, inflightKey(slice.key), keys.meta(slice.key)]
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
         let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
@@ -426,11 +430,13 @@ extension Sender {
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
         while true {
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            let stopping = shouldStop()
-            let reply = try await redis.send(.script(FanoutScripts.step, keys: keysList, args: [
-                slice.gen, slice.index, slice.count, stopping ? 0 : configuration.sliceBatch, now, configuration.leaseMillis, confirm, 3600, width,
-            ]))
+            let reply: RESPValue
+            if let first = firstStep {
+                reply = first
+                firstStep = nil
+            } else {
+                reply = try await redis.send(stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
+            }
             guard let parts = reply.array, parts.count >= 2, let status = parts[0].string else {
                 throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
             }
@@ -530,6 +536,14 @@ extension Sender {
                 throw SendFailure("slice step: unexpected status \(status)")
             }
         }
+    }
+
+    /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
+    /// last batch's range, or '') and asks for `want` more tokens (0: stop here).
+    func stepCommand(_ slice: SliceRef, want: Int, confirm: String = "", width: Int64 = 0) -> RedisCommand {
+        .script(FanoutScripts.step, keys: [genKey(slice.key), fanKey(slice.key, slice.gen), inflightKey(slice.key), keys.meta(slice.key)],
+                args: [slice.gen, slice.index, slice.count, want, Int64(Date().timeIntervalSince1970 * 1000), configuration.leaseMillis,
+                       confirm, 3600, width])
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

@@ -158,14 +158,14 @@ extension Sender {
             return .busy
         case .over:
             return .sent
-        case .firstSlice(let slices, let head):
+        case .firstSlice(let slices, let head, let step):
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
             // (a flush has no entry to be delivered again).
             let first = SliceRef(key: key, gen: gen, index: 0, count: slices)
             var summary = SendSummary()
             var handBack = false
             do {
-                let result = try await runSlice(first, summary: &summary, acknowledges: false, known: head,
+                let result = try await runSlice(first, summary: &summary, acknowledges: false, known: head, firstStep: step,
                                                 shouldStop: { [self] in stopping.load(ordering: .relaxed) })
                 handBack = result == .busy || result == .paused
             } catch {

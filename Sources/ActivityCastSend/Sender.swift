@@ -155,6 +155,8 @@ public final class Sender: Sendable {
         var slice: SliceRef
         var summary: SendSummary
         var head: SliceHead?
+        /// Its first step, made with the fan-out's creation.
+        var step: RESPValue
         var attempts: (key: String, field: String)?
     }
 
@@ -164,8 +166,8 @@ public final class Sender: Sendable {
         // An end is recorded as the key's newest event only after its settle time (below), so a
         // start still being processed meanwhile doesn't take the activity for over.
         // The key's channels are read in the same round trip (a broadcast's latency is mostly
-        // round trips).
-        let replies = try await redis.pipeline([
+        // round trips), and the key goes into the index of keys (`inspect`) unless this ends it.
+        var commands = [
             KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis, ttlSeconds: configuration.stateTTLSeconds,
                                          event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
                                          contentState: plan.contentState),
@@ -176,7 +178,10 @@ public final class Sender: Sendable {
             .script(KeyStateScripts.presentation, keys: [stateKey(plan.key)], args: [
                 plan.timestampMillis, plan.staleAfterSeconds.map { String($0) } ?? "", plan.relevanceScore.map { String($0) } ?? "",
             ]),
-        ])
+        ]
+        if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
+        let replies = try await redis.pipeline(commands)
+        if replies.count > 4, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
         var merged = try KeyStateScripts.parse(replies[0])
         let known = try channels.states(replies[1], apns.environments)
         let prior = FanoutPrior(replies[2])
@@ -316,7 +321,7 @@ public final class Sender: Sendable {
         let created = try await createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
                                              tiers: priorities, live: live, entry: entry, flush: false,
                                              also: sent.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) })
-        let slices: Int, head: SliceHead?
+        let slices: Int, head: SliceHead?, step: RESPValue
         switch created {
         case .older:
             // A newer event's fan-out is already under way: this state is out of date.
@@ -325,11 +330,11 @@ public final class Sender: Sendable {
             return .outcome(.done(summary))
         case .over:
             return .outcome(.done(summary))
-        case .firstSlice(let n, let h):
-            (slices, head) = (n, h)
+        case .firstSlice(let n, let h, let s):
+            (slices, head, step) = (n, h, s)
         }
         if finishEnd, plan.event == .end { try await finish(plan) }
-        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head,
+        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head, step: step,
                                       attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil))
     }
 
@@ -339,12 +344,14 @@ public final class Sender: Sendable {
         /// It exists and every slice is final.
         case over
         /// Slices 1…n-1 are queued for the fleet; slice 0 is the caller's (`head`: what the caller
-        /// knows of it, nil when the fan-out existed before).
-        case firstSlice(slices: Int, head: SliceHead?)
+        /// knows of it, nil when the fan-out existed before; `step`: its first step's reply).
+        case firstSlice(slices: Int, head: SliceHead?, step: RESPValue)
     }
 
     /// Creates a fan-out (see `FanoutScripts.create`; an existing one of the same `gen` is taken
-    /// up where it is) and queues its slices 1…n-1. `also`: commands for the same round trip.
+    /// up where it is), takes slice 0's first batch in the same round trip (an event's latency is
+    /// made of round trips; the step finds nothing to take when the creation didn't happen), and
+    /// queues slices 1…n-1. `also`: commands for the same round trip.
     func createFanout(key: ActivityKey, gen: String, millis: Int64, payload: [UInt8], quiet: [UInt8], tiers: AudiencePriorities,
                       live: [APNsEnvironment], entry: String, flush: Bool, also: [RedisCommand] = []) async throws -> FanoutStart {
         let (stream, entryID) = Self.split(entry: entry)
@@ -352,11 +359,16 @@ public final class Sender: Sendable {
             gen, millis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, payload,
             max(tiers.standard ?? 0, tiers.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
             quiet == payload ? [] : quiet, tiers.encodedTiers, flush ? "1" : "0", "\(keys.prefix):{\(key)}:fan:",
-        ])] + also
+        ])] + also + [
+            // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
+            stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0), want: stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
+        ]
+        let replies = try await redis.pipeline(commands)
+        let step = replies[replies.count - 1]
         let slices: Int
         var queued = false
         var head: SliceHead?
-        switch try FanoutCreation(try await redis.pipeline(commands)[0]) {
+        switch try FanoutCreation(replies[0]) {
         case .older:
             return .older
         case .exists(let left, let n, _, let q):
@@ -376,7 +388,7 @@ public final class Sender: Sendable {
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
-        return .firstSlice(slices: slices, head: head)
+        return .firstSlice(slices: slices, head: head, step: step)
     }
 
     /// Slice 0 of a fan-out, sent by the worker that read its event (outside the key's lock).
@@ -384,7 +396,7 @@ public final class Sender: Sendable {
         var summary = first.summary
         let slice = first.slice
         let result = try await runSlice(slice, summary: &summary, acknowledges: false, attempts: first.attempts, known: first.head,
-                                        shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+                                        firstStep: first.step, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch result {
         case .final(let left) where left <= 0: return .done(summary)
         case .gone: return .done(summary)

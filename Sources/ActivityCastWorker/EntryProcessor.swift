@@ -79,8 +79,8 @@ struct EntryProcessor: Sendable {
         case ack
         case deadLetter(String, copyFields: Bool)
         case effects(EntryEffects, after: (@Sendable ([RESPValue]) -> Void)?)
-        /// Its effects first, then the plan's pushes through the send path.
-        case send(Plan, EntryEffects)
+        /// The plan's pushes, through the send path.
+        case send(Plan)
     }
 
     /// Processes `entries` of `feed`. `redelivered`: they were delivered before (claimed, or
@@ -210,7 +210,8 @@ struct EntryProcessor: Sendable {
             case .ack: break
             case .deadLetter(let reason, let copy):
                 commands.append(deadLetterCommand(feed: feed, entry: entry, reason: reason, deliveries: (attempts[entry.id] ?? 0) + 1, copyFields: copy))
-            case .effects(let e, _), .send(_, let e): commands += e.first
+            case .effects(let e, _): commands += e.first
+            case .send: break
             }
             ranges.append(start..<commands.count)
         }
@@ -254,7 +255,7 @@ struct EntryProcessor: Sendable {
 
         // The pushes: one key's events in order, different keys side by side.
         let sends = work.indices.compactMap { i -> (Int, Plan)? in
-            if case .send(let plan, _) = work[i], outcome[i] == nil { return (i, plan) }
+            if case .send(let plan) = work[i], outcome[i] == nil { return (i, plan) }
             return nil
         }
         if let sender, !sends.isEmpty {
@@ -379,18 +380,15 @@ struct EntryProcessor: Sendable {
             stats.plans.add(1, ordering: .relaxed)
             guard mode == .full else { return .ack }
             if sender != nil {
-                // The send path does the rest, including forgetting the key after its end.
-                var first: [RedisCommand] = []
-                if plan.event != .end {
-                    first.append(RedisCommand("ZADD", keys.keysIndex, "GT", decoded.timestampMillis, plan.key.description))
-                }
+                // The send path does the rest: it indexes the key (in its first round trip, which an
+                // event's latency is made of) and forgets it after its end.
                 // At debug: the `sent` line that follows says what happened, at info (two lines per
                 // event cost about 0.4 ms of broadcast latency at the median).
                 logger.debug("plan", metadata: [
                     "entry": "\(stream)/\(entryID)", "type": "\(decoded.type)", "key": "\(plan.key)",
                     "event": "\(plan.event?.rawValue ?? "none")", "priority": "\(plan.priority.rawValue)", "audience": "\(plan.audience)",
                 ])
-                return .send(plan, EntryEffects(first: first))
+                return .send(plan)
             }
             // Count the audience the plan would reach, and forget the key once its activity ends.
             var first: [RedisCommand] = []
