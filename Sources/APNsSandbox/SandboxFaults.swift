@@ -6,8 +6,19 @@
 /// validation, in this order: `resetRate`; then one draw split between 429, 500 and 503 (so each
 /// rate is that outcome's share of requests, as long as they sum to at most 1; past 1 the later
 /// ones get what is left); then `slowResponseRate`, which delays whatever the answer is. A rate
-/// of 0 never fires and 1 always does.
+/// of 0 never fires and 1 always does. `only` limits the per-request faults to some kinds of
+/// request (`{"slowResponseRate":1,"slowResponseDelayMillis":300,"only":["broadcast"]}`).
 public struct SandboxFaults: Sendable, Codable, Equatable {
+    /// The kinds of request per-request faults can be limited to.
+    public enum RequestKind: String, Sendable, Codable, CaseIterable {
+        /// Pushes to device tokens (updates, ends, push-to-start).
+        case device
+        /// Broadcasts to channels.
+        case broadcast
+        /// Channel management (create, list, read, delete).
+        case channels
+    }
+
     /// Share of requests answered 429 `TooManyRequests`.
     public var tooManyRequestsRate: Double
     /// Share answered 500 `InternalServerError`.
@@ -30,21 +41,24 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
     /// Seeds the fault generator when set, so a run's faults repeat (single-threaded callers).
     /// Each `updateFaults` with a seed restarts the sequence.
     public var seed: UInt64?
+    /// The kinds of request that draw per-request faults (reset, 429/500/503, slow); empty: all.
+    public var only: Set<RequestKind>
 
     public init(tooManyRequestsRate: Double = 0, internalErrorRate: Double = 0, unavailableRate: Double = 0,
                 slowResponseRate: Double = 0, slowResponseDelayMillis: Int64 = 0, goAwayAfterStreams: Int? = nil,
                 resetRate: Double = 0, unregisteredTokens: [String: Int64] = [:], expiredTokens: Set<String> = [],
-                seed: UInt64? = nil) {
+                seed: UInt64? = nil, only: Set<RequestKind> = []) {
         self.tooManyRequestsRate = tooManyRequestsRate; self.internalErrorRate = internalErrorRate
         self.unavailableRate = unavailableRate; self.slowResponseRate = slowResponseRate
         self.slowResponseDelayMillis = slowResponseDelayMillis; self.goAwayAfterStreams = goAwayAfterStreams
         self.resetRate = resetRate; self.unregisteredTokens = unregisteredTokens; self.expiredTokens = expiredTokens
         self.seed = seed
+        self.only = only
     }
 
     private enum CodingKeys: String, CodingKey {
         case tooManyRequestsRate, internalErrorRate, unavailableRate, slowResponseRate, slowResponseDelayMillis
-        case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, seed
+        case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, seed, only
     }
 
     public init(from decoder: any Decoder) throws {
@@ -59,7 +73,8 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
             resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
             unregisteredTokens: try c.decodeIfPresent([String: Int64].self, forKey: .unregisteredTokens) ?? [:],
             expiredTokens: try c.decodeIfPresent(Set<String>.self, forKey: .expiredTokens) ?? [],
-            seed: try c.decodeIfPresent(UInt64.self, forKey: .seed))
+            seed: try c.decodeIfPresent(UInt64.self, forKey: .seed),
+            only: try c.decodeIfPresent(Set<RequestKind>.self, forKey: .only) ?? [])
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -74,6 +89,7 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         try c.encode(unregisteredTokens, forKey: .unregisteredTokens)
         try c.encode(expiredTokens.sorted(), forKey: .expiredTokens)
         try c.encodeIfPresent(seed, forKey: .seed)
+        try c.encode(only.map(\.rawValue).sorted(), forKey: .only)
     }
 
     /// Why these faults can't be used, or nil: rates must be within 0…1, the delay and the
@@ -104,8 +120,9 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         return copy
     }
 
-    /// Whether any per-request draw is needed (keeps the fault-free hot path draw-free).
-    var drawsPerRequest: Bool {
-        resetRate > 0 || tooManyRequestsRate > 0 || internalErrorRate > 0 || unavailableRate > 0 || slowResponseRate > 0
+    /// Whether a request of `kind` draws per-request faults (keeps the fault-free hot path draw-free).
+    func drawsPerRequest(_ kind: RequestKind) -> Bool {
+        (resetRate > 0 || tooManyRequestsRate > 0 || internalErrorRate > 0 || unavailableRate > 0 || slowResponseRate > 0)
+            && (only.isEmpty || only.contains(kind))
     }
 }

@@ -102,7 +102,8 @@ public enum FanoutScripts {
     /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
     /// ttl s, payload, priority, live envs, stream, entry id, payload at 5 ('' when the same),
     /// the tiers' priorities (`AudiencePriorities.encodedTiers`), '1' for a flush (yields to a
-    /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`).
+    /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`),
+    /// `b` ('0': the broadcast isn't answered yet; the caller records it and the final `live`).
     /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
     public static let create = RedisScript(common + """
 
@@ -133,7 +134,7 @@ public enum FanoutScripts {
     redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
     redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
-               'millis', ARGV[2], 'b', 1, 'rid', runid(), 't', ARGV[12] or '')
+               'millis', ARGV[2], 'b', ARGV[15] or '1', 'rid', runid(), 't', ARGV[12] or '')
     if ARGV[11] and ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'p5', ARGV[11]) end
     redis.call('EXPIRE', KEYS[2], ttl)
     return {'new', n, tokens}
@@ -388,26 +389,33 @@ extension Sender {
     }
 
     /// `firstStep`: the reply of the slice's first step, when the caller already made it (in the
-    /// fan-out's creating round trip).
+    /// fan-out's creating round trip). `broadcast`: the channels' broadcast, still unanswered (the
+    /// environments it was delivered in): devices on those channels wait for it; the others don't.
     func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
-                  known: SliceHead? = nil, firstStep: RESPValue? = nil, shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
+                  known: SliceHead? = nil, firstStep: RESPValue? = nil, broadcast: Task<[APNsEnvironment], Error>? = nil,
+                  shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         var firstStep = firstStep
+        var broadcast = broadcast
         let fan = fanKey(slice.key, slice.gen)
         let head: SliceHead
         if let known {
             head = known
         } else {
-            let reply = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry", "p5", "t"))
+            let reply = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry", "p5", "t", "b"))
             let h = reply.array ?? []
-            guard h.count == 7, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
+            guard h.count == 8, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
+            // Its broadcast isn't answered yet (`live` isn't final): the worker sending it records
+            // the answer, else the entry's next delivery broadcasts again.
+            if h[7].string == "0", broadcast == nil { return .busy }
             // A fan-out recorded before budgets has one priority for every tier.
             let tiers = h[6].string.flatMap { AudiencePriorities(encodedTiers: $0) } ?? AudiencePriorities(all: p)
             head = SliceHead(payload: b, payload5: h[5].bytes ?? b, tiers: tiers,
                              live: Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) }),
                              entry: "\(h[3].string ?? "")/\(h[4].string ?? "")")
         }
-        let live = head.live, entry = head.entry, tiers = head.tiers
+        var live = head.live
+        let entry = head.entry, tiers = head.tiers
         // The tiers' pushes differ: each token's tier is needed (its registration's, else its device's).
         let byTier = tiers.standard != tiers.frequent
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
@@ -473,8 +481,14 @@ extension Sender {
                     }
                 }
                 let rows = try await tokenRows(slice.key, triples, tiers: byTier)
+                // Devices on a channel whose broadcast is still unanswered wait for its answer.
+                var onChannel: [TokenRow] = []
                 var groups: [Group: [TokenRow]] = [:]
-                for row in rows where !(row.onBroadcast && live.contains(row.env)) {
+                for row in rows {
+                    if row.onBroadcast && live.contains(row.env) {
+                        if broadcast != nil { onChannel.append(row) }
+                        continue
+                    }
                     guard let priority = tiers.tier(row.tier) else { continue }
                     groups[Group(env: row.env, priority: priority), default: []].append(row)
                 }
@@ -488,12 +502,23 @@ extension Sender {
                     }
                 }
                 defer { heartbeat.cancel() }
-                // Priority 10 first.
-                for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
-                    let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
-                                    audience: .activity(slice.key))
-                    try await sendBatch(plan, group.priority == 10 ? head.payload : head.payload5, priority: group.priority, env: group.env,
-                                        rows: rows, kind: .token, entry: entry, summary: &summary, beforeRetry: renewLease)
+                while true {
+                    // Priority 10 first.
+                    for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
+                        let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
+                                        audience: .activity(slice.key))
+                        try await sendBatch(plan, group.priority == 10 ? head.payload : head.payload5, priority: group.priority, env: group.env,
+                                            rows: rows, kind: .token, entry: entry, summary: &summary, beforeRetry: renewLease)
+                    }
+                    guard let pending = broadcast else { break }
+                    // The broadcast's answer: a channel's devices get the push per token where it failed.
+                    live = Set(try await pending.value)
+                    broadcast = nil
+                    groups = [:]
+                    for row in onChannel where !live.contains(row.env) {
+                        guard let priority = tiers.tier(row.tier) else { continue }
+                        groups[Group(env: row.env, priority: priority), default: []].append(row)
+                    }
                 }
             case "finished", "superseded":
                 if status == "superseded" {

@@ -158,7 +158,7 @@ extension Sender {
             return .busy
         case .over:
             return .sent
-        case .firstSlice(let slices, let head, let step):
+        case .firstSlice(let slices, let head, let step, _):
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
             // (a flush has no entry to be delivered again).
             let first = SliceRef(key: key, gen: gen, index: 0, count: slices)

@@ -142,13 +142,26 @@ public final class Sender: Sendable {
             return outcome
         case .firstSlice(let first):
             return try await sendFirstSlice(first)
+        case .sending(let first, let broadcasts):
+            switch try await first.value {
+            case .done(var s):
+                s.broadcasts += broadcasts
+                return .done(s)
+            case .handedOff(var s):
+                s.broadcasts += broadcasts
+                return .handedOff(s)
+            case .rejected(let reason):
+                return .rejected(reason)
+            }
         }
     }
 
-    /// What the key's lock hands on: an outcome, or the fan-out's slice 0 to send.
+    /// What the key's lock hands on: an outcome, the fan-out's slice 0 to send, or slice 0 being
+    /// sent already (it began while the broadcast was answered) and the broadcasts delivered.
     private enum Locked: Sendable {
         case outcome(SendOutcome)
         case firstSlice(FirstSlice)
+        case sending(Task<SendOutcome, Error>, broadcasts: Int)
     }
 
     private struct FirstSlice: Sendable {
@@ -157,6 +170,8 @@ public final class Sender: Sendable {
         var head: SliceHead?
         /// Its first step, made with the fan-out's creation.
         var step: RESPValue
+        /// The channels' broadcast, still unanswered: the environments whose broadcast was delivered.
+        var broadcast: Task<[APNsEnvironment], Error>?
         var attempts: (key: String, field: String)?
     }
 
@@ -264,6 +279,7 @@ public final class Sender: Sendable {
         // The budget decides each audience's priority once per event; a fan-out that exists (this
         // entry delivered again) keeps the decisions it recorded, and its broadcast was done.
         var live: [APNsEnvironment] = []
+        var broadcasting: Task<[APNsEnvironment], Error>?
         var priorities = AudiencePriorities(all: PushBuilder.priority(plan))
         var bytes5 = bytes
         if prior?.broadcastDone != true {
@@ -283,21 +299,18 @@ public final class Sender: Sendable {
                 bytes5 = PushBuilder.payload(quiet, contentState: state).encoded()
             }
             if let cp = priorities.channel {
-                // Every environment's channel at once: a broadcast doesn't wait for the previous one's answer.
                 let cb = cp == 10 ? bytes : bytes5
-                let broadcasts: [(APNsEnvironment, Bool)]
-                if channelsLive.count == 1 {
-                    broadcasts = [(channelsLive[0].0, try await broadcast(plan, cb, priority: cp, env: channelsLive[0].0, record: channelsLive[0].1))]
+                if priorities.anyTokens, !channelsLive.isEmpty {
+                    // The tokens don't wait for the broadcast's answer: slice 0's devices off the
+                    // channel get theirs meanwhile; those on it wait for the answer (a channel whose
+                    // broadcast failed has its devices sent per token), and so do slices 1…n-1,
+                    // queued once `live` is known. `b` is recorded then too.
+                    broadcasting = Task { try await self.broadcast(plan, cb, priority: cp, channels: channelsLive) }
+                    live = channelsLive.map(\.0)
                 } else {
-                    broadcasts = try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
-                        for (env, record) in channelsLive {
-                            group.addTask { (env, try await self.broadcast(plan, cb, priority: cp, env: env, record: record)) }
-                        }
-                        return try await group.reduce(into: []) { $0.append($1) }
-                    }
+                    live = try await broadcast(plan, cb, priority: cp, channels: channelsLive)
+                    summary.broadcasts += live.count
                 }
-                live = broadcasts.filter(\.1).map(\.0)
-                summary.broadcasts += live.count
             } else {
                 // The channel's state waits for its flush: its devices get nothing per token either.
                 live = channelsLive.map(\.0)
@@ -317,25 +330,81 @@ public final class Sender: Sendable {
         }
         // Devices on a channel that had the push (or whose channel's push waits) get nothing per
         // token; `b` records the broadcast so a redelivered entry doesn't broadcast again.
-        let sent = priorities.channel != nil ? live : []
-        let created = try await createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
-                                             tiers: priorities, live: live, entry: entry, flush: false,
-                                             also: sent.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) })
-        let slices: Int, head: SliceHead?, step: RESPValue
-        switch created {
-        case .older:
-            // A newer event's fan-out is already under way: this state is out of date.
-            summary.stale = true
-            stats.stale.add(1, ordering: .relaxed)
-            return .outcome(.done(summary))
-        case .over:
-            return .outcome(.done(summary))
-        case .firstSlice(let n, let h, let s):
-            (slices, head, step) = (n, h, s)
+        let sent = priorities.channel != nil && broadcasting == nil ? live : []
+        let created: FanoutStart
+        do {
+            created = try await createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
+                                             tiers: priorities, live: live, entry: entry, flush: false, broadcastPending: broadcasting != nil,
+                                             also: sent.map { broadcastCounted(plan.key, $0) })
+        } catch {
+            _ = try? await broadcasting?.value
+            throw error
         }
-        if finishEnd, plan.event == .end { try await finish(plan) }
-        return .firstSlice(FirstSlice(slice: SliceRef(key: plan.key, gen: gen, index: 0, count: slices), summary: summary, head: head, step: step,
-                                      attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil))
+        let slices: Int, head: SliceHead?, step: RESPValue, unqueued: Bool
+        switch created {
+        case .older, .over:
+            if case .older = created {
+                // A newer event's fan-out is already under way: this state is out of date.
+                summary.stale = true
+                stats.stale.add(1, ordering: .relaxed)
+            }
+            if let broadcasting {
+                let delivered = try await broadcasting.value
+                summary.broadcasts += delivered.count
+                _ = try await redis.pipeline(delivered.map { broadcastCounted(plan.key, $0) })
+            }
+            return .outcome(.done(summary))
+        case .firstSlice(let n, let h, let s, let u):
+            (slices, head, step, unqueued) = (n, h, s, u)
+        }
+        let slice = SliceRef(key: plan.key, gen: gen, index: 0, count: slices)
+        var first = FirstSlice(slice: slice, summary: summary, head: head, step: step,
+                               attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil)
+        guard let broadcasting else {
+            if finishEnd, plan.event == .end { try await finish(plan) }
+            return .firstSlice(first)
+        }
+        // Slice 0 goes out now; the key's lock is held until the broadcast is answered and
+        // recorded (the key's next broadcast goes after this one's answer, as without tokens).
+        first.broadcast = broadcasting
+        let sending = Task { [first] in try await self.sendFirstSlice(first) }
+        do {
+            let delivered = try await broadcasting.value
+            var commands = [RedisCommand("HSET", fan, "b", 1, "live", delivered.map(\.rawValue).joined(separator: " "))]
+            commands += delivered.map { broadcastCounted(plan.key, $0) }
+            if unqueued {
+                commands += (1..<slices).map { queueCommand(SliceRef(key: plan.key, gen: gen, index: $0, count: slices)) }
+                commands.append(RedisCommand("HSET", fan, "q", 1))
+            }
+            let replies = try await redis.pipeline(commands)
+            if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
+            if finishEnd, plan.event == .end { try await finish(plan) }
+            return .sending(sending, broadcasts: delivered.count)
+        } catch {
+            // The entry stays pending; its next delivery broadcasts again (`b` is not 1) and takes
+            // the fan-out up where slice 0 got to.
+            _ = try? await sending.value
+            throw error
+        }
+    }
+
+    /// Counts a broadcast delivered on the key's channel in `env` (`inspect`).
+    private func broadcastCounted(_ key: ActivityKey, _ env: APNsEnvironment) -> RedisCommand {
+        RedisCommand("HINCRBY", channels.hashKey(key), "\(env.rawValue):broadcasts", 1)
+    }
+
+    /// Broadcasts to every environment's channel at once (a broadcast doesn't wait for the previous
+    /// one's answer); returns the environments whose broadcast was delivered.
+    private func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
+        if live.count == 1 {
+            return try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1) ? [live[0].0] : []
+        }
+        return try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
+            for (env, record) in live {
+                group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
+            }
+            return try await group.reduce(into: []) { if $1.1 { $0.append($1.0) } }
+        }
     }
 
     enum FanoutStart {
@@ -343,22 +412,26 @@ public final class Sender: Sendable {
         case older
         /// It exists and every slice is final.
         case over
-        /// Slices 1…n-1 are queued for the fleet; slice 0 is the caller's (`head`: what the caller
-        /// knows of it, nil when the fan-out existed before; `step`: its first step's reply).
-        case firstSlice(slices: Int, head: SliceHead?, step: RESPValue)
+        /// Slices 1…n-1 are queued for the fleet (`unqueued`: not yet, the caller queues them);
+        /// slice 0 is the caller's (`head`: what the caller knows of it, nil when the fan-out
+        /// existed before; `step`: its first step's reply).
+        case firstSlice(slices: Int, head: SliceHead?, step: RESPValue, unqueued: Bool)
     }
 
     /// Creates a fan-out (see `FanoutScripts.create`; an existing one of the same `gen` is taken
     /// up where it is), takes slice 0's first batch in the same round trip (an event's latency is
     /// made of round trips; the step finds nothing to take when the creation didn't happen), and
     /// queues slices 1…n-1. `also`: commands for the same round trip.
+    /// `broadcastPending`: the broadcast isn't answered yet: `b` is not recorded, and slices 1…n-1
+    /// are left for the caller to queue once `live` is final.
     func createFanout(key: ActivityKey, gen: String, millis: Int64, payload: [UInt8], quiet: [UInt8], tiers: AudiencePriorities,
-                      live: [APNsEnvironment], entry: String, flush: Bool, also: [RedisCommand] = []) async throws -> FanoutStart {
+                      live: [APNsEnvironment], entry: String, flush: Bool, broadcastPending: Bool = false,
+                      also: [RedisCommand] = []) async throws -> FanoutStart {
         let (stream, entryID) = Self.split(entry: entry)
         let commands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(key), fanKey(key, gen), keys.meta(key)], args: [
             gen, millis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, payload,
             max(tiers.standard ?? 0, tiers.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
-            quiet == payload ? [] : quiet, tiers.encodedTiers, flush ? "1" : "0", "\(keys.prefix):{\(key)}:fan:",
+            quiet == payload ? [] : quiet, tiers.encodedTiers, flush ? "1" : "0", "\(keys.prefix):{\(key)}:fan:", broadcastPending ? "0" : "1",
         ])] + also + [
             // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
             stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0), want: stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
@@ -380,6 +453,7 @@ public final class Sender: Sendable {
             stats.fanouts.add(1, ordering: .relaxed)
             head = SliceHead(payload: payload, payload5: quiet, tiers: tiers, live: Set(live), entry: entry)
         }
+        if slices > 1, !queued, broadcastPending { return .firstSlice(slices: slices, head: head, step: step, unqueued: true) }
         if slices > 1, !queued {
             var commands = (1..<slices).map { j in
                 queueCommand(SliceRef(key: key, gen: gen, index: j, count: slices))
@@ -388,7 +462,7 @@ public final class Sender: Sendable {
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
-        return .firstSlice(slices: slices, head: head, step: step)
+        return .firstSlice(slices: slices, head: head, step: step, unqueued: false)
     }
 
     /// Slice 0 of a fan-out, sent by the worker that read its event (outside the key's lock).
@@ -396,7 +470,7 @@ public final class Sender: Sendable {
         var summary = first.summary
         let slice = first.slice
         let result = try await runSlice(slice, summary: &summary, acknowledges: false, attempts: first.attempts, known: first.head,
-                                        firstStep: first.step, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
+                                        firstStep: first.step, broadcast: first.broadcast, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch result {
         case .final(let left) where left <= 0: return .done(summary)
         case .gone: return .done(summary)

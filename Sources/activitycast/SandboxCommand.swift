@@ -39,6 +39,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Fraction of requests that reset the connection instead of answering.") var resetRate = 0.0
     @Option(help: "Fraction of responses delayed by --slow-ms.") var slowRate = 0.0
     @Option var slowMs: Int64 = 1000
+    @Option(help: "Kind of request the per-request faults above apply to: device, broadcast or channels (repeatable; default: all).")
+    var faultsOnly: [String] = []
     @Option(help: "Device token that answers 410 Unregistered (repeatable).") var unregistered: [String] = []
     @Option(help: "Streams a new connection may open before its provider token is validated (APNs: 1). Benchmarks against clients that don't wait, like h2load, raise it.")
     var streamsBeforeAuth = 1
@@ -89,6 +91,10 @@ struct SandboxCommand: AsyncParsableCommand {
         guard let env = APNsEnvironment(rawValue: environment) else { throw ValidationError("--environment is development or production") }
         var faults = SandboxFaults(tooManyRequestsRate: fault429, internalErrorRate: fault500, unavailableRate: fault503,
                                    slowResponseRate: slowRate, slowResponseDelayMillis: slowMs, goAwayAfterStreams: goawayAfter, resetRate: resetRate)
+        for kind in faultsOnly {
+            guard let k = SandboxFaults.RequestKind(rawValue: kind) else { throw ValidationError("--faults-only is device, broadcast or channels, got '\(kind)'") }
+            faults.only.insert(k)
+        }
         for token in unregistered { faults.unregisteredTokens[token.lowercased()] = Int64(Date().timeIntervalSince1970 * 1000) }
         if let problem = faults.problem { throw ValidationError(problem) }
         let bundles = bundleID.isEmpty ? [settings.apns.bundleID] : bundleID

@@ -1,6 +1,7 @@
 import ActivityCastCore
 import APNsCore
 import APNsSandbox
+import Foundation
 import Testing
 
 @Suite struct FaultTests {
@@ -94,6 +95,29 @@ import Testing
         // Faults can be switched off at run time.
         s.updateFaults(SandboxFaults())
         #expect(s.handle(try f.devicePush(), nowMillis: Fixture.now).status == 200)
+    }
+
+    /// `only` limits the per-request faults to some kinds of request; the others are answered as usual.
+    @Test func faultsCanBeLimitedToSomeKindsOfRequest() throws {
+        let s = f.sandbox()
+        let channel = try f.createChannel(s, policy: 0)
+        s.updateFaults(SandboxFaults(unavailableRate: 1, slowResponseRate: 1, slowResponseDelayMillis: 300, only: [.broadcast]))
+        let b = s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel)), nowMillis: Fixture.now)
+        #expect(b.status == 503 && b.delay == .milliseconds(300))
+        let d = s.handle(try f.devicePush(), nowMillis: Fixture.now)
+        #expect(d.status == 200 && d.delay == nil)
+        let c = s.handle(try f.channelRequest("GET", channel: channel), nowMillis: Fixture.now)
+        #expect(c.status == 200 && c.delay == nil)
+        s.updateFaults(SandboxFaults(tooManyRequestsRate: 1, only: [.device, .channels]))
+        #expect(s.handle(f.broadcast(headers: try f.broadcastHeaders(channel: channel)), nowMillis: Fixture.now).status == 200)
+        #expect(s.handle(try f.devicePush(), nowMillis: Fixture.now).status == 429)
+        #expect(s.handle(try f.channelRequest("GET", channel: channel), nowMillis: Fixture.now).status == 429)
+        // As JSON (`POST /sandbox/faults`): the kinds by name; an unknown kind is refused.
+        let decoded = try JSONDecoder().decode(SandboxFaults.self, from: Data(#"{"slowResponseRate":1,"only":["broadcast"]}"#.utf8))
+        #expect(decoded.only == [.broadcast] && decoded.slowResponseRate == 1)
+        #expect(throws: (any Error).self) { try JSONDecoder().decode(SandboxFaults.self, from: Data(#"{"only":["pushes"]}"#.utf8)) }
+        let again = try JSONDecoder().decode(SandboxFaults.self, from: try JSONEncoder().encode(decoded))
+        #expect(again == decoded)
     }
 
     @Test func invalidFaultsAreDescribed() {

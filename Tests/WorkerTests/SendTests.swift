@@ -507,4 +507,99 @@ extension SendTests {
         #expect(line["token"] == String(gone.prefix(8)) + "…")
         #expect(!w.stderr.contains(gone) && !w.stdout.contains(gone), "a whole token reached the log")
     }
+    /// An update's device pushes don't wait for its broadcast's answer (here 3 s late): devices
+    /// off the channel have it at once. Devices on the channel wait for the answer, and when the
+    /// broadcast failed (the channel gone at APNs and none can be made: the limit), they get the
+    /// push per token.
+
+    @Test func devicePushesDoNotWaitForTheBroadcastsAnswer() async throws {
+        let r = try await rig(["--max-channels", "1"])
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let perToken = token("3a"), onChannel = token("3b")
+        let t = now() - 100_000
+        try await register(r, device: "a", key: "match:c1", activity: "A", token: perToken, ts: t)
+        try await register(r, device: "b", key: "match:c1", activity: "B", token: onChannel, ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "c1", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let channel = try #require(try await r.channelID("match:c1"))
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":3000,"only":["broadcast"]}"#)
+
+        func received(_ target: String, _ ts: Int64) async throws -> Int64? {
+            let log = try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? []
+            let d = log.last { $0["target"] as? String == target && ($0["timestamp"] as? NSNumber)?.int64Value == ts / 1000 }
+            return (d?["receivedMicros"] as? NSNumber)?.int64Value
+        }
+        try await score(r, "c1", 2, 0, ts: t + 2000)
+        #expect(await eventually { await r.drainedAll() })
+        let broadcast = try #require(try await received(channel, t + 2000))
+        let device = try #require(try await received(perToken, t + 2000))
+        #expect(device - broadcast < 2_000_000, "the device push went \(device - broadcast) µs after the broadcast, whose answer took 3 s")
+        #expect(try await received(onChannel, t + 2000) == nil, "a device on the channel had the push per token too")
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 2)
+
+        // The channel disappears at APNs and another key takes the only one left: the next broadcast fails.
+        let (status, out, err) = try await runActivitycast(["channels", "delete", channel], redis: r.server, settings: r.sandbox.settings)
+        #expect(status == 0, "\(out) \(err)")
+        try await score(r, "c2", 1, 0, ts: t + 2500)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "c1", 3, 0, ts: t + 3000)
+        #expect(await eventually { await r.drainedAll() })
+        let first = try #require(try await received(perToken, t + 3000))
+        let fallback = try #require(try await received(onChannel, t + 3000), "the device on the failed channel never had the push")
+        #expect(fallback - first > 2_000_000, "the device on the channel had its push before the broadcast's answer")
+        #expect(state(try await r.device(onChannel))["homeScore"] as? Int == 3)
+        #expect(state(try await r.device(perToken))["homeScore"] as? Int == 3)
+        #expect(await w.stop() == 0)
+    }
+    /// A worker killed while its broadcast waits for an answer, with the device pushes already
+    /// out: the entry's next delivery (another worker) broadcasts again and finishes the fan-out;
+    /// every device ends on the state and the channel shows it.
+
+    @Test func aWorkerKilledDuringItsBroadcastLeavesItToTheNext() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let settings = ["fanout.lease_ms": "1000"]
+        let w1 = try r.worker("w1", settings)
+        defer { w1.removeLogs() }
+        let perToken = token("4a"), onChannel = token("4b")
+        let t = now() - 100_000
+        try await register(r, device: "a", key: "match:k1", activity: "A", token: perToken, ts: t)
+        try await register(r, device: "b", key: "match:k1", activity: "B", token: onChannel, ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "k1", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let channel = try #require(try await r.channelID("match:k1"))
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":30000,"only":["broadcast"]}"#)
+        try await score(r, "k1", 2, 0, ts: t + 2000)
+        // The device push is out, the broadcast unanswered: kill the worker.
+        #expect(try await eventually { state(try await r.device(perToken))["homeScore"] as? Int == 2 })
+        let fan = "\(r.settings.prefix):{match:k1}:fan:*"
+        let fans = try await r.redis.send(RedisCommand("KEYS", fan)).array ?? []
+        let pending = try await fans.asyncContains { try await r.redis.send(RedisCommand("HGET", $0.string ?? "", "b")).string == "0" }
+        #expect(pending, "the fan-out's record should say its broadcast is unanswered")
+        w1.kill(signal: SIGKILL)
+        _ = await w1.stop()
+        _ = try await r.sandbox.post("/sandbox/faults", json: "{}")
+        let w2 = try r.worker("w2", settings)
+        defer { w2.removeLogs() }
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 2)
+        #expect(state(try await r.device(perToken))["homeScore"] as? Int == 2)
+        let log = try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? []
+        #expect(!log.contains { $0["target"] as? String == onChannel }, "the device on the live channel had a push per token")
+        // The first worker's broadcast (never answered) and the second's.
+        #expect(log.filter { $0["target"] as? String == channel && ($0["timestamp"] as? NSNumber)?.int64Value == (t + 2000) / 1000 }.count == 2)
+        for f in fans { #expect(try await r.redis.send(RedisCommand("HGET", f.string ?? "", "b")).string == "1") }
+        #expect(await w2.stop() == 0)
+    }
+}
+
+extension Array {
+    func asyncContains(_ p: (Element) async throws -> Bool) async rethrows -> Bool {
+        for e in self where try await p(e) { return true }
+        return false
+    }
 }

@@ -108,7 +108,7 @@ extension SandboxStore {
         let now = nowMicros / 1000
         var effects = Effects()
         let bundleIndex = c.bundle.flatMap { settings.bundleIndex[$0] }
-        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: bundleIndex,
+        switch gate(settings, .broadcast, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: bundleIndex,
                     verified: verified, nowMillis: now, effects: &effects) {
         case .verify(let authorization): return .verify(authorization)
         case .stop(let o): return finish(o, effects: effects)

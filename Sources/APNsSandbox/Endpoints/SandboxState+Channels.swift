@@ -90,7 +90,7 @@ extension SandboxStore {
     mutating func manageChannel(_ c: ChannelCandidate, settings: SandboxSettings, connection: UInt64, verified: ProviderTokenCheck?,
                                 nowMillis now: Int64) -> Locked {
         var effects = Effects()
-        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization,
+        switch gate(settings, .channels, connection: connection, duplicate: c.duplicate, authorization: c.authorization,
                     bundle: c.bundle.flatMap { settings.bundleIndex[$0] },
                     verified: verified, nowMillis: now, effects: &effects) {
         case .verify(let authorization): return .verify(authorization)

@@ -108,7 +108,7 @@ extension SandboxStore {
                              nowMicros: Int64, apnsID: MessageID) -> Locked {
         let now = nowMicros / 1000
         var effects = Effects()
-        switch gate(settings, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
+        switch gate(settings, .device, connection: connection, duplicate: c.duplicate, authorization: c.authorization, bundle: c.bundle,
                     verified: verified, nowMillis: now, effects: &effects) {
         case .verify(let authorization): return .verify(authorization)
         case .stop(let o): return finish(o, effects: effects)

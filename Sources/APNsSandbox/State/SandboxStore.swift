@@ -67,15 +67,16 @@ struct SandboxStore {
 
     // MARK: The prelude every APNs endpoint runs under the lock
 
-    /// Counts the request and stream, applies GOAWAY and per-request faults, refuses duplicate
+    /// Counts the request and stream, applies GOAWAY and per-request faults (those for `kind`), refuses duplicate
     /// headers, then checks the provider token and the connection's token rules. `bundle` is the
     /// app the request is for, when known and allowed (for keys limited to some apps).
     ///
     /// Returns `.verify` before counting anything when the token has never been seen (ECDSA is
     /// too slow to run under the lock): the caller verifies it outside and calls again with
     /// `verified`.
-    mutating func gate(_ settings: SandboxSettings, connection id: UInt64, duplicate: Bool, authorization: ArraySlice<UInt8>?,
-                       bundle: Int?, verified: ProviderTokenCheck?, nowMillis now: Int64, effects: inout Effects) -> Gate {
+    mutating func gate(_ settings: SandboxSettings, _ kind: SandboxFaults.RequestKind, connection id: UInt64, duplicate: Bool,
+                       authorization: ArraySlice<UInt8>?, bundle: Int?, verified: ProviderTokenCheck?, nowMillis now: Int64,
+                       effects: inout Effects) -> Gate {
         let conn: ConnectionRecord
         if let existing = connections[id] {
             conn = existing
@@ -114,7 +115,7 @@ struct SandboxStore {
             counters.goAways += 1
         }
 
-        if faults.drawsPerRequest, let fault = drawFaults(&effects) { return .stop(fault) }
+        if faults.drawsPerRequest(kind), let fault = drawFaults(&effects) { return .stop(fault) }
 
         if duplicate { return .stop(Outcome(.duplicateHeaders)) }
 
