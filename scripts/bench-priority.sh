@@ -3,27 +3,29 @@
 # redis-server, the APNs sandbox (a delivery log that holds the flood) and one worker on free
 # loopback ports, then runs `activitycast bench priority`: K critical match.score updates to a
 # key B of a few tokens, idle, then again while the worker fans a routine match.clock update
-# (priority 5) out to a key A of N tokens; latency = the sandbox's receipt of B's push − the XADD.
+# (priority 5) out to a key A of N tokens (300,000 by default, so that 100,000 or more are still
+# queued for most of B's updates: the goal counts those, --queued); latency = the sandbox's
+# receipt of B's push − the XADD.
 # Budgets are generous for the measured key (set below unless already set in the environment),
 # and the standard spacing is 0 so A's routine update isn't coalesced after its warm-up event.
 # Everything it started is stopped by PID on exit, also when it fails.
 #
-#   bash scripts/bench-priority.sh [--updates 200] [--spacing-ms 10] [--audience 4] [--flood-tokens 100000]
+#   bash scripts/bench-priority.sh [--updates 200] [--spacing-ms 10] [--audience 4] [--flood-tokens 300000] [--queued 100000]
 #                                  [--workers 1] [--dump FILE]   (other arguments go to the bench)
 #   ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_CAPACITY=4 bash scripts/bench-priority.sh   # budgets.* reach the worker
 #   BIN=/tmp/old/activitycast bash scripts/bench-priority.sh   # another build, not rebuilt
 #   LOGS=/tmp/prio-logs LOG_LEVEL=info bash scripts/bench-priority.sh   # keep the worker's, sandbox's and redis-server's logs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=1 flood=100000 updates=200 audience=4
+workers=1 flood=300000 updates=200 audience=4
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
-    --flood-tokens) flood=$2; args+=("$1" "$2"); shift 2 ;;
+    --flood-tokens) flood=$2; shift 2 ;;
     --updates) updates=$2; args+=("$1" "$2"); shift 2 ;;
     --audience) audience=$2; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -74,4 +76,4 @@ for i in $(seq "$workers"); do
   pids+=("$!")
   worker_args+=(--worker-pid "$!")
 done
-"$bin" bench priority --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"
+"$bin" bench priority --flood-tokens "$flood" --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"

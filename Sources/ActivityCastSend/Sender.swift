@@ -275,9 +275,10 @@ public final class Sender: Sendable {
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
         if prior?.left == 0 { return .outcome(.done(summary)) }
-        // The broadcast first (its latency is what broadcast devices see), then the fan-out record.
-        // The budget decides each audience's priority once per event; a fan-out that exists (this
-        // entry delivered again) keeps the decisions it recorded, and its broadcast was done.
+        // The broadcast first (its latency is what broadcast devices see), then the fan-out record
+        // while it is answered. The budget decides each audience's priority once per event; a
+        // fan-out that exists with its broadcast recorded (this entry delivered again) keeps the
+        // decisions it recorded.
         var live: [APNsEnvironment] = []
         var broadcasting: Task<[APNsEnvironment], Error>?
         var priorities = AudiencePriorities(all: PushBuilder.priority(plan))
@@ -320,16 +321,15 @@ public final class Sender: Sendable {
                 // finished record of this entry's fan-out says so to a later delivery (no decision
                 // or broadcast again).
                 var commands = [RedisCommand("HSET", fan, "left", 0, "b", 1), RedisCommand("EXPIRE", fan, 3600)]
-                if priorities.channel != nil {
-                    commands += live.map { RedisCommand("HINCRBY", channels.hashKey(plan.key), "\($0.rawValue):broadcasts", 1) }
-                }
+                if priorities.channel != nil { commands += live.map { broadcastCounted(plan.key, $0) } }
                 _ = try await redis.pipeline(commands)
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 return .outcome(.done(summary))
             }
         }
         // Devices on a channel that had the push (or whose channel's push waits) get nothing per
-        // token; `b` records the broadcast so a redelivered entry doesn't broadcast again.
+        // token; `b` records the broadcast so a redelivered entry doesn't broadcast again (0 while
+        // it is unanswered: a later delivery broadcasts again, and other workers leave the slices).
         let sent = priorities.channel != nil && broadcasting == nil ? live : []
         let created: FanoutStart
         do {
