@@ -360,6 +360,22 @@ extension RedisKeys {
     public var budgetDue: String { "\(prefix):budget-due" }
 }
 
+/// What a decision made in an update's merge round trip checks first (`BudgetScripts.decide`).
+public struct BudgetGuards: Sendable {
+    /// The key's state hash (`_ts`: its newest event's time).
+    public var state: String
+    /// The entry's fan-out record (`b` 1: its broadcast was recorded).
+    public var fanout: String
+    /// For a channel's budget: the key's channels hash and the environments to look in.
+    public var channels: (key: String, environments: [String])?
+
+    public init(state: String, fanout: String, channels: (key: String, environments: [String])? = nil) {
+        self.state = state
+        self.fanout = fanout
+        self.channels = channels
+    }
+}
+
 /// What `BudgetScripts.decide` answered.
 public struct BudgetReply: Equatable, Sendable {
     public var decision: BudgetDecision
@@ -373,10 +389,6 @@ public struct BudgetReply: Equatable, Sendable {
 /// `flushed`, `stale`, `idle_flushes`. Integers are written with `%.0f`: Lua 5.1's numbers are
 /// doubles, exact below 2^53, which the policy's bounds keep every value under.
 public enum BudgetScripts {
-    /// KEYS[1] = budget hash. ARGV: kind (`critical`, `routine`, `end`, `flush`), event ms (''
-    /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
-    /// spacing ms, ttl s, entry (`<stream>/<id>`, '' when none). Returns {decision (`p10`, `p5`, `coalesce`, `stale`), due ms (0 unless
-    /// coalesce), now ms}.
     /// Lua the bucket scripts share: `fmt` (integers as Redis keeps them), `clock` (the caller's
     /// time, or Redis's `TIME` when it gave none: one clock for the fleet) and `refill`
     /// (`TokenBucket.refill`: continuous, in integer ticks; elapsed time is clamped to the
@@ -405,12 +417,35 @@ public enum BudgetScripts {
 
     """
 
+    /// KEYS[1] = budget hash. ARGV: kind (`critical`, `routine`, `end`, `flush`), event ms (''
+    /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
+    /// spacing ms, ttl s, entry (`<stream>/<id>`, '' when none). Returns {decision (`p10`, `p5`,
+    /// `coalesce`, `stale`), due ms (0 unless coalesce), now ms}.
+    /// Guards, for an update decided in its merge's round trip (`BudgetGuards`): KEYS[2] = the
+    /// key's state, KEYS[3] = the entry's fan-out record, and for a channel KEYS[4] = the key's
+    /// channels with ARGV[10] = the environments. The answer is {`skip`, 0, now}, with nothing
+    /// spent or counted, when the merge found a newer event (the state's `_ts` is past the
+    /// event's), when the fan-out recorded its broadcast (a redelivery keeps its decisions), or
+    /// when the key has no live channel in those environments.
     public static let decide = RedisScript(bucketLua + """
     local TOKEN = 3600000
     local kind, ms, now = ARGV[1], tonumber(ARGV[2]), clock(ARGV[3])
     local cap, rate, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local spacing, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
     local entry = ARGV[9] or ''
+    if #KEYS >= 3 then
+      local newest = tonumber(redis.call('HGET', KEYS[2], '_ts') or '')
+      if newest ~= nil and newest > ms then return {'skip', '0', fmt(now)} end
+      if redis.call('HGET', KEYS[3], 'b') == '1' then return {'skip', '0', fmt(now)} end
+      if #KEYS >= 4 then
+        local live = false
+        for env in string.gmatch(ARGV[10] or '', '%S+') do
+          local v = redis.call('HGET', KEYS[4], env)
+          if v and string.match(v, '^%S+ %d+ %d+$') then live = true break end
+        end
+        if not live then return {'skip', '0', fmt(now)} end
+      end
+    end
     local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms', 'p10_entry')
     local last, sent, pending, ended, p10entry = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), h[7]
     -- The entry decided at 10 last, decided again (a redelivery): 10, nothing spent or counted.
@@ -557,19 +592,35 @@ public enum BudgetScripts {
     return 1
     """)
 
-    /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet).
+    /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet). `guards`:
+    /// decided in the merge's round trip (see `decide`; the answer may be `skip`: `parseGuarded`).
     public static func decideCommand(budgetKey: String, event: BudgetEvent, entry: String? = nil, nowMillis: Int64?, policy: AudiencePolicy,
-                                     ttlSeconds: Int) -> RedisCommand {
+                                     ttlSeconds: Int, guards: BudgetGuards? = nil) -> RedisCommand {
         let kind: String, millis: String
         switch event {
         case .update(let ms, let priority): (kind, millis) = (priority == .critical ? "critical" : "routine", String(ms))
         case .end(let ms): (kind, millis) = ("end", String(ms))
         case .flush: (kind, millis) = ("flush", "")
         }
-        return .script(decide, keys: [budgetKey], args: [
+        var keys = [budgetKey]
+        var args: [any RedisArgument] = [
             kind, millis, nowMillis.map { String($0) } ?? "-", policy.bucket.capacityTicks, policy.bucket.ticksPerMillisecond,
             policy.reserveTicks, policy.minSpacingMillis, ttlSeconds, entry ?? "",
-        ])
+        ]
+        if let guards {
+            keys += [guards.state, guards.fanout]
+            if let channels = guards.channels {
+                keys.append(channels.key)
+                args.append(channels.environments.joined(separator: " "))
+            }
+        }
+        return .script(decide, keys: keys, args: args)
+    }
+
+    /// A guarded decision's answer: nil when it was skipped (nothing spent).
+    public static func parseGuarded(_ reply: RESPValue) throws -> BudgetReply? {
+        if reply.array?.first?.string == "skip" { return nil }
+        return try parse(reply)
     }
 
     public static func parse(_ reply: RESPValue) throws -> BudgetReply {

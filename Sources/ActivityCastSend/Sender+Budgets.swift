@@ -16,19 +16,60 @@ extension Sender {
     /// fleet). A coalesced state goes on the fleet's schedule of due flushes. `entry` names the
     /// event's entry: decided again after a crash before its fan-out was recorded, it isn't
     /// charged twice.
-    func decideBudgets(_ plan: Plan, entry: String, channel: Bool) async throws -> AudiencePriorities {
+    /// The audiences an update decided in its merge's round trip is decided for, in order.
+    private func guardedAudiences(_ plan: Plan) -> [BudgetAudience] {
+        [.channel(plan.storagePolicy), .tier(.standard), .tier(.frequent)]
+    }
+
+    /// An update's decisions for `guardedAudiences`, to pipeline behind its merge (see
+    /// `BudgetScripts.decide`'s guards); none for other events (a start isn't decided, an end
+    /// waits for its settle time).
+    func decideCommands(_ plan: Plan, entry: String) -> [RedisCommand] {
+        guard plan.event == .update, let event = BudgetEvent(plan) else { return [] }
+        let envs = apns.environments.map(\.rawValue)
+        return guardedAudiences(plan).map { audience in
+            var guards = BudgetGuards(state: stateKey(plan.key), fanout: fanKey(plan.key, entry))
+            if case .channel = audience { guards.channels = (channels.hashKey(plan.key), envs) }
+            return BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
+                                               policy: configuration.budgets.audience(audience), ttlSeconds: configuration.stateTTLSeconds,
+                                               guards: guards)
+        }
+    }
+
+    /// `decided`: the replies to `decideCommands` (made with the merge): a tier skipped there is
+    /// stale for this event (a newer one was merged meanwhile, and carries its state); a channel
+    /// skipped there while the tiers weren't had none live then (the key's first event made it
+    /// since), and is decided now.
+    func decideBudgets(_ plan: Plan, entry: String, channel: Bool, decided: [RESPValue]? = nil) async throws -> AudiencePriorities {
         guard let event = BudgetEvent(plan) else { return AudiencePriorities(all: PushBuilder.priority(plan)) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
         if channel { audiences.insert(.channel(plan.storagePolicy), at: 0) }
+        var known: [BudgetAudience: BudgetDecision] = [:]
+        var skipped: Set<BudgetAudience> = []
+        if let decided {
+            for (audience, reply) in zip(guardedAudiences(plan), decided) {
+                if let r = try BudgetScripts.parseGuarded(reply) { known[audience] = r.decision } else { skipped.insert(audience) }
+            }
+            // The channel is decided first: when the standard tier, decided after it, passed the
+            // guards they share (a newer `_ts` or a recorded `b` stays), the channel was skipped
+            // only for having none live.
+            if !skipped.contains(.tier(.standard)) { skipped.remove(.channel(plan.storagePolicy)) }
+        }
         let policy = configuration.budgets
-        let replies = try await redis.pipeline(audiences.map { audience in
+        let ask = audiences.filter { known[$0] == nil && !skipped.contains($0) }
+        let asked = try await redis.pipeline(ask.map { audience in
             BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                         policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds)
         })
+        for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply).decision }
         var decisions: [BudgetAudience: BudgetDecision] = [:]
         var due: [any RedisArgument] = []
-        for (audience, reply) in zip(audiences, replies) {
-            let decision = try BudgetScripts.parse(reply).decision
+        for audience in audiences {
+            // Skipped in the merge's round trip: a newer event carries this one's state.
+            guard let decision = known[audience] else {
+                decisions[audience] = .stale
+                continue
+            }
             decisions[audience] = decision
             switch decision {
             case .priority10: stats.countDecision(audience, "p10")

@@ -195,8 +195,12 @@ public final class Sender: Sendable {
             ]),
         ]
         if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
-        let replies = try await redis.pipeline(commands)
-        if replies.count > 4, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
+        // An update's budget decisions, guarded: nothing is spent when the merge just before
+        // found a newer event, or when a redelivered entry's fan-out recorded its decisions.
+        let decide = decideCommands(plan, entry: entry)
+        let replies = try await redis.pipeline(commands + decide)
+        if plan.event != .end, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
+        let decided = Array(replies.suffix(decide.count))
         var merged = try KeyStateScripts.parse(replies[0])
         let known = try channels.states(replies[1], apns.environments)
         let prior = FanoutPrior(replies[2])
@@ -249,7 +253,8 @@ public final class Sender: Sendable {
                 return .outcome(.rejected(e.description))
             }
         case .update, .end:
-            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered, prior: prior,
+            return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered,
+                                            decided: decided.isEmpty ? nil : decided, prior: prior,
                                             channelStates: channelStates)
         }
         return .outcome(.done(summary))
@@ -259,8 +264,9 @@ public final class Sender: Sendable {
     /// (see `FanoutScripts`) whose first slice this worker sends itself; the others go to the
     /// slices stream for the fleet. `.handedOff` while other slices are still under way: the
     /// worker that finishes the last one acknowledges the entry.
+    /// `decided`: the replies to `decideCommands`, made in the merge's round trip.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
-                                redelivered: Bool, prior known0: FanoutPrior? = nil,
+                                redelivered: Bool, decided: [RESPValue]? = nil, prior known0: FanoutPrior? = nil,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> Locked {
         var summary = summary
         let payload = PushBuilder.payload(plan, contentState: state)
@@ -292,7 +298,7 @@ public final class Sender: Sendable {
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            priorities = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty)
+            priorities = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty, decided: decided)
             // A push at 5 carries no alert: an alert only makes sense at 10.
             if plan.alert != nil {
                 var quiet = plan

@@ -267,7 +267,12 @@ import TestSupport
         var seen: [String: Int] = [:]
         var byKind: [String: Int] = [:]
         var entryNumber = 0, redeliveries = 0
-        sequences: for round in 0..<400 {
+        // Every path is exercised: each outcome of each kind of event (a repeated end over budget
+        // is rare). 400 sequences at least, more (up to 2,000) until each path has 20 decisions.
+        let paths = ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",
+                     "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale"]
+        sequences: for round in 0..<2000 {
+            if round >= 400, paths.allSatisfy({ byKind[$0, default: 0] >= 20 }), byKind["end→priority5", default: 0] >= 1 { break }
             let capacity = Int.random(in: 1...6, using: &rng)
             let policy = AudiencePolicy(
                 bucket: BucketPolicy(capacity: capacity, refillPerHour: [0, 1, 8, 60, 3600, 100_000].randomElement(using: &rng)!),
@@ -337,11 +342,7 @@ import TestSupport
         }
         print("BudgetTests: \(checked) decisions agreed (seed \(seed), \(redeliveries) redeliveries): \(byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
         if mismatch { return }
-        // Every path was exercised: each outcome of each kind of event (a repeated end over budget is rare).
-        for path in ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",
-                     "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale"] {
-            #expect(byKind[path, default: 0] >= 20, "\(path): \(byKind)")
-        }
+        for path in paths { #expect(byKind[path, default: 0] >= 20, "\(path): \(byKind)") }
         #expect(byKind["end→priority5", default: 0] >= 1, "\(byKind)")
         #expect(seen.count == 4)
     }
@@ -362,6 +363,40 @@ import TestSupport
         #expect(expected == .priority10)
         #expect(BudgetScripts.state(fromHash: try await redis.command("HGETALL", key)) == next)
         #expect(try await redis.command("TTL", key).int ?? 0 > 50)
+    }
+
+    /// Decided in an update's merge round trip, the script first checks its guards: nothing is
+    /// spent or counted (the budget hash isn't even made) when the key's state has a newer event,
+    /// when the entry's fan-out recorded its broadcast, or, for a channel, when no environment
+    /// given has a live channel; otherwise it decides as usual.
+    @Test func guardedDecisionsSkipWithoutSpending() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let budget = "ac:{match:g}:budget:channel", state = "ac:{match:g}:state", fan = "ac:{match:g}:fan:s/1-0", channels = "ac:{match:g}:channels"
+        let policy = BudgetPolicy.default.standard
+        func decide(_ ms: Int64, channel: Bool) async throws -> BudgetReply? {
+            try BudgetScripts.parseGuarded(try await redis.send(BudgetScripts.decideCommand(
+                budgetKey: budget, event: .update(millis: ms, priority: .critical), entry: "s/1-0", nowMillis: 1_000_000, policy: policy,
+                ttlSeconds: 60, guards: BudgetGuards(state: state, fanout: fan, channels: channel ? (channels, ["development", "production"]) : nil))))
+        }
+        _ = try await redis.command("HSET", state, "_ts", "2000")
+        #expect(try await decide(1000, channel: false) == nil, "an event older than the merged state's newest")
+        #expect(try await redis.command("EXISTS", budget).int == 0)
+        _ = try await redis.command("HSET", fan, "b", "1")
+        #expect(try await decide(2000, channel: false) == nil, "a fan-out whose broadcast is recorded")
+        _ = try await redis.command("HSET", fan, "b", "0")
+        _ = try await redis.command("HSET", channels, "development:fallback", "1")
+        #expect(try await decide(2000, channel: true) == nil, "no live channel")
+        #expect(try await redis.command("EXISTS", budget).int == 0)
+        #expect(try await decide(2000, channel: false)?.decision == .priority10)
+        _ = try await redis.command("HSET", channels, "production", "c0ffee 0 1700000000000")
+        #expect(try await decide(3000, channel: true)?.decision == .priority10)
+        #expect(BudgetScripts.state(fromHash: try await redis.command("HGETALL", budget))?.counters.priority10 == 2)
+        // Without guards (`decideCommand` as before), the same call decides.
+        _ = try await redis.command("HSET", state, "_ts", "9000")
+        #expect(try BudgetScripts.parse(try await redis.send(BudgetScripts.decideCommand(
+            budgetKey: budget, event: .update(millis: 4000, priority: .critical), nowMillis: 1_000_000, policy: policy, ttlSeconds: 60))).decision == .priority10)
     }
 
     // MARK: - Contention

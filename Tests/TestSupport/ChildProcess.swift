@@ -113,13 +113,22 @@ public final class ChildProcess: @unchecked Sendable {
         }
     }
 
-    /// SIGTERM, then SIGKILL if it hasn't exited within `grace`. Returns the exit status.
+    /// SIGTERM, then SIGKILL if it hasn't exited within `grace`. Returns the exit status; when
+    /// it isn't 0, the end of the child's stderr is printed (its log is usually removed after).
     @discardableResult
     public func stop(grace: Duration = .seconds(5)) async -> Int32? {
+        let running = isRunning
         kill(signal: SIGTERM)
-        if let status = await waitForExit(timeout: grace) { return status }
-        kill(signal: SIGKILL)
-        return await waitForExit(timeout: .seconds(5))
+        var status = await waitForExit(timeout: grace)
+        if status == nil {
+            kill(signal: SIGKILL)
+            status = await waitForExit(timeout: .seconds(5))
+        }
+        if status != 0 {
+            let tail = stderr.split(separator: "\n", omittingEmptySubsequences: false).suffix(30).joined(separator: "\n")
+            print("child \(pid) (\((stderrPath as NSString).lastPathComponent)) \(running ? "stopped" : "had already exited") with status \(status.map(String.init) ?? "none"); the end of its stderr:\n\(tail)")
+        }
+        return status
     }
 
     public var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }

@@ -525,6 +525,8 @@ extension SendTests {
         try await score(r, "c1", 1, 0, ts: t + 1000)
         #expect(await eventually { await r.drainedAll() })
         let channel = try #require(try await r.channelID("match:c1"))
+        // The key's first event made the channel, and its broadcast (decided then) went to it.
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 1)
         _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":3000,"only":["broadcast"]}"#)
 
         func received(_ target: String, _ ts: Int64) async throws -> Int64? {
