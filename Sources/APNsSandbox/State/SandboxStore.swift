@@ -39,8 +39,18 @@ struct SandboxStore {
         rng = SplitMix64()
         tierOverrides = Dictionary(c.tierOverrides.compactMap { k, v in TokenKey(hex: k).map { ($0, v) } }, uniquingKeysWith: { a, _ in a })
         deliveries = Ring(capacity: c.deliveryLogCapacity)
+        // Room for every view it keeps, made now: a dictionary that doubles rehashes all its
+        // entries at once, under the lock, and every request waited (about 15 ms at 100,000
+        // tokens, the largest wait a priority-10 probe saw during a flood). Entries are a token and
+        // a reference, so 100,000 take a few MB; past a million the rest grows as needed.
+        let room = min(settings.maxTrackedDevices, Self.reservedViews)
+        devices.reserveCapacity(room)
+        deviceOrder.reserveCapacity(room)
         setFaults(c.faults)
     }
+
+    /// Device views made room for at start at most.
+    static let reservedViews = 1_000_000
 
     var stats: SandboxStats {
         var s = counters
