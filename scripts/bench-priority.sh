@@ -14,6 +14,7 @@
 #                                  [--workers 1] [--dump FILE]   (other arguments go to the bench)
 #   ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_CAPACITY=4 bash scripts/bench-priority.sh   # budgets.* reach the worker
 #   BIN=/tmp/old/activitycast bash scripts/bench-priority.sh   # another build, not rebuilt
+#   SANDBOX_BIN=.build/release/activitycast BIN=/tmp/old/activitycast bash scripts/bench-priority.sh   # its worker, this sandbox
 #   LOGS=/tmp/prio-logs LOG_LEVEL=info bash scripts/bench-priority.sh   # keep the worker's, sandbox's and redis-server's logs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
     --flood-tokens) flood=$2; shift 2 ;;
     --updates) updates=$2; args+=("$1" "$2"); shift 2 ;;
     --audience) audience=$2; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -63,7 +64,7 @@ delivery_log=$((flood + 2 * (updates + 100) * (audience + 2) + 10000))
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="bench" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
 # --budget: the sandbox's per-device hourly budget, so B's devices aren't flagged over budget.
-"$bin" sandbox --threads "${SANDBOX_THREADS:-2}" --delivery-log "$delivery_log" --budget 100000 >"$work/sandbox.log" 2>&1 &
+"${SANDBOX_BIN:-$bin}" sandbox --threads "${SANDBOX_THREADS:-2}" --delivery-log "$delivery_log" --budget 100000 >"$work/sandbox.log" 2>&1 &
 sandbox_pid=$!
 pids+=("$sandbox_pid")
 wait_for_sandbox "$work/sandbox.log"
