@@ -234,6 +234,9 @@ public struct BudgetState: Equatable, Sendable {
         public var stale = 0
         /// Flushes that found nothing to send (not yet due, or already flushed by another worker).
         public var idleFlushes = 0
+        /// Tokens given back: decided at 10, the push never went out (a newer fan-out of the key
+        /// began between the decision and the record).
+        public var refunded = 0
 
         public init() {}
     }
@@ -259,6 +262,15 @@ public struct BudgetState: Equatable, Sendable {
 /// The decision for one event of one (key, audience). `state` nil: the first event (the bucket
 /// starts full). `nowMillis` is the decider's clock; event times are the source's. `entry`: the
 /// stream entry that carried the event (`<stream>/<id>`), so its redelivery isn't charged twice.
+extension BudgetState {
+    /// Gives back the token a decision took (`BudgetReply.spent`) for a push at 10 that never
+    /// went out, up to the capacity; counted as `refunded`.
+    public mutating func refund(_ policy: AudiencePolicy) {
+        bucket.ticks = min(policy.bucket.capacityTicks, bucket.ticks + Self.ticksPerToken)
+        counters.refunded += 1
+    }
+}
+
 public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? = nil, nowMillis now: Int64,
                    policy: AudiencePolicy) -> (BudgetDecision, BudgetState) {
     // The entry decided at 10 last, decided again (and nothing newer since): 10, the state as it
@@ -381,6 +393,8 @@ public struct BudgetReply: Equatable, Sendable {
     public var decision: BudgetDecision
     /// The clock the decision used (the caller's, or Redis's `TIME`).
     public var nowMillis: Int64
+    /// A token was taken (a push at 10 that didn't go out gives it back: `BudgetScripts.refund`).
+    public var spent = false
 }
 
 /// The Redis side of `decide`: one hash per (key, audience), `<prefix>:{key}:budget:<audience>`,
@@ -450,15 +464,16 @@ public enum BudgetScripts {
     local last, sent, pending, ended, p10entry = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), h[7]
     -- The entry decided at 10 last, decided again (a redelivery): 10, nothing spent or counted.
     if (kind == 'end' or kind == 'critical') and entry ~= '' and p10entry == entry and last == ms then
-      return {'p10', '0', fmt(now)}
+      return {'p10', '0', fmt(now), '0'}
     end
     -- A token is 3,600,000 ticks: R per hour is R ticks per ms.
     local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, rate)
     local counts = {}
     local decision, due = 'stale', 0
     local function count(f) counts[#counts + 1] = f end
+    local spent = '0'
     local function take(keep)
-      if ticks - TOKEN >= keep then ticks = ticks - TOKEN return true end
+      if ticks - TOKEN >= keep then ticks = ticks - TOKEN spent = '1' return true end
       return false
     end
     local function send(d, m)
@@ -520,7 +535,7 @@ public enum BudgetScripts {
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
     redis.call('EXPIRE', KEYS[1], ttl)
-    return {decision, fmt(due), fmt(now)}
+    return {decision, fmt(due), fmt(now), spent}
     """)
 
     /// Takes due members of the schedule (`RedisKeys.budgetDue`) for one worker: each is moved
@@ -560,6 +575,17 @@ public enum BudgetScripts {
     redis.call('HINCRBY', KEYS[1], ok == 1 and 'taken' or 'refused', 1)
     redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
     return ok
+    """)
+
+    /// Gives back a token `decide` took (its reply said `spent`) for a push at 10 that never went
+    /// out: `BudgetState.refund`. KEYS[1] = budget hash. ARGV: capacity ticks. Returns 1, or 0
+    /// when the hash is gone.
+    public static let refund = RedisScript(bucketLua + """
+    local ticks = tonumber(redis.call('HGET', KEYS[1], 'ticks') or '')
+    if not ticks then return 0 end
+    redis.call('HSET', KEYS[1], 'ticks', fmt(math.min(tonumber(ARGV[1]), ticks + 3600000)))
+    redis.call('HINCRBY', KEYS[1], 'refunded', 1)
+    return 1
     """)
 
     /// Gives back a token taken with `take` for a push that didn't go out. KEYS[1] = bucket hash.
@@ -625,7 +651,7 @@ public enum BudgetScripts {
 
     public static func parse(_ reply: RESPValue) throws -> BudgetReply {
         if let e = reply.errorMessage { throw RedisError(.server, "budget decide: \(e)") }
-        guard let items = reply.array, items.count == 3, let name = items[0].string, let due = items[1].int, let now = items[2].int else {
+        guard let items = reply.array, items.count >= 3, let name = items[0].string, let due = items[1].int, let now = items[2].int else {
             throw RedisError(.unexpectedReply, "budget decide: unexpected reply")
         }
         let decision: BudgetDecision
@@ -636,7 +662,7 @@ public enum BudgetScripts {
         case "stale": decision = .stale
         default: throw RedisError(.unexpectedReply, "budget decide: unknown decision \(name)")
         }
-        return BudgetReply(decision: decision, nowMillis: now)
+        return BudgetReply(decision: decision, nowMillis: now, spent: items.count > 3 && items[3].string == "1")
     }
 
     /// A budget hash (`HGETALL`) as the model's state; nil when it holds none.
@@ -660,6 +686,7 @@ public enum BudgetScripts {
         c.flushed = Int(f["flushed"] ?? 0)
         c.stale = Int(f["stale"] ?? 0)
         c.idleFlushes = Int(f["idle_flushes"] ?? 0)
+        c.refunded = Int(f["refunded"] ?? 0)
         return BudgetState(bucket: TokenBucket(ticks: ticks, refilledAt: at), lastMillis: f["last_ms"], lastSentAt: f["sent_at"],
                            pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], priority10Entry: entry, counters: c)
     }

@@ -40,15 +40,18 @@ extension Sender {
     /// stale for this event (a newer one was merged meanwhile, and carries its state); a channel
     /// skipped there while the tiers weren't had none live then (the key's first event made it
     /// since), and is decided now.
-    func decideBudgets(_ plan: Plan, entry: String, channel: Bool, decided: [RESPValue]? = nil) async throws -> AudiencePriorities {
-        guard let event = BudgetEvent(plan) else { return AudiencePriorities(all: PushBuilder.priority(plan)) }
+    /// Returns each audience's priority, and the audiences whose decision took a token (given
+    /// back with `refund` if their push doesn't go out).
+    func decideBudgets(_ plan: Plan, entry: String, channel: Bool, decided: [RESPValue]? = nil) async throws
+        -> (priorities: AudiencePriorities, spent: [BudgetAudience]) {
+        guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), []) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
         if channel { audiences.insert(.channel(plan.storagePolicy), at: 0) }
-        var known: [BudgetAudience: BudgetDecision] = [:]
+        var known: [BudgetAudience: BudgetReply] = [:]
         var skipped: Set<BudgetAudience> = []
         if let decided {
             for (audience, reply) in zip(guardedAudiences(plan), decided) {
-                if let r = try BudgetScripts.parseGuarded(reply) { known[audience] = r.decision } else { skipped.insert(audience) }
+                if let r = try BudgetScripts.parseGuarded(reply) { known[audience] = r } else { skipped.insert(audience) }
             }
             // The channel is decided first: when the standard tier, decided after it, passed the
             // guards they share (a newer `_ts` or a recorded `b` stays), the channel was skipped
@@ -61,12 +64,12 @@ extension Sender {
             BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                         policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds)
         })
-        for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply).decision }
+        for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply) }
         var decisions: [BudgetAudience: BudgetDecision] = [:]
         var due: [any RedisArgument] = []
         for audience in audiences {
             // Skipped in the merge's round trip: a newer event carries this one's state.
-            guard let decision = known[audience] else {
+            guard let decision = known[audience]?.decision else {
                 decisions[audience] = .stale
                 continue
             }
@@ -84,7 +87,17 @@ extension Sender {
             let reply = try await redis.send(RedisCommand("ZADD", [keys.budgetDue] + due))
             if let e = reply.errorMessage { throw RedisError(.server, "scheduling a coalesced state: \(e)") }
         }
-        return AudiencePriorities(decisions)
+        return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true })
+    }
+
+    /// Gives back the tokens `audiences`' decisions took for pushes at 10 that didn't go out.
+    func refund(_ key: ActivityKey, _ audiences: [BudgetAudience]) async throws {
+        guard !audiences.isEmpty else { return }
+        let replies = try await redis.pipeline(audiences.map { audience in
+            .script(BudgetScripts.refund, keys: [keys.budget(key, audience)], args: [configuration.budgets.audience(audience).bucket.capacityTicks])
+        })
+        if let e = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "giving a budget token back: \(e)") }
+        for audience in audiences { stats.countDecision(audience, "refunded") }
     }
 }
 

@@ -288,6 +288,7 @@ public final class Sender: Sendable {
         var live: [APNsEnvironment] = []
         var broadcasting: Task<[APNsEnvironment], Error>?
         var priorities = AudiencePriorities(all: PushBuilder.priority(plan))
+        var spent: [BudgetAudience] = []
         var bytes5 = bytes
         if prior?.broadcastDone != true {
             var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
@@ -298,7 +299,7 @@ public final class Sender: Sendable {
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            priorities = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty, decided: decided)
+            (priorities, spent) = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty, decided: decided)
             // A push at 5 carries no alert: an alert only makes sense at 10.
             if plan.alert != nil {
                 var quiet = plan
@@ -350,9 +351,11 @@ public final class Sender: Sendable {
         switch created {
         case .older, .over:
             if case .older = created {
-                // A newer event's fan-out is already under way: this state is out of date.
+                // A newer event's fan-out is already under way: this state is out of date, and the
+                // tokens its tiers took at 10 go back (the channel's broadcast went out).
                 summary.stale = true
                 stats.stale.add(1, ordering: .relaxed)
+                try await refund(plan.key, spent.filter { if case .tier = $0 { true } else { false } })
             }
             if let broadcasting {
                 let delivered = try await broadcasting.value

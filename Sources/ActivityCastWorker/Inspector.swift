@@ -134,6 +134,8 @@ public struct InspectReport: Codable, Sendable {
         public var flushed: Int
         public var stale: Int
         public var idleFlushes: Int
+        /// Tokens given back: decided at 10, the push never went out.
+        public var refunded: Int = 0
         /// The event time (ms) of the coalesced state waiting for a flush; nil when none waits.
         public var pendingMillis: Int64?
         /// When the waiting state is due: its score in the schedule (`RedisKeys.budgetDue`), nil
@@ -316,7 +318,7 @@ public struct Inspector: Sendable {
                              tokens: Double(bucket.ticks) / Double(BudgetState.ticksPerToken), ticks: bucket.ticks,
                              capacity: policy.bucket.capacity,
                              priority10: c.priority10, priority5: c.priority5, downgraded: c.downgraded, coalesced: c.coalesced,
-                             flushed: c.flushed, stale: c.stale, idleFlushes: c.idleFlushes, pendingMillis: state.pendingMillis,
+                             flushed: c.flushed, stale: c.stale, idleFlushes: c.idleFlushes, refunded: c.refunded, pendingMillis: state.pendingMillis,
                              dueAtMillis: nil, endedMillis: state.endedMillis))
         }
         if let first = unread.first {

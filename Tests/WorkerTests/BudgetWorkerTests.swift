@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import Foundation
 import RedisClient
 import Testing
@@ -6,6 +7,36 @@ import TestSupport
 
 /// Push budgets through real workers, Redis and the sandbox (docs/budgets.md).
 extension SendTests {
+    /// A critical update decided at 10 whose fan-out then finds a newer one of its key under way
+    /// (another worker decided and recorded a newer event in between: here its record is written
+    /// by hand) sends nothing, and its token goes back to the tier's bucket, counted `refunded`.
+    @Test func aTokenWhosePushDidNotGoOutIsGivenBack() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        let t = now() - 100_000
+        let tok = token("5e")
+        try await r.add(reg, [("type", "activity.token"), ("ts", String(t)), ("device", "rf"), ("key", "match:rf"), ("activity", "A"),
+                              ("token", tok), ("env", "development"), ("tier", "standard")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        // A newer fan-out of the key, as another worker would have begun it.
+        let gen = "\(r.settings.prefix):{match:rf}:gen"
+        _ = try await r.redis.send(RedisCommand("HSET", gen, "name", "\(sports)/9999999999999-0", "millis", t + 5000))
+        try await r.add(sports, [("type", "match.moment"), ("ts", String(t + 1000)), ("match", "rf"), ("moment", "goal"), ("team", "home"),
+                                 ("player", "P"), ("home_score", "1"), ("away_score", "0"), ("clock", "10'")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        let hash = try await r.redis.send(RedisCommand("HGETALL", "\(r.settings.prefix):{match:rf}:budget:standard"))
+        let state = try #require(BudgetScripts.state(fromHash: hash))
+        #expect(state.counters.priority10 == 1 && state.counters.refunded == 1, "\(state.counters)")
+        // Full again: the bucket started full, gave a token to the goal and got it back.
+        #expect(state.bucket.ticks == BudgetPolicy.default.standard.bucket.capacityTicks)
+        let log = try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? []
+        #expect(!log.contains { $0["target"] as? String == tok }, "the stale goal reached the device")
+        #expect(await w.stop() == 0)
+    }
+
     /// Eight goals in a row on one key with devices of both tiers, then the final whistle. With
     /// the default budgets a standard device's bucket (4, one kept for the end) allows three goals
     /// at priority 10 and the other five go at 5 without their alert: downgraded, not lost. A
