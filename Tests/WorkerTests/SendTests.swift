@@ -507,6 +507,22 @@ extension SendTests {
         #expect(line["token"] == String(gone.prefix(8)) + "…")
         #expect(!w.stderr.contains(gone) && !w.stdout.contains(gone), "a whole token reached the log")
     }
+    /// A match with a device off its channel and one on it, its first score (which makes the
+    /// channel and broadcasts to it), then broadcasts answered `delayMillis` late. Returns the
+    /// channel's id.
+    func slowBroadcasts(_ r: Rig, match: String, perToken: String, onChannel: String, ts t: Int64, delayMillis: Int) async throws -> String {
+        try await register(r, device: "a", key: "match:\(match)", activity: "A", token: perToken, ts: t)
+        try await register(r, device: "b", key: "match:\(match)", activity: "B", token: onChannel, ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, match, 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let channel = try #require(try await r.channelID("match:\(match)"))
+        // The key's first event made the channel, and its broadcast (decided then) went to it.
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 1)
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":\#(delayMillis),"only":["broadcast"]}"#)
+        return channel
+    }
+
     /// An update's device pushes don't wait for its broadcast's answer (here 3 s late): devices
     /// off the channel have it at once. Devices on the channel wait for the answer, and when the
     /// broadcast failed (the channel gone at APNs and none can be made: the limit), they get the
@@ -519,15 +535,7 @@ extension SendTests {
         defer { w.removeLogs() }
         let perToken = token("3a"), onChannel = token("3b")
         let t = now() - 100_000
-        try await register(r, device: "a", key: "match:c1", activity: "A", token: perToken, ts: t)
-        try await register(r, device: "b", key: "match:c1", activity: "B", token: onChannel, ts: t, broadcast: true)
-        #expect(await eventually { await r.drainedAll() })
-        try await score(r, "c1", 1, 0, ts: t + 1000)
-        #expect(await eventually { await r.drainedAll() })
-        let channel = try #require(try await r.channelID("match:c1"))
-        // The key's first event made the channel, and its broadcast (decided then) went to it.
-        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 1)
-        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":3000,"only":["broadcast"]}"#)
+        let channel = try await slowBroadcasts(r, match: "c1", perToken: perToken, onChannel: onChannel, ts: t, delayMillis: 3000)
 
         func received(_ target: String, _ ts: Int64) async throws -> Int64? {
             let log = try await r.sandbox.get("/sandbox/deliveries?limit=100")?["deliveries"] as? [[String: Any]] ?? []
@@ -568,13 +576,7 @@ extension SendTests {
         defer { w1.removeLogs() }
         let perToken = token("4a"), onChannel = token("4b")
         let t = now() - 100_000
-        try await register(r, device: "a", key: "match:k1", activity: "A", token: perToken, ts: t)
-        try await register(r, device: "b", key: "match:k1", activity: "B", token: onChannel, ts: t, broadcast: true)
-        #expect(await eventually { await r.drainedAll() })
-        try await score(r, "k1", 1, 0, ts: t + 1000)
-        #expect(await eventually { await r.drainedAll() })
-        let channel = try #require(try await r.channelID("match:k1"))
-        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"slowResponseRate":1,"slowResponseDelayMillis":30000,"only":["broadcast"]}"#)
+        let channel = try await slowBroadcasts(r, match: "k1", perToken: perToken, onChannel: onChannel, ts: t, delayMillis: 30_000)
         try await score(r, "k1", 2, 0, ts: t + 2000)
         // The device push is out, the broadcast unanswered: kill the worker.
         #expect(try await eventually { state(try await r.device(perToken))["homeScore"] as? Int == 2 })
