@@ -90,6 +90,26 @@ extension Sender {
         return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true })
     }
 
+    /// A flush's fan-out found still under way when the key's next flush comes due. It has no
+    /// entry to be delivered again: if its worker couldn't hand slice 0 back to the stream, or
+    /// queue the other slices (Redis failing at that moment), nobody else would finish it, and it
+    /// would hold the key's flushes back for good. So the next flush queues the slices that never
+    /// were and sends slice 0 alongside whoever has it: its batches are handed out once and
+    /// leased (a batch in flight elsewhere answers `busy`), so helping re-sends nothing.
+    func helpFlush(_ key: ActivityKey, gen: String, slices n: Int, queued: Bool) async throws {
+        if n > 1, !queued {
+            var commands = (1..<n).map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
+            commands.append(RedisCommand("HSET", fanKey(key, gen), "q", 1))
+            let replies = try await redis.pipeline(commands)
+            if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing a flush's slices: \(bad)") }
+        }
+        var summary = SendSummary()
+        let slice = SliceRef(key: key, gen: gen, index: 0, count: n)
+        if try await runSlice(slice, summary: &summary, acknowledges: false, shouldStop: { [self] in stopping.load(ordering: .relaxed) }) == .paused {
+            _ = try await redis.send(queueCommand(slice))
+        }
+    }
+
     /// Gives back the tokens `audiences`' decisions took for pushes at 10 that didn't go out.
     func refund(_ key: ActivityKey, _ audiences: [BudgetAudience]) async throws {
         guard !audiences.isEmpty else { return }
@@ -139,8 +159,14 @@ extension Sender {
             RedisCommand("HGETALL", stateKey), channels.statesCommand(key, envs), RedisCommand("HGET", genKey(key), "name"),
         ])
         if tier != nil, let current = replies[2].string {
-            let left = try await redis.send(RedisCommand("HGET", fanKey(key, current), "left")).string.flatMap(Int.init) ?? 0
-            if left > 0 { return .busy }
+            let fan = try await redis.send(RedisCommand("HMGET", fanKey(key, current), "left", "n", "q")).array ?? []
+            if fan.count == 3, let left = fan[0].string.flatMap(Int.init), left > 0 {
+                // Another flush's fan-out still under way: helped along first (see `helpFlush`).
+                if current.hasPrefix("flush:"), let n = fan[1].string.flatMap(Int.init) {
+                    try await helpFlush(key, gen: current, slices: n, queued: fan[2].string == "1")
+                }
+                return .busy
+            }
         }
         guard let state = KeyStateScripts.read(replies[0]) else { return .nothing }
         let newestMillis = state.newestMillis
@@ -214,7 +240,8 @@ extension Sender {
             return .sent
         case .firstSlice(let slices, let head, let step, _):
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
-            // (a flush has no entry to be delivered again).
+            // (a flush has no entry to be delivered again; if even handing slice 0 back fails, the
+            // key's next flush finishes it: `helpFlush`).
             let first = SliceRef(key: key, gen: gen, index: 0, count: slices)
             var summary = SendSummary()
             var handBack = false

@@ -7,6 +7,41 @@ import TestSupport
 
 /// Push budgets through real workers, Redis and the sandbox (docs/budgets.md).
 extension SendTests {
+    /// A flush's fan-out whose slices never reached the fleet (its worker couldn't hand slice 0
+    /// back to the stream; here the record is made with the create script, and nothing more) is
+    /// finished by the key's next flush, which then goes on; before, the key's flushes waited for
+    /// it for good.
+    @Test func anOrphanedFlushIsFinishedByTheNextOne() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream
+        let t = now() - 100_000
+        let tok = token("5f")
+        let key = ActivityKey(kind: .match, id: "of")
+        try await r.add(reg, [("type", "activity.token"), ("ts", String(t)), ("device", "of"), ("key", "\(key)"), ("activity", "A"),
+                              ("token", tok), ("env", "development"), ("tier", "standard")])
+        try await score(r, "of", 1, 0, ts: t + 1000)
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        #expect(try await eventually { state(try await r.device(tok))["homeScore"] as? Int == 1 })
+        // The orphan: a flush's fan-out of a newer state, created and never sent.
+        let prefix = r.settings.prefix, gen = "flush:standard:\(t + 5000):1"
+        let fan = "\(prefix):{\(key)}:fan:\(gen)"
+        let payload = #"{"aps":{"timestamp":\#((t + 5000) / 1000),"event":"update","content-state":{"homeScore":42,"awayScore":0}}}"#
+        let created = try await r.redis.send(.script(FanoutScripts.create, keys: ["\(prefix):{\(key)}:gen", fan, r.settings.keys.meta(key)], args: [
+            gen, t + 5000, 4096, SliceMath.maxSlices, 3600, payload, 5, "", "", "", "", AudiencePriorities(standard: 5).encodedTiers, "1",
+            "\(prefix):{\(key)}:fan:", "1",
+        ]))
+        #expect(created.array?.first?.string == "new", "\(created)")
+        // The key's standard tier comes due for a flush.
+        _ = try await r.redis.send(RedisCommand("ZADD", r.settings.keys.budgetDue, 0, "\(key)|standard"))
+        #expect(try await eventually { state(try await r.device(tok))["homeScore"] as? Int == 42 }, "the orphaned flush was never sent")
+        #expect(try await eventually { try await r.redis.send(RedisCommand("HGET", fan, "left")).string == "0" })
+        #expect(try await eventually { try await r.redis.send(RedisCommand("ZSCORE", r.settings.keys.budgetDue, "\(key)|standard")) == .null })
+        #expect(await w.stop() == 0)
+    }
+
     /// A critical update decided at 10 whose fan-out then finds a newer one of its key under way
     /// (another worker decided and recorded a newer event in between: here its record is written
     /// by hand) sends nothing, and its token goes back to the tier's bucket, counted `refunded`.
