@@ -481,17 +481,19 @@ extension Sender {
                     }
                 }
                 let rows = try await tokenRows(slice.key, triples, tiers: byTier)
-                // Devices on a channel whose broadcast is still unanswered wait for its answer.
-                var onChannel: [TokenRow] = []
-                var groups: [Group: [TokenRow]] = [:]
-                for row in rows {
-                    if row.onBroadcast && live.contains(row.env) {
-                        if broadcast != nil { onChannel.append(row) }
-                        continue
+                // By environment and priority; a tier without a push now is skipped.
+                func grouped(_ rows: some Sequence<TokenRow>) -> [Group: [TokenRow]] {
+                    var groups: [Group: [TokenRow]] = [:]
+                    for row in rows {
+                        guard let priority = tiers.tier(row.tier) else { continue }
+                        groups[Group(env: row.env, priority: priority), default: []].append(row)
                     }
-                    guard let priority = tiers.tier(row.tier) else { continue }
-                    groups[Group(env: row.env, priority: priority), default: []].append(row)
+                    return groups
                 }
+                // Devices on a channel that had the push get nothing per token; while its broadcast
+                // is unanswered, they wait for the answer.
+                var groups = grouped(rows.lazy.filter { !($0.onBroadcast && live.contains($0.env)) })
+                let onChannel = broadcast == nil ? [] : rows.filter { $0.onBroadcast && live.contains($0.env) }
                 // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
                 // busy machine) doesn't let a newer fan-out overtake requests still being sent.
                 let heartbeat = Task {
@@ -514,11 +516,7 @@ extension Sender {
                     // The broadcast's answer: a channel's devices get the push per token where it failed.
                     live = Set(try await pending.value)
                     broadcast = nil
-                    groups = [:]
-                    for row in onChannel where !live.contains(row.env) {
-                        guard let priority = tiers.tier(row.tier) else { continue }
-                        groups[Group(env: row.env, priority: priority), default: []].append(row)
-                    }
+                    groups = grouped(onChannel.lazy.filter { !live.contains($0.env) })
                 }
             case "finished", "superseded":
                 if status == "superseded" {
