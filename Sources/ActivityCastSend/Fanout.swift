@@ -535,10 +535,7 @@ extension Sender {
                 // every slice starts again. This one goes on here; the others are queued again, and
                 // `q` set once they are (else the entry's next delivery queues them).
                 logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
-                var commands = (0..<slice.count).filter { $0 != slice.index }.map { j in
-                    queueCommand(SliceRef(key: slice.key, gen: slice.gen, index: j, count: slice.count))
-                }
-                commands.append(RedisCommand("HSET", fan, "q", 1))
+                var commands = queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
                 commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
                 let replies = try await redis.pipeline(commands)
                 if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
@@ -567,6 +564,13 @@ extension Sender {
         .script(FanoutScripts.step, keys: [genKey(slice.key), fanKey(slice.key, slice.gen), inflightKey(slice.key), keys.meta(slice.key)],
                 args: [slice.gen, slice.index, slice.count, want, Int64(Date().timeIntervalSince1970 * 1000), configuration.leaseMillis,
                        confirm, 3600, width])
+    }
+
+    /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream,
+    /// and records that they are (`q`): commands for one pipeline.
+    func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
+        (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
+            + [RedisCommand("HSET", fanKey(key, gen), "q", 1)]
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

@@ -98,9 +98,7 @@ extension Sender {
     /// leased (a batch in flight elsewhere answers `busy`), so helping re-sends nothing.
     func helpFlush(_ key: ActivityKey, gen: String, slices n: Int, queued: Bool) async throws {
         if n > 1, !queued {
-            var commands = (1..<n).map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            commands.append(RedisCommand("HSET", fanKey(key, gen), "q", 1))
-            let replies = try await redis.pipeline(commands)
+            let replies = try await redis.pipeline(queueOthers(key, gen: gen, slices: n))
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing a flush's slices: \(bad)") }
         }
         var summary = SendSummary()

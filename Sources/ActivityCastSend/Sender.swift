@@ -381,10 +381,7 @@ public final class Sender: Sendable {
             let delivered = try await broadcasting.value
             var commands = [RedisCommand("HSET", fan, "b", 1, "live", delivered.map(\.rawValue).joined(separator: " "))]
             commands += delivered.map { broadcastCounted(plan.key, $0) }
-            if unqueued {
-                commands += (1..<slices).map { queueCommand(SliceRef(key: plan.key, gen: gen, index: $0, count: slices)) }
-                commands.append(RedisCommand("HSET", fan, "q", 1))
-            }
+            if unqueued { commands += queueOthers(plan.key, gen: gen, slices: slices) }
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
             if finishEnd, plan.event == .end { try await finish(plan) }
@@ -464,11 +461,7 @@ public final class Sender: Sendable {
         }
         if slices > 1, !queued, broadcastPending { return .firstSlice(slices: slices, head: head, step: step, unqueued: true) }
         if slices > 1, !queued {
-            var commands = (1..<slices).map { j in
-                queueCommand(SliceRef(key: key, gen: gen, index: j, count: slices))
-            }
-            commands.append(RedisCommand("HSET", fanKey(key, gen), "q", 1))
-            let replies = try await redis.pipeline(commands)
+            let replies = try await redis.pipeline(queueOthers(key, gen: gen, slices: slices))
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
         }
         return .firstSlice(slices: slices, head: head, step: step, unqueued: false)
