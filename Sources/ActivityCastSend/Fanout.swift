@@ -97,6 +97,15 @@ public enum FanoutScripts {
     local function runid()
       return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
     end
+    -- Every slice of the fan-out is final. A flush's record (it has no entry) goes at once. An
+    -- event's loses its payloads and keeps what a redelivery needs to send nothing (`left` 0,
+    -- `b`, each slice `done`, where its entry is) until the entry is acknowledged, which deletes
+    -- it; `keep` s if that never happens (Redis failing at the acknowledgement).
+    local function over(fan, keep)
+      if (redis.call('HGET', fan, 'entry') or '') == '' then redis.call('DEL', fan) return end
+      redis.call('HDEL', fan, 'p', 'p5', 't', 'live')
+      redis.call('EXPIRE', fan, keep)
+    end
     """
 
     /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
@@ -104,7 +113,8 @@ public enum FanoutScripts {
     /// the tiers' priorities (`AudiencePriorities.encodedTiers`), '1' for a flush (yields to a
     /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`),
     /// `b` ('0': the broadcast isn't answered yet; the caller records it and the final `live`).
-    /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'}.
+    /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'} | {'none'} (the key has
+    /// no tokens: the fan-out is named the key's newest, and no record is written).
     public static let create = RedisScript(common + """
 
     local cur = redis.call('HMGET', KEYS[1], 'name', 'millis')
@@ -125,14 +135,17 @@ public enum FanoutScripts {
     -- its old progress. The newer one's payload was merged after this one's: nothing to send.
     if redis.call('EXISTS', KEYS[2]) == 1 then return {'older'} end
     local tokens = redis.call('HLEN', KEYS[3])
+    local ttl = tonumber(ARGV[5])
+    redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
+    redis.call('EXPIRE', KEYS[1], ttl)
+    -- Nobody to send to per token: no record (the key's newest fan-out is named above, so an
+    -- older one still running is superseded all the same).
+    if tokens == 0 then return {'none'} end
     local n = 1
     if tokens > 0 and redis.call('OBJECT', 'ENCODING', KEYS[3]) == 'hashtable' then
       local size, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
       while n * size < tokens and n < limit do n = n * 2 end
     end
-    local ttl = tonumber(ARGV[5])
-    redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
-    redis.call('EXPIRE', KEYS[1], ttl)
     redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
                'millis', ARGV[2], 'b', ARGV[15] or '1', 'rid', runid(), 't', ARGV[12] or '')
     if ARGV[11] and ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'p5', ARGV[11]) end
@@ -143,14 +156,15 @@ public enum FanoutScripts {
     /// Gives a slice its final outcome without sending it (its attempts ran out).
     /// KEYS: fan hash, inflight zset. ARGV: gen, j, keep s. Returns the slices left, or -1 when
     /// the slice was already final.
-    public static let abandon = RedisScript("""
+    public static let abandon = RedisScript(common + """
+
     if not redis.call('HGET', KEYS[1], 'left') then return -1 end
     local f = 's' .. ARGV[2]
     if redis.call('HGET', KEYS[1], f) == 'done' then return -1 end
     redis.call('HSET', KEYS[1], f, 'done')
     redis.call('ZREM', KEYS[2], ARGV[1] .. '|' .. ARGV[2])
     local left = redis.call('HINCRBY', KEYS[1], 'left', -1)
-    if left <= 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
+    if left <= 0 then over(KEYS[1], tonumber(ARGV[3])) end
     return left
     """)
 
@@ -200,7 +214,7 @@ public enum FanoutScripts {
       redis.call('HSET', KEYS[2], f, 'done')
       redis.call('ZREM', KEYS[3], member)
       left = redis.call('HINCRBY', KEYS[2], 'left', -1)
-      if left <= 0 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[8])) end
+      if left <= 0 then over(KEYS[2], tonumber(ARGV[8])) end
       return left
     end
     local width = TWO32 / n
@@ -313,6 +327,8 @@ enum FanoutCreation {
     case new(slices: Int, tokens: Int)
     case exists(left: Int, slices: Int, broadcastDone: Bool, queued: Bool)
     case older
+    /// The key has no tokens: no record was written.
+    case none
 
     init(_ reply: RESPValue) throws {
         guard let parts = reply.array, let status = parts.first?.string else {
@@ -324,6 +340,7 @@ enum FanoutCreation {
         case "exists": self = .exists(left: int(1), slices: max(1, int(2)), broadcastDone: parts.count > 3 && parts[3].string == "1",
                                       queued: parts.count > 4 && parts[4].string == "1")
         case "older": self = .older
+        case "none": self = .none
         default: throw SendFailure("fan-out create: unexpected status \(status)")
         }
     }
@@ -364,7 +381,7 @@ extension Sender {
         try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
         let e = entry.array ?? []
-        if n == 0, e.count == 2 { try await acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")") }
+        if n == 0, e.count == 2 { try await acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")", record: fan) }
     }
 
     /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
@@ -525,10 +542,10 @@ extension Sender {
                 } else {
                     stats.slicesFinished.add(1, ordering: .relaxed)
                 }
-                if left <= 0, acknowledges { try await acknowledge(entry: entry) }
+                if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case "done":
-                if left <= 0, acknowledges { try await acknowledge(entry: entry) }
+                if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case "relaid":
                 // Redis restarted since the fan-out began (a new hash seed, so another scan order):
@@ -577,14 +594,33 @@ extension Sender {
     func queueCommand(_ slice: SliceRef) -> RedisCommand { RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields) }
 
     /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
-    /// finished it; `XACK` works for any consumer of the group).
-    func acknowledge(entry: String) async throws {
+    /// finished it; `XACK` works for any consumer of the group), then its finished record goes
+    /// (a redelivery of an acknowledged entry sends nothing: `acknowledgedAlready`).
+    func acknowledge(entry: String, record: String) async throws {
         let (stream, id) = Self.split(entry: entry)
         guard !stream.isEmpty, !id.isEmpty else { return }
-        _ = try await redis.pipeline([
+        let replies = try await redis.pipeline([
             .xack(stream: stream, group: configuration.group, ids: [id]),
             RedisCommand("HDEL", "\(keys.prefix):errors:\(stream)", id, "\(id)#n"),
         ])
+        // After the acknowledgement's answer, never beside it: the record is what tells a
+        // redelivery before it that the fan-out is over.
+        if replies[0].errorMessage == nil { _ = try? await redis.send(RedisCommand("UNLINK", record)) }
+    }
+
+    /// Whether `entry`, delivered again, was acknowledged meanwhile by the worker that finished it
+    /// (its claim raced the acknowledgement). Its fan-out record is read first and the pending
+    /// list after: a record deleted before the first read was deleted after the acknowledgement,
+    /// which the second then sees. Two round trips, for redeliveries only.
+    func acknowledgedAlready(_ key: ActivityKey, entry: String) async throws -> Bool {
+        let (stream, id) = Self.split(entry: entry)
+        guard !stream.isEmpty, !id.isEmpty else { return false }
+        let record = try await redis.send(RedisCommand("EXISTS", fanKey(key, entry)))
+        if let e = record.errorMessage { throw RedisError(.server, "reading a fan-out record: \(e)") }
+        if record.int == 1 { return false }
+        let pending = try await redis.send(RedisCommand("XPENDING", stream, configuration.group, id, id, 1))
+        if let e = pending.errorMessage { throw RedisError(.server, "XPENDING \(stream): \(e)") }
+        return (pending.array ?? []).isEmpty
     }
 
     /// `stream/id` → (stream, id); entry ids have no `/`.

@@ -234,7 +234,7 @@ extension Sender {
             // state waits again, due at once.
             await undo()
             return .busy
-        case .over:
+        case .over, .noAudience:
             return .sent
         case .firstSlice(let slices, let head, let step, _):
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it

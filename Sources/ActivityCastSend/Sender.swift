@@ -25,6 +25,9 @@ public struct SendSummary: Sendable, Equatable {
     public var starts = 0
     public var forgotten = 0
     public var failed = 0
+    /// The event's fan-out record, final (every slice done): it goes once the entry is
+    /// acknowledged (until then a redelivery finds it and sends nothing). nil: no record.
+    public var finishedRecord: String?
 }
 
 public struct SendConfiguration: Sendable {
@@ -176,6 +179,10 @@ public final class Sender: Sendable {
     }
 
     private func sendLocked(_ original: Plan, entry: String, redelivered: Bool) async throws -> Locked {
+        if redelivered, try await acknowledgedAlready(original.key, entry: entry) {
+            logger.info("delivered again after another worker finished it: nothing to send", metadata: ["entry": "\(entry)"])
+            return .outcome(.done(SendSummary()))
+        }
         var plan = original
         // Key state: merge in timestamp order; a stale event is not sent.
         // An end is recorded as the key's newest event only after its settle time (below), so a
@@ -280,7 +287,10 @@ public final class Sender: Sendable {
         let fan = fanKey(plan.key, gen)
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
-        if prior?.left == 0 { return .outcome(.done(summary)) }
+        if prior?.left == 0 {
+            summary.finishedRecord = fan
+            return .outcome(.done(summary))
+        }
         // The broadcast first (its latency is what broadcast devices see), then the fan-out record
         // while it is answered. The budget decides each audience's priority once per event; a
         // fan-out that exists with its broadcast recorded (this entry delivered again) keeps the
@@ -331,6 +341,7 @@ public final class Sender: Sendable {
                 if priorities.channel != nil { commands += live.map { broadcastCounted(plan.key, $0) } }
                 _ = try await redis.pipeline(commands)
                 if finishEnd, plan.event == .end { try await finish(plan) }
+                summary.finishedRecord = fan
                 return .outcome(.done(summary))
             }
         }
@@ -349,7 +360,8 @@ public final class Sender: Sendable {
         }
         let slices: Int, head: SliceHead?, step: RESPValue, unqueued: Bool
         switch created {
-        case .older, .over:
+        case .older, .over, .noAudience:
+            if case .over = created { summary.finishedRecord = fan }
             if case .older = created {
                 // A newer event's fan-out is already under way: this state is out of date, and the
                 // tokens its tiers took at 10 go back (the channel's broadcast went out).
@@ -362,6 +374,7 @@ public final class Sender: Sendable {
                 summary.broadcasts += delivered.count
                 _ = try await redis.pipeline(delivered.map { broadcastCounted(plan.key, $0) })
             }
+            if case .noAudience = created, finishEnd, plan.event == .end { try await finish(plan) }
             return .outcome(.done(summary))
         case .firstSlice(let n, let h, let s, let u):
             (slices, head, step, unqueued) = (n, h, s, u)
@@ -418,6 +431,8 @@ public final class Sender: Sendable {
         case older
         /// It exists and every slice is final.
         case over
+        /// The key has no tokens: it is the key's newest fan-out, with no record and no slices.
+        case noAudience
         /// Slices 1…n-1 are queued for the fleet (`unqueued`: not yet, the caller queues them);
         /// slice 0 is the caller's (`head`: what the caller knows of it, nil when the fan-out
         /// existed before; `step`: its first step's reply).
@@ -450,6 +465,8 @@ public final class Sender: Sendable {
         switch try FanoutCreation(replies[0]) {
         case .older:
             return .older
+        case .none:
+            return .noAudience
         case .exists(let left, let n, _, let q):
             if left == 0 { return .over }
             slices = n
@@ -474,7 +491,9 @@ public final class Sender: Sendable {
         let result = try await runSlice(slice, summary: &summary, acknowledges: false, attempts: first.attempts, known: first.head,
                                         firstStep: first.step, broadcast: first.broadcast, shouldStop: { [self] in stopping.load(ordering: .relaxed) })
         switch result {
-        case .final(let left) where left <= 0: return .done(summary)
+        case .final(let left) where left <= 0:
+            summary.finishedRecord = fanKey(slice.key, slice.gen)
+            return .done(summary)
         case .gone: return .done(summary)
         case .final: return .handedOff(summary)
         case .busy, .paused:

@@ -34,6 +34,11 @@ struct EntryProcessor: Sendable {
     /// when it is about to decode an entry with a field of exactly that value — how the fault
     /// suite makes an entry that kills every worker that takes it. Unset in production.
     let crashOn: [UInt8]? = ProcessInfo.processInfo.environment["ACTIVITYCAST_FAILPOINT_CRASH_ON"].map { Array($0.utf8) }
+    /// Test-only failpoint: `ACTIVITYCAST_FAILPOINT_PAUSE_REDELIVERED_MS=<ms>` waits that long before
+    /// sending a redelivered entry's pushes — how a test makes a claim race the acknowledgement of
+    /// the worker that finished the entry. Unset in production.
+    let pauseRedelivered: Duration? = ProcessInfo.processInfo.environment["ACTIVITYCAST_FAILPOINT_PAUSE_REDELIVERED_MS"]
+        .flatMap(Int.init).map { .milliseconds($0) }
 
     /// The send path (nil: plans are only logged, `worker.send: false`).
     let sender: Sender?
@@ -258,11 +263,13 @@ struct EntryProcessor: Sendable {
             if case .send(let plan) = work[i], outcome[i] == nil { return (i, plan) }
             return nil
         }
+        // Finished fan-out records of entries acknowledged below: they go after the acknowledgement.
+        var records: [String] = []
         if let sender, !sends.isEmpty {
             for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries, redelivered: redelivered, order: order) {
                 switch result {
-                case .success(.done):
-                    break
+                case .success(.done(let summary)):
+                    if let record = summary.finishedRecord { records.append(record) }
                 case .success(.handedOff):
                     // Other workers are sending its slices; the last of them acknowledges it.
                     outcome[index] = .handedOff
@@ -326,6 +333,9 @@ struct EntryProcessor: Sendable {
                 } else {
                     let n = Int(replies[0].int ?? 0)
                     counters?.acked.add(n, ordering: .relaxed)
+                    // After the acknowledgement's answer (never beside it: until then a record is
+                    // what tells a redelivery the fan-out is over). One command each: another slot each.
+                    if !records.isEmpty { _ = try? await redis.pipeline(records.map { RedisCommand("UNLINK", $0) }) }
                     if n < ackIDs.count {
                         counters?.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
                         logger.warning("entries were already acknowledged by another worker", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count - n)"])
@@ -420,6 +430,7 @@ struct EntryProcessor: Sendable {
     /// concurrently. Returns each entry's result.
     private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,
                       order: UInt64?) async -> [(Int, Result<SendOutcome, Error>)] {
+        if redelivered, let pauseRedelivered { try? await Task.sleep(for: pauseRedelivered) }
         // Places in the keys' lines first, in the order the batches were read (see `ReadOrder`).
         if let order { await readOrder.waitTurn(order) }
         var byKey: [ActivityKey: [(Int, Plan, KeyLocks.Ticket)]] = [:]

@@ -51,6 +51,11 @@ public struct InspectReport: Codable, Sendable {
         /// Entries ever added to the stream (`entries-added`, Redis 7), trimmed ones included:
         /// `activitycast top` shows its rate. Nil when Redis doesn't say.
         public var entriesAdded: Int64? = nil
+        /// What the workers keep of it once acknowledged (`StreamRetention`, the settings').
+        public var retention: String? = nil
+        /// The age of its first entry, by its id's time: with trimming on, about the retention
+        /// (more while a group lags or an entry stays pending). Nil when it is empty.
+        public var oldestEntryAgeMillis: Int64? = nil
     }
 
     /// One dead letter's `reason`, `stream` and `id` fields, each cut to its first
@@ -213,7 +218,10 @@ public struct Inspector: Sendable {
         // length is the slices not yet finished, its pending ones are in some worker's hands).
         for (name, kind) in settings.inputStreams.map({ ($0.stream, $0.kind.rawValue) }) + [(settings.keys.slices, "slices")] {
             do {
-                streams.append(try await stream(name, kind: kind))
+                var s = try await stream(name, kind: kind)
+                s.retention = settings.retention.description
+                s.oldestEntryAgeMillis = s.firstID.flatMap(StreamID.init).map { max(0, now - Int64($0.ms)) }
+                streams.append(s)
             } catch {
                 let why = try await sectionError(error, key: name, expected: "stream")
                 streams.append(.init(name: name, kind: kind, exists: true, length: 0, firstID: nil, lastID: nil,
@@ -547,10 +555,10 @@ extension InspectReport {
             out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
         }
         out += "\nSTREAMS\n"
-        var rows = [["stream", "kind", "length", "first id", "last id"]]
+        var rows = [["stream", "kind", "length", "oldest", "first id", "last id", "retention"]]
         for s in streams {
             rows.append([cell(s.name), s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing",
-                         cell(s.firstID ?? "-"), cell(s.lastID ?? "-")])
+                         s.oldestEntryAgeMillis.map { formatAge($0) } ?? "-", cell(s.firstID ?? "-"), cell(s.lastID ?? "-"), s.retention ?? "-"])
         }
         out += table(rows)
         for s in streams { if let error = s.error { out += errorLine(error) } }

@@ -25,6 +25,9 @@ public struct Settings: Sendable {
     /// Approximate cap on the dead-letter stream's length (`XADD … MAXLEN ~`): the oldest dead
     /// letters are trimmed (`streams.dead_letter_max_len`, 100…100,000,000, default 100,000).
     public var deadLetterMaxLength: Int
+    /// What the workers keep of the streams they read once every group acknowledged it
+    /// (`streams.retention_ms`, `streams.retention_entries`, `streams.trim_interval_ms`).
+    public var retention = StreamRetention()
     public var feeds: [Feed]
     /// Empty: `<hostname>-<pid>`, unique per process.
     public var consumer: String
@@ -93,6 +96,9 @@ public enum SettingsLoader {
         ("streams.registrations", "<prefix>:registrations"),
         ("streams.dead_letter", "<prefix>:deadletter"),
         ("streams.dead_letter_max_len", "100000"),
+        ("streams.retention_ms", "60000"),
+        ("streams.retention_entries", "10000"),
+        ("streams.trim_interval_ms", "10000"),
         ("streams.feeds", "sports=<prefix>:feed:sports,transit=<prefix>:feed:transit"),
         ("worker.consumer", "<hostname>-<pid>"),
         ("worker.batch_size", "256"),
@@ -174,6 +180,8 @@ public enum SettingsLoader {
         "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
         // Test-only failpoint (EntryProcessor): crash on an entry with this field value.
         "ACTIVITYCAST_FAILPOINT_CRASH_ON",
+        // Test-only failpoint (EntryProcessor): wait before sending a redelivered entry.
+        "ACTIVITYCAST_FAILPOINT_PAUSE_REDELIVERED_MS",
         // Test-only: a compressed clock for budget decisions (BudgetClock).
         "ACTIVITYCAST_TEST_BUDGET_CLOCK",
     ]
@@ -399,6 +407,11 @@ public enum SettingsLoader {
             logLevel: level,
             logFormat: format,
             apns: try APNsSettings.build(string: { raw[$0]?.value }, wrong: wrong, int: int))
+        let trimEvery = try int("streams.trim_interval_ms", 10_000, 0...86_400_000)
+        if trimEvery > 0, trimEvery < 100 { throw wrong("streams.trim_interval_ms", "must be 0 (never trim) or at least 100, got \(trimEvery)") }
+        settings.retention = StreamRetention(millis: Int64(try int("streams.retention_ms", 60_000, 0...(30 * 86_400_000))),
+                                             entries: try int("streams.retention_entries", 10_000, 0...100_000_000),
+                                             interval: trimEvery == 0 ? nil : .milliseconds(trimEvery))
         settings.sliceSize = try int("fanout.slice_size", 4096, 16...1_000_000)
         settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)

@@ -49,6 +49,8 @@ public final class Worker: Sendable {
     private let slices: SliceTaker?
     /// Flushes coalesced states that came due, when the worker sends.
     private let flusher: BudgetFlusher?
+    /// Trims the streams it reads to the retention (nil: `streams.trim_interval_ms` 0).
+    let trimmer: StreamTrimmer?
     let apns: APNsRouter?
     /// Why the send path could not be set up (a missing key, no sandbox): the worker won't start.
     private let sendSetupError: String?
@@ -122,6 +124,9 @@ public final class Worker: Sendable {
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
         self.slices = sliceSender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats) }
         self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
+        self.trimmer = settings.retention.interval == nil ? nil
+            : StreamTrimmer(redis: redis, streams: settings.inputStreams.map(\.stream) + [settings.keys.slices], retention: settings.retention,
+                            keysIndex: settings.keys.keysIndex, activityTTLSeconds: settings.activityTTLSeconds, logger: logger)
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
@@ -199,6 +204,7 @@ public final class Worker: Sendable {
             completed.yield(-1)
         }
         var nextClaim = ContinuousClock.now
+        var nextTrim = ContinuousClock.now
 
         // Wakes the loop every second while it waits for batches at the in-flight bound, so that
         // liveness sees a loop that waits, not one that hangs (batches can take up to the
@@ -236,6 +242,10 @@ public final class Worker: Sendable {
                     _ = await stop.race { try? await sender.deleteDueChannels() }
                 }
                 nextClaim = ContinuousClock.now + settings.claimInterval
+            }
+            if let trimmer, let every = settings.retention.interval, ContinuousClock.now >= nextTrim {
+                _ = await stop.race { await trimmer.trimOnce() }
+                nextTrim = ContinuousClock.now + every
             }
             let healthy = settings.inputStreams.filter { !isBroken($0.stream) }
             if healthy.isEmpty {

@@ -79,6 +79,9 @@ final class WorkerMetrics: Sendable {
                 gauge("activitycast_stream_pending", [("stream", stream)], Double(view.pending))
                 gauge("activitycast_stream_oldest_pending_seconds", [("stream", stream)], view.oldestPendingSeconds)
             }
+            for (stream, n) in worker.trimmer?.removed.withLock({ $0 }) ?? [:] {
+                counter("activitycast_stream_entries_trimmed_total", [("stream", stream)], n)
+            }
             counter("activitycast_plans_total", [], stats.plans.load(ordering: .relaxed))
             gauge("activitycast_entries_in_flight", [], Double(inputs.inFlight))
             if let schedule = inputs.schedule {

@@ -106,22 +106,24 @@ public struct TopState: Sendable {
         let previous = reports.previous?.value.streams
         let dt = span()
         // The numbers to watch first, so a narrow terminal still shows them.
-        var rows = [["STREAM", "group", "lag", "pending", "in/s", "out/s", "length", "oldest pending", "consumers", "kind"]]
+        var rows = [["STREAM", "group", "lag", "pending", "in/s", "out/s", "length", "oldest pending", "consumers", "kind", "kept"]]
         var errors: [String] = []
         for s in report.streams {
             if let error = s.error {
-                rows.append([cell(s.name), "ERROR", "", "", "", "", "", "", "", s.kind])
+                rows.append([cell(s.name), "ERROR", "", "", "", "", "", "", "", s.kind, ""])
                 errors.append("  error: \(VisibleText.escaped(error, limit: 300))")
                 continue
             }
-            guard s.exists else { rows.append([cell(s.name), "missing", "", "", "", "", "", "", "", s.kind]); continue }
+            guard s.exists else { rows.append([cell(s.name), "missing", "", "", "", "", "", "", "", s.kind, ""]); continue }
             let before = previous?.first { $0.name == s.name }
             let added = rate(s.entriesAdded, before?.entriesAdded, dt)
-            if s.groups.isEmpty { rows.append([cell(s.name), "no group", "", "", added, "", "\(s.length)", "", "", s.kind]) }
+            // What trimming keeps: the oldest entry's age (about the retention, more behind a lag).
+            let kept = s.oldestEntryAgeMillis.map(age) ?? "-"
+            if s.groups.isEmpty { rows.append([cell(s.name), "no group", "", "", added, "", "\(s.length)", "", "", s.kind, kept]) }
             for g in s.groups {
                 let was = before?.groups.first { $0.name == g.name }
                 rows.append([cell(s.name), cell(g.name), g.lag.map(String.init) ?? "?", "\(g.pending)", added, rate(g.entriesRead, was?.entriesRead, dt),
-                             "\(s.length)", g.oldestPendingAgeMillis.map(age) ?? "-", "\(g.consumers.count)", s.kind])
+                             "\(s.length)", g.oldestPendingAgeMillis.map(age) ?? "-", "\(g.consumers.count)", s.kind, kept])
             }
         }
         return [""] + table(rows) + errors
