@@ -153,6 +153,15 @@ public enum FanoutScripts {
     return {'new', n, tokens}
     """)
 
+    /// Sets fields of a fan-out's record only while it exists: a record finished and deleted
+    /// meanwhile (its entry acknowledged) must not come back as a stray hash without a TTL.
+    /// KEYS: fan hash. ARGV: field, value, … Returns 1, or 0 when the record is gone.
+    public static let mark = RedisScript("""
+    if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+    redis.call('HSET', KEYS[1], unpack(ARGV))
+    return 1
+    """)
+
     /// Gives a slice its final outcome without sending it (its attempts ran out).
     /// KEYS: fan hash, inflight zset. ARGV: gen, j, keep s. Returns the slices left, or -1 when
     /// the slice was already final.
@@ -587,7 +596,7 @@ extension Sender {
     /// and records that they are (`q`): commands for one pipeline.
     func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
         (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [RedisCommand("HSET", fanKey(key, gen), "q", 1)]
+            + [.script(FanoutScripts.mark, keys: [fanKey(key, gen)], args: ["q", 1])]
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

@@ -392,7 +392,7 @@ public final class Sender: Sendable {
         let sending = Task { [first] in try await self.sendFirstSlice(first) }
         do {
             let delivered = try await broadcasting.value
-            var commands = [RedisCommand("HSET", fan, "b", 1, "live", delivered.map(\.rawValue).joined(separator: " "))]
+            var commands = [RedisCommand.script(FanoutScripts.mark, keys: [fan], args: ["b", 1, "live", delivered.map(\.rawValue).joined(separator: " ")])]
             commands += delivered.map { broadcastCounted(plan.key, $0) }
             if unqueued { commands += queueOthers(plan.key, gen: gen, slices: slices) }
             let replies = try await redis.pipeline(commands)

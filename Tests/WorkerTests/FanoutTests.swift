@@ -389,8 +389,10 @@ import TestSupport
         #expect(deadLetters.array?.isEmpty == true, "dead letters: \(deadLetters)")
         let denied = r.allLogs.flatMap { $0.split(separator: "\n") }.filter { $0.contains("NOPERM") || $0.contains("no permissions") }
         #expect(denied.isEmpty, "\(denied.count) lines, first: \(denied.first ?? "")")
-        let finished = r.stopLines.values.reduce(0) { $0 + (Int($1["slices_finished"] ?? "") ?? 0) }
-        #expect(finished >= 2 * 32, "slices finished: \(finished)")
+        // Every slice of both fan-outs ran its steps under the ACL: finished, or superseded when the
+        // end's fan-out began before the score's was through (on a loaded machine).
+        let finished = r.stopLines.values.reduce(0) { $0 + (Int($1["slices_finished"] ?? "") ?? 0) + (Int($1["slices_superseded"] ?? "") ?? 0) }
+        #expect(finished >= 2 * 32, "slices finished or superseded: \(finished)")
     }
 
     /// 200,000 tokens, three workers, APNs answering in 100 ms, and one of the three SIGKILLed every
