@@ -553,15 +553,27 @@ public final class Worker: Sendable {
         }
     }
 
-    /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end.
+    /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end; `/readyz`
+    /// reports it while it lasts.
     private func noteRefusal(_ refusal: RedisRefusal?, stream: String) {
         if let refusal {
-            conditions.report("refusal", "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)",
-                              ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)", "stream": "\(stream)"])
+            lastRefusal.withLock { $0 = (refusal, .now) }
+            var message = "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)"
+            if refusal.kind == .outOfMemory {
+                message += ". Redis is at maxmemory with a policy that refuses writes: raise maxmemory or free memory "
+                    + "(activitycast inspect: streams held back by a lagging group or a pending entry, the dead-letter stream; "
+                    + "redis-cli --bigkeys; docs/operations.md, 'Redis memory')"
+            }
+            conditions.report("refusal", message, ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)", "stream": "\(stream)"])
         } else {
+            lastRefusal.withLock { $0 = nil }
             conditions.clear("refusal", "Redis accepts the worker's writes again")
         }
     }
+
+    /// Redis's last refusal of this worker's writes and when, until a batch goes through again.
+    private let lastRefusal = Mutex<(refusal: RedisRefusal, at: ContinuousClock.Instant)?>(nil)
+    var refusal: (refusal: RedisRefusal, at: ContinuousClock.Instant)? { lastRefusal.withLock { $0 } }
 
     // MARK: Pending entries
 

@@ -1,4 +1,5 @@
 @testable import ActivityCastWorker
+import RedisClient
 import APNs
 import Testing
 
@@ -26,5 +27,35 @@ import Testing
         c.connectTimeout = .seconds(5)
         // Two connections per loop, each may take the connect timeout, plus 30 s.
         #expect(Probes.loopLimit(c) == .seconds(45))
+    }
+}
+
+/// Readiness from plain values (`Probes.notReady`), and Redis's memory read from `INFO memory`.
+@Suite struct ReadinessTests {
+    let oom = RedisRefusal(errorReply: "OOM command not allowed when used memory > 'maxmemory'.")!
+
+    @Test func notReadyWhileRedisRefusesWritesAndReadyOnceThatIsOld() {
+        let window = Duration.seconds(45)
+        #expect(Probes.notReady(stopping: false, check: (nil, .seconds(1)), refusal: nil, refusalWindow: window) == nil)
+        let full = Probes.notReady(stopping: false, check: (nil, .seconds(1)), refusal: (oom, .seconds(2)), refusalWindow: window)
+        #expect(full?.contains("Redis is out of memory and refuses writes (out_of_memory") == true, "\(full ?? "ready")")
+        // Nothing refused for longer than a claim cycle: the refusal is over.
+        #expect(Probes.notReady(stopping: false, check: (nil, .seconds(1)), refusal: (oom, .seconds(46)), refusalWindow: window) == nil)
+        let readOnly = RedisRefusal(errorReply: "READONLY You can't write against a read only replica.")!
+        #expect(Probes.notReady(stopping: false, check: (nil, .zero), refusal: (readOnly, .zero), refusalWindow: window)?.hasPrefix("Redis refuses writes (not_writable") == true)
+        // Draining, an unchecked or stale Redis, and the monitor's own problem come first.
+        #expect(Probes.notReady(stopping: true, check: (nil, .zero), refusal: (oom, .zero), refusalWindow: window)?.hasPrefix("draining") == true)
+        #expect(Probes.notReady(stopping: false, check: nil, refusal: nil, refusalWindow: window)?.hasPrefix("starting") == true)
+        #expect(Probes.notReady(stopping: false, check: (nil, .seconds(6)), refusal: nil, refusalWindow: window) == "Redis check unanswered for 6 s")
+        #expect(Probes.notReady(stopping: false, check: ("consumer group g missing on s", .zero), refusal: (oom, .zero), refusalWindow: window)
+                == "consumer group g missing on s")
+    }
+
+    @Test func redisMemoryIsReadFromInfo() {
+        let info = "# Memory\r\nused_memory:1234567\r\nused_memory_human:1.18M\r\nmaxmemory:2147483648\r\nmaxmemory_human:2.00G\r\nmaxmemory_policy:noeviction\r\n"
+        #expect(RedisMemory(info: info) == RedisMemory(used: 1_234_567, max: 2_147_483_648, policy: "noeviction"))
+        #expect(RedisMemory(info: "used_memory:5\nmaxmemory:0\n")?.max == 0)
+        #expect(RedisMemory(info: "used_memory:5\r\n") == nil, "no maxmemory line")
+        #expect(RedisMemory(info: "used_memory:x\r\nmaxmemory:0\r\n") == nil)
     }
 }

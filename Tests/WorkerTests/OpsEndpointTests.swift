@@ -349,3 +349,45 @@ struct SendingRig {
         self.env = env
     }
 }
+
+extension OpsEndpointTests {
+    /// Redis full (maxmemory with noeviction) is loud and visible: `/readyz` says not ready with
+    /// the reason, `/metrics` has Redis's used memory against its limit, the log says once what
+    /// to do; once Redis has room the worker recovers by itself and nothing is lost.
+    @Test func redisOutOfMemoryIsShownAndRecoveredFrom() async throws {
+        let faults = WorkerFaultTests()
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        for s in settings.inputStreams.map(\.stream) { try await redis.ensureGroup(stream: s, group: settings.group) }
+        let ids = try await faults.publishValid(redis, settings, count: 200)
+        _ = try await redis.send(RedisCommand("CONFIG", "SET", "maxmemory", "1"))
+        let (w, port) = try await worker(server, faults.env(settings, ["worker.visibility_timeout_ms": "300", "worker.claim_interval_ms": "100",
+                                                                      "worker.max_deliveries": "1000"]), name: "full")
+        defer { w.removeLogs() }
+        var answer = Answer(status: 0, contentType: "", body: "")
+        #expect(try await eventually(timeout: .seconds(20)) {
+            answer = try await get(port, "/readyz")
+            return answer.status == 503 && answer.body.contains("out of memory")
+        }, "readyz: \(answer.status) \(answer.body)")
+        // The monitor refreshes its views every 5 s.
+        var m: [String: Double] = [:]
+        #expect(try await eventually(timeout: .seconds(20)) {
+            m = try await scrape(port)
+            return m["activitycast_redis_maxmemory_bytes"] == 1
+        })
+        #expect((m["activitycast_redis_used_memory_bytes"] ?? 0) > 100_000, "used memory: \(m["activitycast_redis_used_memory_bytes"] ?? -1)")
+        let said = faults.logLines(w, "raise maxmemory")
+        #expect((1...3).contains(said.count), "the refusal was logged \(said.count) times")
+        #expect(said.first?["reason"] == "out_of_memory")
+
+        _ = try await redis.send(RedisCommand("CONFIG", "SET", "maxmemory", "0"))
+        #expect(await eventually(timeout: .seconds(30)) { await faults.allDrained(redis, settings) })
+        #expect(try await eventually(timeout: .seconds(20)) { try await get(port, "/readyz").status == 200 })
+        #expect(try await eventually(timeout: .seconds(20)) { try await scrape(port)["activitycast_redis_maxmemory_bytes"] == 0 })
+        #expect(await w.stop() == 0)
+        #expect(Set(faults.planned(w)).isSuperset(of: ids))
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+    }
+}

@@ -44,6 +44,8 @@ final class GroupMonitor: Sendable {
     /// with the views: `open` channels on record, keys whose channels are `ending` (scheduled
     /// for deletion), keys on per-token `fallback`.
     private let channels = Mutex<[(state: String, count: Int64)]?>(nil)
+    /// Redis's memory (`INFO memory`), refreshed with the views.
+    private let memory = Mutex<RedisMemory?>(nil)
     let channelSets: [(state: String, key: String)]
 
     init(settings: Settings, consumer: String, watched: [String], checkInterval: Duration = .seconds(1), viewInterval: Duration = .seconds(5)) {
@@ -70,6 +72,7 @@ final class GroupMonitor: Sendable {
     var lastViews: (at: ContinuousClock.Instant, streams: [String: StreamView])? { views.withLock { $0 } }
     var lastSchedule: (due: Int64, overdue: Int64)? { schedule.withLock { $0 } }
     var lastChannels: [(state: String, count: Int64)]? { channels.withLock { $0 } }
+    var lastMemory: RedisMemory? { memory.withLock { $0 } }
 
     /// Checks until cancelled.
     func run() async {
@@ -136,10 +139,12 @@ final class GroupMonitor: Sendable {
         }
         views.withLock { $0 = (.now, result) }
         guard let nowMillis, let counts = try? await connection.pipeline(
-            [RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis)] + channelSets.map { RedisCommand("ZCARD", $0.key) })
+            [RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis), RedisCommand("INFO", "memory")]
+                + channelSets.map { RedisCommand("ZCARD", $0.key) })
         else { return }
         if let due = counts[0].int, let overdue = counts[1].int { schedule.withLock { $0 = (due, overdue) } }
-        let sets = zip(channelSets, counts.dropFirst(2)).compactMap { set, reply in reply.int.map { (set.state, $0) } }
+        if let text = counts[2].string, let m = RedisMemory(info: text) { memory.withLock { $0 = m } }
+        let sets = zip(channelSets, counts.dropFirst(3)).compactMap { set, reply in reply.int.map { (set.state, $0) } }
         if sets.count == channelSets.count { channels.withLock { $0 = sets } }
     }
 

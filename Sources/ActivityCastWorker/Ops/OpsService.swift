@@ -1,6 +1,7 @@
 import APNs
 import Logging
 import OpsHTTP
+import RedisClient
 import Synchronization
 
 /// A worker's ops endpoints on `ops.listen` (docs/operations.md, "Metrics and probes"):
@@ -76,11 +77,27 @@ struct Probes: Sendable {
 
     /// Why the worker is not ready, or nil.
     func notReadyReason() -> String? {
-        if worker.isStopping { return "draining after a stop request (SIGTERM)" }
-        guard let r = monitor.lastReadiness else { return "starting: Redis not checked yet" }
-        let age = ContinuousClock.now - r.checkedAt
-        if age > .seconds(5) { return "Redis check unanswered for \(Int(age.seconds)) s" }
-        return r.problem
+        let now = ContinuousClock.now
+        return Self.notReady(stopping: worker.isStopping, check: monitor.lastReadiness.map { ($0.problem, now - $0.checkedAt) },
+                             refusal: worker.refusal.map { ($0.refusal, now - $0.at) },
+                             refusalWindow: worker.settings.visibilityTimeout + worker.settings.claimInterval + .seconds(10))
+    }
+
+    /// The readiness answer from plain values: why not ready, or nil. `check`: the monitor's
+    /// last problem and its age; `refusal`: Redis's last refusal of the worker's writes and its
+    /// age, which counts for `refusalWindow` (refused entries are claimed and tried again within
+    /// the visibility timeout and a claim interval: a refusal older than that is over).
+    static func notReady(stopping: Bool, check: (problem: String?, age: Duration)?, refusal: (refusal: RedisRefusal, age: Duration)?,
+                         refusalWindow: Duration) -> String? {
+        if stopping { return "draining after a stop request (SIGTERM)" }
+        guard let check else { return "starting: Redis not checked yet" }
+        if check.age > .seconds(5) { return "Redis check unanswered for \(Int(check.age.seconds)) s" }
+        if let problem = check.problem { return problem }
+        if let refusal, refusal.age <= refusalWindow {
+            let what = refusal.refusal.kind == .outOfMemory ? "Redis is out of memory and refuses writes" : "Redis refuses writes"
+            return "\(what) (\(refusal.refusal.kind.rawValue): \(refusal.refusal.message.prefix(200))); entries stay pending"
+        }
+        return nil
     }
 
     func readinessResponse() -> HTTPResponse {
@@ -119,7 +136,7 @@ struct Probes: Sendable {
     func metricsResponse() -> HTTPResponse {
         let inputs = WorkerMetrics.Inputs(streams: monitor.lastViews?.streams ?? [:], ready: notReadyReason() == nil,
                                           sinceProgress: worker.sinceProgress.seconds, inFlight: worker.inFlight.load(ordering: .relaxed),
-                                          schedule: monitor.lastSchedule, channels: monitor.lastChannels)
+                                          schedule: monitor.lastSchedule, channels: monitor.lastChannels, redisMemory: monitor.lastMemory)
         return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
                             body: metrics.render(worker: worker, inputs: inputs))
     }

@@ -39,6 +39,8 @@ final class WorkerMetrics: Sendable {
         var schedule: (due: Int64, overdue: Int64)? = nil
         /// The fleet's channels by state (`GroupMonitor.lastChannels`).
         var channels: [(state: String, count: Int64)]? = nil
+        /// Redis's memory (`GroupMonitor.lastMemory`).
+        var redisMemory: RedisMemory? = nil
     }
 
     /// The exposition text, after bringing every series up to date. Scrapes are serialised, so
@@ -89,6 +91,10 @@ final class WorkerMetrics: Sendable {
                 gauge("activitycast_budget_flushes_overdue", [], Double(schedule.overdue))
             }
             for (state, count) in inputs.channels ?? [] { gauge("activitycast_channels", [("state", state)], Double(count)) }
+            if let m = inputs.redisMemory {
+                gauge("activitycast_redis_used_memory_bytes", [], Double(m.used))
+                gauge("activitycast_redis_maxmemory_bytes", [], Double(m.max))
+            }
 
             // Sends.
             if let sends = worker.sender?.stats {

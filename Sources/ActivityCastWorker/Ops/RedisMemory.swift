@@ -1,0 +1,34 @@
+/// Redis's memory as `INFO memory` reports it: what the worker exports for Redis sizing alerts
+/// (docs/operations.md, "Redis memory").
+struct RedisMemory: Sendable, Equatable {
+    /// `used_memory`: bytes allocated by Redis for its data (what `maxmemory` is compared with).
+    var used: Int64
+    /// `maxmemory`: the limit; 0 when none is set (Redis then grows until the machine refuses).
+    var max: Int64
+    /// `maxmemory_policy`: `noeviction` refuses writes at the limit; the others evict keys.
+    var policy: String
+
+    /// From the text of `INFO memory` (`field:value` lines, `\r\n`-separated); nil when it lacks
+    /// `used_memory` or `maxmemory`.
+    init?(info: String) {
+        var used: Int64?, max: Int64?, policy = ""
+        for line in info.split(whereSeparator: \.isNewline) {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let value = line[line.index(after: colon)...]
+            switch line[..<colon] {
+            case "used_memory": used = Int64(value)
+            case "maxmemory": max = Int64(value)
+            case "maxmemory_policy": policy = String(value)
+            default: break
+            }
+        }
+        guard let used, let max else { return nil }
+        self.init(used: used, max: max, policy: policy)
+    }
+
+    init(used: Int64, max: Int64, policy: String) {
+        self.used = used
+        self.max = max
+        self.policy = policy
+    }
+}
