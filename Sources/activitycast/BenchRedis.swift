@@ -1,7 +1,7 @@
 import Foundation
 import RedisClient
 
-/// What the benches read from Redis about the workers' progress.
+/// What the benches read from Redis about the workers' progress and Redis itself.
 enum BenchRedis {
     /// A reply of alternating names and values (`XINFO STREAM`, each group of `XINFO GROUPS`) as a map.
     static func fields(_ reply: RESPValue) -> [String: RESPValue] {
@@ -19,6 +19,53 @@ enum BenchRedis {
             if f["name"]?.string == name { return f }
         }
         return nil
+    }
+
+    /// One numeric field of an `INFO` reply (`used_memory`).
+    static func info(_ field: String, in reply: RESPValue) -> Int64? {
+        guard let text = reply.string else { return nil }
+        let prefix = field + ":"
+        // "\r\n" is one Character: split on newlines, not on "\r" or "\n".
+        for line in text.split(whereSeparator: \.isNewline) where line.hasPrefix(prefix) {
+            return Int64(line.dropFirst(prefix.count))
+        }
+        return nil
+    }
+
+    /// Where Redis's memory is, by kind of key: every key is visited (`SCAN`) and named by its
+    /// kind (the hash tag's contents and a fan-out's generation left out:
+    /// `ac:{…}:fan:<gen>`, `ac:device:{…}`; keys without a tag are their own kind), and
+    /// `MEMORY USAGE` of up to `perKind` keys of each kind gives its size. Largest first.
+    static func memoryByKind(perKind: Int = 100, pipeline: ([RedisCommand]) async throws -> [RESPValue]) async throws
+        -> [(kind: String, keys: Int, bytes: Double)] {
+        var kinds: [String: (keys: Int, sample: [String])] = [:]
+        var cursor = "0"
+        repeat {
+            let reply = try await pipeline([RedisCommand("SCAN", cursor, "COUNT", 10_000)])[0].orThrow("SCAN")
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { throw CommandFailure("SCAN: \(reply)") }
+            cursor = next
+            for name in (parts[1].array ?? []).compactMap(\.string) {
+                let kind = kind(of: name)
+                var k = kinds[kind] ?? (0, [])
+                k.keys += 1
+                if k.sample.count < perKind { k.sample.append(name) }
+                kinds[kind] = k
+            }
+        } while cursor != "0"
+        var out: [(kind: String, keys: Int, bytes: Double)] = []
+        for (kind, k) in kinds {
+            let sizes = try await pipeline(k.sample.map { RedisCommand("MEMORY", "USAGE", $0) }).compactMap(\.int)
+            let mean = sizes.isEmpty ? 0 : Double(sizes.reduce(0, +)) / Double(sizes.count)
+            out.append((kind, k.keys, mean * Double(k.keys)))
+        }
+        return out.sorted { $0.bytes > $1.bytes }
+    }
+
+    static func kind(of key: String) -> String {
+        guard let open = key.firstIndex(of: "{"), let close = key[open...].firstIndex(of: "}") else { return key }
+        var rest = String(key[key.index(after: close)...])
+        if let fan = rest.range(of: ":fan:") { rest = rest[..<fan.upperBound] + "<gen>" }
+        return key[..<open] + "{…}" + rest
     }
 
     /// Waits until `group` has delivered every entry of each of `streams` and has none pending,
