@@ -64,9 +64,10 @@ wait_for_sandbox "$work/sandbox.log"
 
 worker_args=()
 for i in $(seq "$workers"); do
-  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "soak-w$i" >"$work/worker-$i.log" 2>&1 &
+  ops="127.0.0.1:$(free_port)"
+  ACTIVITYCAST_OPS_LISTEN="$ops" "$bin" worker --consumer "soak-w$i" >"$work/worker-$i.log" 2>&1 &
   pids+=("$!")
-  worker_args+=(--worker-pid "$!")
+  worker_args+=(--worker-pid "$!" --worker-metrics "http://$ops/metrics")
 done
 
 echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $workers worker(s), log level ${LOG_LEVEL:-warning}; output in $out"

@@ -2,7 +2,8 @@
 #   gnuplot -e "csv='DIR/soak.csv'; png='DIR/soak.png'; summary='DIR/soak-summary.gp'" scripts/soak-plot.gp
 # Four panels over the run's minutes: Redis used_memory with the least-squares line after the
 # warm-up (grey), every worker's RSS and peak RSS against the limit, broadcast latency p50/p99
-# with the two windows the p99 criterion compares (blue), the consumer group's lag and pending.
+# with the two windows the p99 criterion compares (blue) and how busy the whole machine was, the
+# consumer group's lag and pending.
 load summary
 set terminal pngcairo size 1100,1300 font "DejaVu Sans,10" noenhanced
 set output png
@@ -30,22 +31,30 @@ set title "Workers' memory (/proc/PID/status)"
 set key bottom right
 set ylabel "MiB"
 set yrange [0:*]
-plot for [i=1:workers] csv skip 1 using ($1/60):(column(13 + 2*i)) with lines lw 2 lc i title sprintf("worker %d RSS (VmRSS)", i), \
-     for [i=1:workers] csv skip 1 using ($1/60):(column(14 + 2*i)) with lines dt 2 lw 1.5 lc i title sprintf("worker %d peak (VmHWM)", i), \
+plot for [i=1:workers] csv skip 1 using ($1/60):(column(15 + 2*i)) with lines lw 2 lc i title sprintf("worker %d RSS (VmRSS)", i), \
+     for [i=1:workers] csv skip 1 using ($1/60):(column(16 + 2*i)) with lines dt 2 lw 1.5 lc i title sprintf("worker %d peak (VmHWM)", i), \
      csv skip 1 using ($1/60):14 with lines lw 1 lc rgb "#999999" title "the bench's own RSS", \
      rss_limit with lines dt 3 lw 2 lc rgb "#d62728" title sprintf("limit %g MiB", rss_limit)
 
 set key top left
 set title sprintf("Broadcast latency, XADD to the sandbox's receipt (first broadcast of each score); p99 over the blue windows: first %.2f ms, last %.2f ms", p99_first, p99_last)
-set ylabel "ms"
-set yrange [0:*]
+set ylabel "ms (log scale)"
+set logscale y
+set yrange [*:*]
 set offsets 0, 0, graph 0.15, 0
 set object 2 rectangle from warmup/60.0, graph 0 to (warmup + window)/60.0, graph 1 fillcolor rgb "#dce6f7" fillstyle solid 1.0 noborder behind
 set object 3 rectangle from (duration - window)/60.0, graph 0 to duration/60.0, graph 1 fillcolor rgb "#dce6f7" fillstyle solid 1.0 noborder behind
+set y2label "cores"
+set y2range [0:cores * 1.2]
+set y2tics
 plot csv skip 1 using ($1/60):9 with linespoints pt 7 ps 0.5 lw 2 lc rgb "#2ca02c" title "p50", \
-     csv skip 1 using ($1/60):10 with linespoints pt 7 ps 0.5 lw 2 lc rgb "#ff7f0e" title "p99"
+     csv skip 1 using ($1/60):10 with linespoints pt 7 ps 0.5 lw 2 lc rgb "#ff7f0e" title "p99", \
+     csv skip 1 using ($1/60):15 axes x1y2 with lines lw 1 lc rgb "#999999" title "machine busy (cores, right axis)"
+unset y2label
+unset y2tics
 unset object 2
 unset object 3
+unset logscale y
 set offsets 0, 0, 0, 0
 
 set title "Consumer group: lag and pending (feeds and registrations; pending includes fan-out slices)"
