@@ -1,3 +1,4 @@
+import ActivityCastCore
 import Foundation
 import RedisClient
 
@@ -35,10 +36,12 @@ enum BenchRedis {
     /// Where Redis's memory is, by kind of key: every key is visited (`SCAN`) and named by its
     /// kind (the hash tag's contents and a fan-out's generation left out:
     /// `ac:{…}:fan:<gen>`, `ac:device:{…}`; keys without a tag are their own kind), and
-    /// `MEMORY USAGE` of up to `perKind` keys of each kind gives its size. Largest first.
-    static func memoryByKind(perKind: Int = 100, pipeline: ([RedisCommand]) async throws -> [RESPValue]) async throws
+    /// `MEMORY USAGE` of up to `perKind` keys of each kind, drawn uniformly (reservoir sampling:
+    /// sizes within a kind vary), times the kind's count gives its size. Largest first.
+    static func memoryByKind(perKind: Int = 500, pipeline: ([RedisCommand]) async throws -> [RESPValue]) async throws
         -> [(kind: String, keys: Int, bytes: Double)] {
         var kinds: [String: (keys: Int, sample: [String])] = [:]
+        var random = SplitMix64(seed: 1)
         var cursor = "0"
         repeat {
             let reply = try await pipeline([RedisCommand("SCAN", cursor, "COUNT", 10_000)])[0].orThrow("SCAN")
@@ -48,7 +51,12 @@ enum BenchRedis {
                 let kind = kind(of: name)
                 var k = kinds[kind] ?? (0, [])
                 k.keys += 1
-                if k.sample.count < perKind { k.sample.append(name) }
+                if k.sample.count < perKind {
+                    k.sample.append(name)
+                } else {
+                    let j = Int(random.next() % UInt64(k.keys))
+                    if j < perKind { k.sample[j] = name }
+                }
                 kinds[kind] = k
             }
         } while cursor != "0"

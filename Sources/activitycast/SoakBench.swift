@@ -208,7 +208,7 @@ struct SoakBench: AsyncParsableCommand {
         // Where Redis's memory went (after the soak: a SCAN of every key and sizes of a sample).
         let used = BenchRedis.info("used_memory", in: try await redis.send(RedisCommand("INFO", "memory"))) ?? 0
         let kinds = try await BenchRedis.memoryByKind { try await redis.pipeline($0) }
-        say(String(format: "Redis at the end: used_memory %.1f MB; largest kinds of key (MEMORY USAGE of up to 100 keys each, times their count): ", Double(used) / 1e6)
+        say(String(format: "Redis at the end: used_memory %.1f MB; largest kinds of key (MEMORY USAGE of up to 500 keys of each, times their count): ", Double(used) / 1e6)
             + kinds.prefix(6).map { String(format: "%@ %d keys %.1f MB", $0.kind, $0.keys, $0.bytes / 1e6) }.joined(separator: "; "))
 
         let verdict = SoakVerdict(samples: watched.samples, windows: windows, first: watched.firstWindow, last: watched.lastWindow,
