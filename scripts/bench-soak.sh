@@ -45,7 +45,7 @@ cleanup() {
     for f in "$out"/logs/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (last lines)"; tail -5 "$f"; }; done
   fi
   rm -rf "$work"
-  echo "output: $out (soak.csv, soak.png, logs/)"
+  echo "output in $out: $(cd "$out" && ls | tr '\n' ' ')"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
