@@ -8,8 +8,10 @@
 # interfaces) when installed: the install runs with a policy-rc.d that forbids starting services,
 # and on a systemd machine the unit is stopped and disabled afterwards. The tests start their own
 # prometheus on a free loopback port.
+#
+# gnuplot-nox draws scripts/bench-soak.sh's plot (PNG through cairo, no X libraries).
 set -euo pipefail
-packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux prometheus "$@")
+packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux prometheus gnuplot-nox "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -258,30 +258,7 @@ final class Publisher: Sendable {
     /// Waits until the group has delivered every entry of the stream and none is pending: every
     /// event's sends have a final outcome.
     func waitDrained(timeout: Duration, hint: String) async throws {
-        let deadline = ContinuousClock.now + timeout
-        var last = ""
-        while ContinuousClock.now < deadline {
-            let replies = try await redis.pipeline([RedisCommand("XINFO", "GROUPS", stream), RedisCommand("XINFO", "STREAM", stream)])
-            let lastID = Self.fields(replies[1])["last-generated-id"]?.string
-            for g in replies[0].array ?? [] {
-                let f = Self.fields(g)
-                guard f["name"]?.string == group else { continue }
-                let pending = f["pending"]?.int ?? -1
-                let delivered = f["last-delivered-id"]?.string
-                last = "pending \(pending), last delivered \(delivered ?? "-") of \(lastID ?? "-")"
-                if pending == 0, delivered != nil, delivered == lastID { return }
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw CommandFailure("the workers did not finish the events within \(timeout) (\(last.isEmpty ? "no consumer group \(group) on \(stream)" : last)): \(hint)")
-    }
-
-    private static func fields(_ reply: RESPValue) -> [String: RESPValue] {
-        let items = reply.array ?? []
-        var map: [String: RESPValue] = [:]
-        var i = 0
-        while i + 1 < items.count { if let k = items[i].string { map[k] = items[i + 1] }; i += 2 }
-        return map
+        try await BenchRedis.waitConsumed(streams: [stream], group: group, timeout: timeout, hint: hint) { try await redis.pipeline($0) }
     }
 }
 

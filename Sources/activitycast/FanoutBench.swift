@@ -496,31 +496,8 @@ final class Bench: @unchecked Sendable {
     /// Waits until the feed's consumer group has delivered and acknowledged every entry, and no
     /// slice is pending.
     func waitAcknowledged(timeout: Double) async throws {
-        let deadline = ContinuousClock.now + .seconds(timeout)
-        var state = ""
-        let slices = settings.keys.slices
-        while ContinuousClock.now < deadline {
-            let replies = try await redis.pipeline([RedisCommand("XINFO", "GROUPS", feed), RedisCommand("XINFO", "STREAM", feed),
-                                                    RedisCommand("XINFO", "GROUPS", slices)])
-            let lastID = Self.fields(replies[1])["last-generated-id"]?.string
-            var feedDone = false, slicesPending = 0
-            for g in replies[0].array ?? [] {
-                let f = Self.fields(g)
-                guard f["name"]?.string == settings.group else { continue }
-                let pending = f["pending"]?.int ?? -1
-                let delivered = f["last-delivered-id"]?.string
-                feedDone = pending == 0 && delivered != nil && delivered == lastID
-                state = "feed: pending \(pending), delivered \(delivered ?? "-") of \(lastID ?? "-")"
-            }
-            for g in replies[2].array ?? [] {
-                let f = Self.fields(g)
-                if f["name"]?.string == settings.group { slicesPending = Int(f["pending"]?.int ?? 0) }
-            }
-            state += "; slices pending \(slicesPending)"
-            if feedDone && slicesPending == 0 { return }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        throw CommandFailure("the workers did not acknowledge the events within \(Int(timeout)) s (\(state))")
+        try await BenchRedis.waitConsumed(streams: [feed], slices: settings.keys.slices, group: settings.group, timeout: .seconds(timeout),
+                                          poll: .milliseconds(5), hint: "are workers running against this Redis?") { try await redis.pipeline($0) }
     }
 
     /// After an event's last receipt (so the group has delivered it): until neither the feed nor
@@ -534,14 +511,6 @@ final class Bench: @unchecked Sendable {
             if replies.allSatisfy({ $0.array?.first?.int == 0 }) { return }
         }
         throw CommandFailure("entries still pending after \(Int(stallTimeout)) s")
-    }
-
-    static func fields(_ reply: RESPValue) -> [String: RESPValue] {
-        let items = reply.array ?? []
-        var map: [String: RESPValue] = [:]
-        var i = 0
-        while i + 1 < items.count { if let k = items[i].string { map[k] = items[i + 1] }; i += 2 }
-        return map
     }
 
     /// One fan-out to a fresh audience of `tokens`.
