@@ -18,11 +18,13 @@
 #   LOG_LEVEL=info bash scripts/bench-soak.sh ...    # workers log every plan and send (default: warning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=2 rate=1000 out=""
+workers=2 rate=1000 out="" seconds=1800
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
+    --seconds) seconds=$2; args+=("$1" "$2"); shift 2 ;;
+    --minutes) seconds=$(( $2 * 60 )); args+=("$1" "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --events-per-second) rate=$2; args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n 2,19p "$0"; exit 0 ;;
@@ -55,6 +57,16 @@ start_private_redis "$work"
 # The bench reads the sandbox's delivery log every half second; the log holds 40 s of broadcasts
 # at the feed's rate (two per score) and the audiences' device pushes besides.
 delivery_log=$(awk -v r="$rate" 'BEGIN { n = int(80 * r); print (n < 60000 ? 60000 : n) }')
+# The streams keep acknowledged entries for a retention (60 s by default): until it has filled,
+# Redis grows by design. The warm-up (a third of the run, at most 5 minutes) must cover it, so a
+# short run keeps less: half its warm-up (10 s in the 60 s run). ACTIVITYCAST_STREAMS_RETENTION_MS
+# set by the caller wins.
+warmup=$(( seconds / 3 < 300 ? seconds / 3 : 300 ))
+if [ -z "${ACTIVITYCAST_STREAMS_RETENTION_MS:-}" ]; then
+  retention=$(( warmup * 500 < 60000 ? warmup * 500 : 60000 ))
+  export ACTIVITYCAST_STREAMS_RETENTION_MS=$retention
+fi
+echo "streams keep acknowledged entries $(( ACTIVITYCAST_STREAMS_RETENTION_MS / 1000 )) s (streams.retention_ms) and the newest ${ACTIVITYCAST_STREAMS_RETENTION_ENTRIES:-10000}; warm-up ${warmup} s"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="soak" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
 "$bin" sandbox --delivery-log "$delivery_log" >"$work/sandbox.log" 2>&1 &
