@@ -279,7 +279,7 @@ struct EntryProcessor: Sendable {
                                                                             deliveries: (attempts[entries[index].id] ?? 0) + 1, copyFields: true)])[0]
                     if let e = reply.errorMessage { outcome[index] = Failure(e) } else { deadLettered.append((entries[index], reason)) }
                 case .failure(let error):
-                    if let r = (error as? RedisError)?.refusal { outcome[index] = .refused(r) }
+                    if let r = Self.refusal(of: error) { outcome[index] = .refused(r) }
                     else { outcome[index] = .own("sending failed: \(error)") }
                 }
             }
@@ -360,6 +360,14 @@ struct EntryProcessor: Sendable {
             counters?.refused.add(entries.count - ackIDs.count - ownFailures - handedOff, ordering: .relaxed)
         }
         return Outcome(finished: ackIDs.count, refusal: refusal)
+    }
+
+    /// Redis refusing work behind a send's failure: a `RedisError`'s, or one the send path quotes
+    /// (`fan-out create: unexpected reply OOM command not allowed …`).
+    static func refusal(of error: Error) -> RedisRefusal? {
+        if let e = error as? RedisError { return e.refusal }
+        if let e = error as? SendFailure { return RedisRefusal(quotedIn: e.description) }
+        return nil
     }
 
     /// Why an entry's commands failed: Redis refusing work (not the entry's fault), or an error
@@ -462,7 +470,11 @@ struct EntryProcessor: Sendable {
                             }
                             out.append((index, .success(outcome)))
                         } catch {
-                            logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
+                            // Redis refusing work is logged once for the whole episode (the worker's
+                            // `noteRefusal`), not once per entry.
+                            if Self.refusal(of: error) == nil {
+                                logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
+                            }
                             out.append((index, .failure(error)))
                         }
                     }

@@ -50,13 +50,28 @@ public struct RedisRefusal: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+extension RedisRefusal {
+    /// The refusal quoted in a failure's text: an error reply at its start, or after one of the
+    /// wrappers callers put before a reply they didn't expect (`XREADGROUP: NOPERM …`, `fan-out
+    /// create: unexpected reply OOM command not allowed …`). Nil when no refusal is quoted there.
+    public init?(quotedIn text: String) {
+        if let r = RedisRefusal(errorReply: text) { self = r; return }
+        for marker in [": ", "unexpected reply "] {
+            var rest = text[...]
+            while let found = rest.range(of: marker) {
+                if let r = RedisRefusal(errorReply: String(text[found.upperBound...])) { self = r; return }
+                rest = text[found.upperBound...]
+            }
+        }
+        return nil
+    }
+}
+
 extension RedisError {
     /// The refusal behind a server error, if it is one (see `RedisRefusal`).
     public var refusal: RedisRefusal? {
         guard kind == .server || kind == .authentication else { return nil }
         // Server errors are often prefixed with the command (`XREADGROUP: NOPERM …`).
-        if let r = RedisRefusal(errorReply: message) { return r }
-        if let colon = message.range(of: ": ") { return RedisRefusal(errorReply: String(message[colon.upperBound...])) }
-        return nil
+        return RedisRefusal(quotedIn: message)
     }
 }
