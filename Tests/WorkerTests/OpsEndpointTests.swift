@@ -351,6 +351,119 @@ struct SendingRig {
 }
 
 extension OpsEndpointTests {
+    /// Redis fills up under a sending worker (a small `maxmemory`, `noeviction`), fed until Redis
+    /// refuses an `XADD`. `/readyz` says not ready with the reason, `/metrics` shows the memory at
+    /// the limit, and the log says it at error level with what to do, at most once per 10 s however
+    /// many batches are refused meanwhile, never once per entry. Once maxmemory is raised the
+    /// worker recovers by itself: ready, logged once, and every entry is processed — each
+    /// registration's token and each event's state are in Redis, nothing is dead-lettered.
+    /// (By a helper's hand: the send path's quoted refusals were once each entry's own failure.)
+    @Test func redisOutOfMemoryIsNotReadyLoggedOnceAndLosesNothing() async throws {
+        let rig = try await SendingRig()
+        let (server, prefix, redis) = (rig.server, rig.prefix, rig.redis)
+        defer { redis.close(); withExtendedLifetime(rig) {} }
+        var env = rig.env
+        env["worker.visibility_timeout_ms"] = "1000"  // refused entries are claimed and refused again while Redis is full
+        let (w, port) = try await worker(server, env, name: "ops-oom")
+        defer { w.removeLogs() }
+        #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
+        func info() async throws -> (used: Int64, max: Int64) {
+            let text = try await redis.command("INFO", "memory").string ?? ""
+            func field(_ name: String) -> Int64 {
+                text.split(whereSeparator: \.isNewline).first { $0.hasPrefix(name + ":") }.flatMap { Int64($0.dropFirst(name.count + 1)) } ?? -1
+            }
+            return (field("used_memory"), field("maxmemory"))
+        }
+        let limit = try await info().used + 1_500_000
+        _ = try await redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        _ = try await redis.command("CONFIG", "SET", "maxmemory", limit)
+
+        // Activity tokens and scores for keys of their own, until Redis refuses an XADD.
+        let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
+        var added: [String: Int] = [reg: 0, sports: 0]
+        var tokens: [(key: String, activity: String, token: String)] = [], scores: [(key: String, ts: Int64)] = []
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 600_000
+        var refusedXADD = ""
+        fill: for round in 0..<2000 {
+            var commands: [RedisCommand] = [], rows: [(stream: String, key: String, activity: String, token: String, ts: Int64)] = []
+            for i in 0..<10 {
+                let n = round * 10 + i, key = "match:oom\(n)", token = String(format: "%064x", n)
+                ts += 1
+                commands.append(RedisCommand("XADD", reg, "*", "type", "activity.token", "ts", ts, "device", "d\(n)", "key", key,
+                                             "activity", "A\(n)", "token", token, "env", "development"))
+                rows.append((reg, key, "A\(n)", token, ts))
+                ts += 1
+                commands.append(RedisCommand("XADD", sports, "*", "type", "match.score", "ts", ts, "match", "oom\(n)",
+                                             "home_score", n % 7, "away_score", n % 5))
+                rows.append((sports, key, "", "", ts))
+            }
+            for (row, reply) in zip(rows, try await redis.pipeline(commands)) {
+                if let e = reply.errorMessage { refusedXADD = e; break fill }
+                added[row.stream, default: 0] += 1
+                if row.stream == reg { tokens.append((row.key, row.activity, row.token)) } else { scores.append((row.key, row.ts)) }
+            }
+        }
+        #expect(refusedXADD.hasPrefix("OOM command not allowed"), "\(refusedXADD)")
+        let fullSince = ContinuousClock.now
+        #expect(added[reg, default: 0] > 100, "\(added)")
+
+        // Not ready, with the reason; the gauges show Redis at its limit.
+        var ready = Answer(status: 0, contentType: "", body: "")
+        #expect(try await eventually(timeout: .seconds(15)) {
+            ready = try await get(port, "/readyz")
+            return ready.status == 503 && ready.body.hasPrefix("not ready: Redis is out of memory and refuses writes")
+        }, "\(ready.status) \(ready.body)")
+        #expect(ready.body.contains("raise maxmemory"), "\(ready.body)")
+        var m: [String: Double] = [:]
+        #expect(try await eventually(timeout: .seconds(10)) {
+            m = try await scrape(port)
+            return m["activitycast_redis_maxmemory_bytes"] == Double(limit) && (m["activitycast_redis_used_memory_bytes"] ?? 0) >= 0.95 * Double(limit)
+        }, "\(m.filter { $0.key.hasPrefix("activitycast_redis_") })")
+        #expect(m["activitycast_ready"] == 0)
+        // Batches keep being refused (claimed again every second) while it stays full: still one line.
+        let refusedBefore = sum(m, "activitycast_stream_entries_total{stream=\"\(reg)\",outcome=\"refused\"}")
+        #expect(try await eventually(timeout: .seconds(20)) {
+            sum(try await scrape(port), "activitycast_stream_entries_total{stream=\"\(reg)\",outcome=\"refused\"}") >= refusedBefore + 3 * 10
+        })
+        #expect(try await get(port, "/readyz").status == 503)
+        func lines(_ text: String) -> [[String: String]] { jsonLogLines(w.stderr).filter { ($0["msg"] ?? "").hasPrefix(text) } }
+        let started = lines("Redis refuses the worker's writes")
+        #expect(started.count == 1, "\(started.count) lines")
+        #expect(started.first?["level"] == "error" && started.first?["reason"] == "out_of_memory", "\(started)")
+        #expect(started.first?["msg"]?.contains("raise maxmemory") == true && started.first?["msg"]?.contains("activitycast inspect") == true)
+        // Then at most once per 10 s while it lasts, and not a line per entry or batch.
+        let again = lines("still: Redis refuses the worker's writes")
+        #expect(again.count <= Int((ContinuousClock.now - fullSince).seconds / 10) + 1, "\(again.count) lines")
+        let perEntry = lines("sending failed") + lines("entries left pending")
+        #expect(perEntry.isEmpty, "\(perEntry.count) lines, e.g. \(perEntry.prefix(2))")
+
+        // Room again: the worker recovers by itself and every entry is processed.
+        _ = try await redis.command("CONFIG", "SET", "maxmemory", limit + (256 << 20))
+        #expect(try await eventually(timeout: .seconds(60)) { try await get(port, "/readyz").status == 200 })
+        #expect(try await eventually(timeout: .seconds(60)) {
+            let s = try await scrape(port)
+            return [reg, sports].allSatisfy { s["activitycast_stream_entries_total{stream=\"\($0)\",outcome=\"acked\"}"] == Double(added[$0]!) }
+        })
+        #expect(await drained(redis, reg))
+        #expect(await drained(redis, sports))
+        for t in tokens {
+            let stored = try await redis.command("HGET", "\(prefix):{\(t.key)}:tokens", t.activity).string ?? ""
+            #expect(stored.contains(t.token), "\(t.key): \(stored)")
+        }
+        for s in scores {
+            let stored = try await redis.command("HGET", "\(prefix):{\(s.key)}:state", "_ts").string
+            #expect(stored == String(s.ts), "\(s.key): \(stored ?? "no state")")
+        }
+        #expect(try await redis.command("XLEN", "\(prefix):deadletter").int == 0)
+        m = try await scrape(port)
+        #expect(sum(m, "activitycast_dead_letters_total{") == 0)
+        #expect(lines("Redis refuses the worker's writes").count == 1)
+        #expect(lines("Redis accepts the worker's writes again").count == 1)
+        #expect(await w.stop() == 0)
+        print("out of memory at \(limit) bytes after \(added[reg]!) registrations and \(added[sports]!) events: all processed")
+    }
+
+
     /// Redis full (maxmemory with noeviction) is loud and visible: `/readyz` says not ready with
     /// the reason, `/metrics` has Redis's used memory against its limit, the log says once what
     /// to do; once Redis has room the worker recovers by itself and nothing is lost.

@@ -95,7 +95,8 @@ struct Probes: Sendable {
         if let problem = check.problem { return problem }
         if let refusal, refusal.age <= refusalWindow {
             let what = refusal.refusal.kind == .outOfMemory ? "Redis is out of memory and refuses writes" : "Redis refuses writes"
-            return "\(what) (\(refusal.refusal.kind.rawValue): \(refusal.refusal.message.prefix(200))); entries stay pending"
+            let todo = refusal.refusal.kind == .outOfMemory ? ": raise maxmemory (docs/operations.md, 'Redis memory')" : ""
+            return "\(what) (\(refusal.refusal.kind.rawValue): \(refusal.refusal.message.prefix(200))); entries stay pending\(todo)"
         }
         return nil
     }
