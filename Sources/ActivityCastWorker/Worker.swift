@@ -195,7 +195,11 @@ public final class Worker: Sendable {
         await ensureGroups()
         noteProgress()
 
-        let (completions, completed) = AsyncStream<Int>.makeStream()
+        // Wake-ups, not a queue: the loop reads them only while it waits (at the in-flight bound,
+        // or draining), and re-checks the counts itself. Unbounded, every batch's completion stayed
+        // buffered while the loop didn't wait: about 4 MB in 4 minutes at 2,000 events/s (the
+        // soak's RSS creep, found with jemalloc's heap profile).
+        let (completions, completed) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
         var iterator = completions.makeAsyncIterator()
         // A stop request wakes the loop wherever it waits.
         stop.onStop { [sender, sliceSender] in

@@ -61,6 +61,7 @@ struct SoakBench: AsyncParsableCommand {
     @Option(help: "redis-server's PID: its CPU over the soak is reported.") var redisPid: Int32?
     @Option(help: "Seconds to wait for the workers to finish everything after the soak before counting what was lost.") var drainTimeout = 120.0
     @Option(help: "Limit: Redis used_memory slope after warm-up, MB (10^6 bytes) per minute.") var maxSlope = 1.0
+    @Option(help: "Limit: each worker's RSS slope after warm-up, MiB per minute (judged when 10 minutes or more follow the warm-up).") var maxRssSlope = 0.05
     @Option(help: "Limit: every worker's peak RSS (VmHWM), MiB.") var maxRss = 64.0
     @Option(help: "Limit: the last window's p99 over the first window's (after warm-up).") var maxP99Ratio = 1.5
     @Option(help: "Seed of the feed's random choices (the same seed gives the same feed).") var seed: UInt64 = 1
@@ -212,7 +213,7 @@ struct SoakBench: AsyncParsableCommand {
             + kinds.prefix(6).map { String(format: "%@ %d keys %.1f MB", $0.kind, $0.keys, $0.bytes / 1e6) }.joined(separator: "; "))
 
         let verdict = SoakVerdict(samples: watched.samples, windows: windows, first: watched.firstWindow, last: watched.lastWindow,
-                                  hwm: hwm, result: result, deadLetters: Int(deadLetters), staleEvents: stale, limits: (maxSlope, maxRss, maxP99Ratio))
+                                  hwm: hwm, result: result, deadLetters: Int(deadLetters), staleEvents: stale, limits: (maxSlope, maxRss, maxP99Ratio, maxRssSlope))
         for line in verdict.lines { say(line) }
         say(verdict.passed ? "PASS" : "FAIL (\(verdict.failed.joined(separator: ", ")))")
         if let out {
@@ -616,12 +617,12 @@ struct SoakVerdict {
     var slope = 0.0
     var intercept = 0.0
     var fitted = 0
-    var limits: (slope: Double, rss: Double, ratio: Double)
+    var limits: (slope: Double, rss: Double, ratio: Double, rssSlope: Double)
     var p99First = 0.0
     var p99Last = 0.0
 
     init(samples: [SoakSample], windows: SoakWindows, first: [Int64], last: [Int64], hwm: [Double], result: SoakTracker.Result, deadLetters: Int,
-         staleEvents: Int?, limits: (slope: Double, rss: Double, ratio: Double)) {
+         staleEvents: Int?, limits: (slope: Double, rss: Double, ratio: Double, rssSlope: Double)) {
         self.limits = limits
         lines.append("criteria:")
         func judge(_ name: String, _ ok: Bool, _ text: String) {
@@ -632,16 +633,30 @@ struct SoakVerdict {
         // Redis memory: least squares over the samples from the end of the warm-up on.
         let points = samples.filter { $0.t >= windows.warmup - 1e-9 }.map { (x: $0.t / 60, y: $0.usedMB) }
         fitted = points.count
-        if points.count >= 3 {
-            let mx = points.map(\.x).reduce(0, +) / Double(points.count), my = points.map(\.y).reduce(0, +) / Double(points.count)
-            let sxy = points.map { ($0.x - mx) * ($0.y - my) }.reduce(0, +), sxx = points.map { ($0.x - mx) * ($0.x - mx) }.reduce(0, +)
-            slope = sxx > 0 ? sxy / sxx : 0
-            intercept = my - slope * mx
+        if let fit = SoakVerdict.leastSquares(points) {
+            (slope, intercept) = fit
             let from = points.first!.y, to = points.last!.y
             judge("Redis memory", slope < limits.slope, String(format: "used_memory grows %.2f MB/min after warm-up (least squares over %d samples from %@ to %@: %.1f → %.1f MB); limit < %.2f MB/min",
                                                                slope, points.count, SoakBench.length(windows.warmup), SoakBench.length(windows.duration), from, to, limits.slope))
         } else {
             judge("Redis memory", false, "only \(points.count) samples after warm-up (3 needed)")
+        }
+
+        // Workers' RSS over time: a worker that runs for days must not creep. Judged on fits of
+        // 10 minutes or more (shorter ones measure the allocator's jitter, about ±1 MiB).
+        let span = (samples.last?.t ?? 0) - windows.warmup
+        var creeps: [String] = []
+        var creepOK = true
+        for i in 0..<(samples.first?.workers.count ?? 0) {
+            let pts = samples.filter { $0.t >= windows.warmup - 1e-9 }.compactMap { s in s.workers[i].map { (x: s.t / 60, y: $0.rss) } }
+            guard let fit = SoakVerdict.leastSquares(pts) else { continue }
+            creeps.append(String(format: "w%d %+.3f", i + 1, fit.slope))
+            if fit.slope > limits.rssSlope { creepOK = false }
+        }
+        if span >= 600 {
+            judge("worker RSS flat", creepOK, "VmRSS slope after warm-up (least squares) \(creeps.joined(separator: ", ")) MiB/min; limit \(limits.rssSlope) MiB/min")
+        } else {
+            lines.append("  ----  worker RSS flat: VmRSS slope after warm-up \(creeps.joined(separator: ", ")) MiB/min (not judged: under 10 minutes of samples)")
         }
 
         // Workers' peak RSS.
@@ -686,6 +701,15 @@ struct SoakVerdict {
         judge("nothing lost", lost == 0 && deadLetters == 0,
               "\(lost) of \(result.sent) match.score events lost: \(result.missing) got no broadcast, \(result.partial) only some of theirs; \(staleText); "
                   + "\(deadLetters) dead letters; \(result.complete) complete, \(result.extra) receipts beyond a score's own (states sent again) not counted")
+    }
+
+    /// The least-squares line through `points`; nil with fewer than 3.
+    static func leastSquares(_ points: [(x: Double, y: Double)]) -> (slope: Double, intercept: Double)? {
+        guard points.count >= 3 else { return nil }
+        let mx = points.map(\.x).reduce(0, +) / Double(points.count), my = points.map(\.y).reduce(0, +) / Double(points.count)
+        let sxy = points.map { ($0.x - mx) * ($0.y - my) }.reduce(0, +), sxx = points.map { ($0.x - mx) * ($0.x - mx) }.reduce(0, +)
+        let slope = sxx > 0 ? sxy / sxx : 0
+        return (slope, my - slope * mx)
     }
 
     /// Variables for scripts/soak-plot.gp.
