@@ -25,7 +25,7 @@ struct Registrar: Sendable {
             var first: [RedisCommand] = [
                 .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key)],
                         args: [activity, token, ts, meta, activityTTLSeconds]),
-                deviceField(device, ts, field: "act:\(key) \(activity)", value: "1"),
+                activityField(device, ts, key, activity, live: true),
                 RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
             ]
             first += settingsCommand(device, ts, settings)
@@ -56,7 +56,7 @@ struct Registrar: Sendable {
         case let .unregisterActivity(device, key, activity):
             return EntryEffects(first: [
                 .script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key)], args: [activity, ts, activityTTLSeconds]),
-                deviceField(device, ts, field: "act:\(key) \(activity)", value: "0"),
+                activityField(device, ts, key, activity, live: false),
             ], staleIfZero: 0)
 
         case let .unregisterDevice(device):
@@ -97,6 +97,13 @@ struct Registrar: Sendable {
 
     private func deviceField(_ device: String, _ ts: Int64, field: String, value: String) -> RedisCommand {
         .script(RegistrationScripts.deviceField, keys: [keys.device(device)], args: [ts, deviceTTLSeconds, field, value])
+    }
+
+    /// The device's `act:` field for an activity; writing it drops the device's `act:` fields
+    /// older than the activity TTL (RegistrationScripts.deviceField).
+    private func activityField(_ device: String, _ ts: Int64, _ key: ActivityKey, _ activity: String, live: Bool) -> RedisCommand {
+        .script(RegistrationScripts.deviceField, keys: [keys.device(device)],
+                args: [ts, deviceTTLSeconds, "act:\(key) \(activity)", live ? "1" : "0", ts - Int64(activityTTLSeconds) * 1000])
     }
 
     private func settingsCommand(_ device: String, _ ts: Int64, _ settings: DeviceSettings) -> [RedisCommand] {

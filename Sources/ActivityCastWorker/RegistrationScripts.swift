@@ -5,9 +5,17 @@ import RedisClient
 /// with the one stored beside the value and never lets an older registration overwrite a newer
 /// one. Each script touches one hash slot (one device, or one activity key).
 enum RegistrationScripts {
-    /// KEYS[1] = device hash. ARGV = ts, ttl seconds, field, value.
+    /// KEYS[1] = device hash. ARGV = ts, ttl seconds, field, value, and optionally a time before
+    /// which the device's `act:` fields are dropped (given with an `act:` field).
     /// Writes `field = "ts value"` unless the stored one is newer or the device was unregistered
     /// later. Returns 1 if written, 0 if ignored as stale.
+    ///
+    /// `act:<key> <activity>` fields only tell `forgetDevice` which activity tokens to remove, so
+    /// an activity's unregister (value `0`) deletes its field rather than keeping a tombstone
+    /// (the key's own tombstone in `{key}:meta` keeps a late older registration from bringing
+    /// the token back), and writing an `act:` field drops those older than the activity TTL
+    /// (their tokens have expired): the hash holds at most the activities registered within one
+    /// activity TTL and not ended, however long the device stays active.
     static let deviceField = RedisScript("""
     local ts = tonumber(ARGV[1])
     local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
@@ -17,7 +25,21 @@ enum RegistrationScripts {
       local t = tonumber(string.match(cur, '^%d+'))
       if t and t > ts then return 0 end
     end
-    redis.call('HSET', KEYS[1], ARGV[3], ARGV[1] .. ' ' .. ARGV[4])
+    if ARGV[4] == '0' and string.sub(ARGV[3], 1, 4) == 'act:' then
+      redis.call('HDEL', KEYS[1], ARGV[3])
+    else
+      redis.call('HSET', KEYS[1], ARGV[3], ARGV[1] .. ' ' .. ARGV[4])
+    end
+    if ARGV[5] then
+      local before = tonumber(ARGV[5])
+      local all = redis.call('HGETALL', KEYS[1])
+      for i = 1, #all, 2 do
+        if string.sub(all[i], 1, 4) == 'act:' then
+          local t = tonumber(string.match(all[i + 1], '^%d+'))
+          if t and t < before then redis.call('HDEL', KEYS[1], all[i]) end
+        end
+      end
+    end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return 1
     """)

@@ -97,6 +97,48 @@ import TestSupport
         #expect(try await redis.command("SCARD", settings.keys.followers(ars)) == .integer(1))
     }
 
+    /// A device that stays active for days registers an activity per match: its hash keeps the
+    /// activities of one activity TTL, not every one it ever had, and unregistering the device
+    /// still removes the tokens that are live.
+    @Test func deviceHashKeepsOnlyActivitiesWithinTheActivityTTL() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let ttl = 3600
+        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: ttl, deviceTTLSeconds: 30 * 86_400)
+        func apply(_ registration: Registration, _ ts: Int64) async throws {
+            let effects = registrar.effects(of: registration, timestampMillis: ts)
+            let replies = try await redis.pipeline(effects.first)
+            if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
+        }
+        let hour: Int64 = 3_600_000
+        // 48 activities, one an hour; the app unregisters every other one ten minutes after it
+        // started, and never says anything about the others.
+        for i in 0..<48 {
+            let key = try #require(ActivityKey(parsing: "match:\(i)"))
+            try await apply(.activityToken(device: "d-1", key: key, activity: "A\(i)", token: tokenA, settings: DeviceSettings()), Int64(i) * hour)
+            if i % 2 == 0 {
+                try await apply(.unregisterActivity(device: "d-1", key: key, activity: "A\(i)"), Int64(i) * hour + 600_000)
+                #expect(try await redis.command("HEXISTS", settings.keys.device("d-1"), "act:match:\(i) A\(i)") == .integer(0))
+            }
+        }
+        // A late copy of an unregistered activity's registration brings back neither its token
+        // nor (for longer than the activity TTL) its field.
+        try await apply(.activityToken(device: "d-1", key: try #require(ActivityKey(parsing: "match:46")), activity: "A46", token: tokenA, settings: DeviceSettings()), 46 * hour)
+        #expect(try await redis.command("HEXISTS", settings.keys.tokens(try #require(ActivityKey(parsing: "match:46"))), "A46") == .integer(0))
+        // A live one, registered last.
+        let live = try #require(ActivityKey(parsing: "match:live"))
+        try await apply(.activityToken(device: "d-1", key: live, activity: "L", token: tokenB, settings: DeviceSettings()), 48 * hour)
+        let fields = try await redis.command("HKEYS", settings.keys.device("d-1")).array?.compactMap(\.string) ?? []
+        // Kept: activities registered within the hour before the newest write and not ended (47, and the live one).
+        #expect(Set(fields) == ["act:match:47 A47", "act:match:live L"])
+        #expect(try await redis.command("HEXISTS", settings.keys.tokens(live), "L") == .integer(1))
+        try await apply(.unregisterDevice(device: "d-1"), 48 * hour + 1)
+        #expect(try await redis.command("HEXISTS", settings.keys.tokens(live), "L") == .integer(0))
+        #expect(try await redis.command("HKEYS", settings.keys.device("d-1")) == .array([.bulk(Array("gone".utf8))]))
+    }
+
     @Test func malformedEntriesBecomeDeadLettersWithTheirFields() async throws {
         let server = try await RedisServer()
         let redis = server.connection()
