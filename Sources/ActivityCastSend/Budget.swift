@@ -196,6 +196,25 @@ public enum BudgetDecision: Equatable, Sendable {
     /// Nothing to send: older than what was already sent for the key (or an update after the
     /// end), or a flush that found nothing pending.
     case stale
+    /// Nothing to send: the audience already shows this state (`Shown`), and the event has no
+    /// alert; a state that waited to be flushed is dropped with it.
+    case unchanged
+}
+
+/// What a decision knows of the state its push would show (`KeyState.signature`), to send
+/// nothing to an audience that shows it already.
+public struct Shown: Equatable, Sendable {
+    /// The key's merged state and presentation as `KeyStateScripts.merge` hashes them ('': unknown).
+    public var signature: String
+    /// No alert: the push would show nothing but the state. (An end is never unchanged.)
+    public var quiet: Bool
+    /// A state shown this long (event time, ms) is sent again even though unchanged, so the
+    /// device's stale date moves on while the feed is alive (half the stale-after); nil: never.
+    public var refreshMillis: Int64?
+
+    public init(signature: String, quiet: Bool, refreshMillis: Int64? = nil) {
+        self.signature = signature; self.quiet = quiet; self.refreshMillis = refreshMillis
+    }
 }
 
 /// One (key, audience)'s budget: its bucket, what was sent and what waits. The pure model of
@@ -218,6 +237,9 @@ public struct BudgetState: Equatable, Sendable {
     /// without spending a second token. (An entry, not an event time: feeds with second-resolution
     /// times have several events of one time.)
     public var priority10Entry: String?
+    /// The signature of the state the audience's last push carried, and that push's event time.
+    public var shownSignature: String?
+    public var shownMillis: Int64?
     public var counters: Counters
 
     /// Every decision, counted (`inspect` shows them).
@@ -237,18 +259,23 @@ public struct BudgetState: Equatable, Sendable {
         /// Tokens given back: decided at 10, the push never went out (a newer fan-out of the key
         /// began between the decision and the record).
         public var refunded = 0
+        /// Updates and flushes not sent: the audience already showed their state.
+        public var unchanged = 0
 
         public init() {}
     }
 
     public init(bucket: TokenBucket, lastMillis: Int64? = nil, lastSentAt: Int64? = nil, pendingMillis: Int64? = nil,
-                endedMillis: Int64? = nil, priority10Entry: String? = nil, counters: Counters = Counters()) {
+                endedMillis: Int64? = nil, priority10Entry: String? = nil, shownSignature: String? = nil, shownMillis: Int64? = nil,
+                counters: Counters = Counters()) {
         self.bucket = bucket
         self.lastMillis = lastMillis
         self.lastSentAt = lastSentAt
         self.pendingMillis = pendingMillis
         self.endedMillis = endedMillis
         self.priority10Entry = priority10Entry
+        self.shownSignature = shownSignature
+        self.shownMillis = shownMillis
         self.counters = counters
     }
 
@@ -272,7 +299,7 @@ extension BudgetState {
 }
 
 public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? = nil, nowMillis now: Int64,
-                   policy: AudiencePolicy) -> (BudgetDecision, BudgetState) {
+                   policy: AudiencePolicy, shown: Shown? = nil) -> (BudgetDecision, BudgetState) {
     // The entry decided at 10 last, decided again (and nothing newer since): 10, the state as it
     // was — nothing spent, refilled or counted.
     if let state, let entry, state.priority10Entry == entry {
@@ -285,7 +312,18 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
     var s = state ?? BudgetState(bucket: .full(policy.bucket, at: now))
     s.bucket.refill(to: now, policy.bucket)
 
+    // The audience shows this state already (and was sent it recently enough): nothing to send.
+    func unchanged(_ millis: Int64) -> Bool {
+        guard let shown, shown.quiet, !shown.signature.isEmpty, shown.signature == s.shownSignature else { return false }
+        if let refresh = shown.refreshMillis, refresh > 0, let at = s.shownMillis, millis - at >= refresh { return false }
+        return true
+    }
+
     func send(_ decision: BudgetDecision, millis: Int64) -> (BudgetDecision, BudgetState) {
+        if let shown, !shown.signature.isEmpty {
+            s.shownSignature = shown.signature
+            s.shownMillis = millis
+        }
         s.lastMillis = max(s.lastMillis ?? millis, millis)
         s.lastSentAt = max(s.lastSentAt ?? now, now)
         // The push carries the whole merged state: a pending state no newer than it is sent too.
@@ -304,6 +342,11 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
         guard let pending = s.pendingMillis, let due = s.dueAt(policy) else {
             s.counters.idleFlushes += 1
             return (.stale, s)
+        }
+        if unchanged(pending) {
+            s.pendingMillis = nil
+            s.counters.unchanged += 1
+            return (.unchanged, s)
         }
         guard now >= due else {
             s.counters.idleFlushes += 1
@@ -340,6 +383,12 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
             // After the end the device takes no more updates: nothing is worth a push.
             s.counters.stale += 1
             return (.stale, s)
+        }
+        if unchanged(millis) {
+            // What waits to be flushed is what the audience shows, too.
+            s.pendingMillis = nil
+            s.counters.unchanged += 1
+            return (.unchanged, s)
         }
         switch priority {
         case .critical:
@@ -433,35 +482,53 @@ public enum BudgetScripts {
 
     /// KEYS[1] = budget hash. ARGV: kind (`critical`, `routine`, `end`, `flush`), event ms (''
     /// for a flush), now ms (`-`: Redis's clock), capacity ticks, ticks per ms, reserve ticks,
-    /// spacing ms, ttl s, entry (`<stream>/<id>`, '' when none). Returns {decision (`p10`, `p5`,
-    /// `coalesce`, `stale`), due ms (0 unless coalesce), now ms}.
+    /// spacing ms, ttl s, entry (`<stream>/<id>`, '' when none), shown ('': not known, `1`: a
+    /// quiet push, `0`: one with an alert), refresh ms (0: none). Returns {decision (`p10`, `p5`,
+    /// `coalesce`, `stale`, `unchanged`), due ms (0 unless coalesce), now ms, spent 0|1}.
+    /// Shown (`Shown`): KEYS[2] = the key's state, whose `_sig` is compared with the audience's
+    /// `shown_sig` (the state its last push carried): a quiet update or a flush of the same state
+    /// is `unchanged`, unless the refresh time passed since that push's event.
     /// Guards, for an update decided in its merge's round trip (`BudgetGuards`): KEYS[2] = the
     /// key's state, KEYS[3] = the entry's fan-out record, and for a channel KEYS[4] = the key's
-    /// channels with ARGV[10] = the environments. The answer is {`skip`, 0, now}, with nothing
+    /// channels with ARGV[12] = the environments. The answer is {`skip`, 0, now}, with nothing
     /// spent or counted, when the merge found a newer event (the state's `_ts` is past the
-    /// event's), when the fan-out recorded its broadcast (a redelivery keeps its decisions), or
-    /// when the key has no live channel in those environments.
+    /// event's) or refused this entry (`_rej`), when the fan-out recorded its broadcast (a
+    /// redelivery keeps its decisions), or when the key has no live channel in those environments.
     public static let decide = RedisScript(bucketLua + """
     local TOKEN = 3600000
     local kind, ms, now = ARGV[1], tonumber(ARGV[2]), clock(ARGV[3])
     local cap, rate, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local spacing, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
     local entry = ARGV[9] or ''
+    -- What the push would show (`Shown`): the state's signature, read from the key's state.
+    local shown, refresh = ARGV[10] or '', tonumber(ARGV[11] or '0') or 0
+    local sig = nil
+    if shown ~= '' then
+      sig = redis.call('HGET', KEYS[2], '_sig')
+      if not sig or sig == '' then sig = nil end
+    end
     if #KEYS >= 3 then
       local newest = tonumber(redis.call('HGET', KEYS[2], '_ts') or '')
       if newest ~= nil and newest > ms then return {'skip', '0', fmt(now)} end
       if redis.call('HGET', KEYS[3], 'b') == '1' then return {'skip', '0', fmt(now)} end
+      if entry ~= '' and redis.call('HGET', KEYS[2], '_rej') == entry then return {'skip', '0', fmt(now)} end
       if #KEYS >= 4 then
         local live = false
-        for env in string.gmatch(ARGV[10] or '', '%S+') do
+        for env in string.gmatch(ARGV[12] or '', '%S+') do
           local v = redis.call('HGET', KEYS[4], env)
           if v and string.match(v, '^%S+ %d+ %d+$') then live = true break end
         end
         if not live then return {'skip', '0', fmt(now)} end
       end
     end
-    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms', 'p10_entry')
+    local h = redis.call('HMGET', KEYS[1], 'ticks', 'refilled_at', 'last_ms', 'sent_at', 'pending_ms', 'ended_ms', 'p10_entry', 'shown_sig', 'shown_ms')
     local last, sent, pending, ended, p10entry = tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), h[7]
+    local shownsig, shownms = h[8], tonumber(h[9])
+    local function same(m)
+      if sig == nil or shown ~= '1' or shownsig ~= sig then return false end
+      if refresh > 0 and shownms ~= nil and m - shownms >= refresh then return false end
+      return true
+    end
     -- The entry decided at 10 last, decided again (a redelivery): 10, nothing spent or counted.
     if (kind == 'end' or kind == 'critical') and entry ~= '' and p10entry == entry and last == ms then
       return {'p10', '0', fmt(now), '0'}
@@ -477,6 +544,7 @@ public enum BudgetScripts {
       return false
     end
     local function send(d, m)
+      if sig ~= nil then shownsig, shownms = sig, m end
       if last == nil or m > last then last = m end
       if sent == nil or now > sent then sent = now end
       -- The push carries the whole merged state: a pending state no newer than it goes too.
@@ -489,6 +557,10 @@ public enum BudgetScripts {
     if kind == 'flush' then
       if pending == nil then
         count('idle_flushes')
+      elseif same(pending) then
+        pending = nil
+        count('unchanged')
+        decision = 'unchanged'
       elseif now < dueat() then
         count('idle_flushes')
         decision, due = 'coalesce', dueat()
@@ -513,6 +585,10 @@ public enum BudgetScripts {
       end
     elseif (last ~= nil and ms < last) or ended ~= nil then
       count('stale')
+    elseif same(ms) then
+      pending = nil
+      count('unchanged')
+      decision = 'unchanged'
     elseif kind == 'critical' then
       if take(reserve) then send('p10', ms) else count('downgraded') send('p5', ms) end
     elseif pending ~= nil and ms < pending then
@@ -526,11 +602,12 @@ public enum BudgetScripts {
       send('p5', ms)
     end
     local set, del = {'ticks', fmt(ticks), 'refilled_at', fmt(at)}, {}
-    local opt = {{'last_ms', last}, {'sent_at', sent}, {'pending_ms', pending}, {'ended_ms', ended}}
+    local opt = {{'last_ms', last}, {'sent_at', sent}, {'pending_ms', pending}, {'ended_ms', ended}, {'shown_ms', shownms}}
     for _, f in ipairs(opt) do
       if f[2] ~= nil then set[#set + 1] = f[1] set[#set + 1] = fmt(f[2]) else del[#del + 1] = f[1] end
     end
     if p10entry then set[#set + 1] = 'p10_entry' set[#set + 1] = p10entry else del[#del + 1] = 'p10_entry' end
+    if shownsig then set[#set + 1] = 'shown_sig' set[#set + 1] = shownsig else del[#del + 1] = 'shown_sig' end
     redis.call('HSET', KEYS[1], unpack(set))
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
@@ -603,8 +680,10 @@ public enum BudgetScripts {
     /// failed): the state is pending again, and — unless another push went out since, which moved
     /// `sent_at` on — `sent_at` and `last_ms` are what they were before, so the state is due again
     /// at once rather than a spacing later; the decision's counts are taken back.
-    /// KEYS[1] = budget hash. ARGV: the state's time (ms), the decision's now (ms), `sent_at` and
-    /// `last_ms` before the decision ('' when absent). Returns 1.
+    /// What the decision recorded as shown (`shown_sig`, `shown_ms`) is put back too: the state
+    /// wasn't shown.
+    /// KEYS[1] = budget hash. ARGV: the state's time (ms), the decision's now (ms), `sent_at`,
+    /// `last_ms`, `shown_sig` and `shown_ms` before the decision ('' when absent). Returns 1.
     public static let undoFlush = RedisScript("""
     if redis.call('HGET', KEYS[1], 'ended_ms') then return 1 end
     local p = tonumber(redis.call('HGET', KEYS[1], 'pending_ms') or '')
@@ -612,6 +691,8 @@ public enum BudgetScripts {
     if tonumber(redis.call('HGET', KEYS[1], 'sent_at') or '') == tonumber(ARGV[2]) then
       if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'sent_at') else redis.call('HSET', KEYS[1], 'sent_at', ARGV[3]) end
       if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'last_ms') else redis.call('HSET', KEYS[1], 'last_ms', ARGV[4]) end
+      if (ARGV[5] or '') == '' then redis.call('HDEL', KEYS[1], 'shown_sig') else redis.call('HSET', KEYS[1], 'shown_sig', ARGV[5]) end
+      if (ARGV[6] or '') == '' then redis.call('HDEL', KEYS[1], 'shown_ms') else redis.call('HSET', KEYS[1], 'shown_ms', ARGV[6]) end
       redis.call('HINCRBY', KEYS[1], 'flushed', -1)
       redis.call('HINCRBY', KEYS[1], 'p5', -1)
     end
@@ -620,8 +701,11 @@ public enum BudgetScripts {
 
     /// One decision. `nowMillis` nil: Redis's clock (one clock for the whole fleet). `guards`:
     /// decided in the merge's round trip (see `decide`; the answer may be `skip`: `parseGuarded`).
+    /// `shown`: the key's state hash (its `_sig` is the `Shown.signature`), whether the push is
+    /// quiet, and the refresh time (`Shown`); nil: never unchanged, nothing recorded of it.
     public static func decideCommand(budgetKey: String, event: BudgetEvent, entry: String? = nil, nowMillis: Int64?, policy: AudiencePolicy,
-                                     ttlSeconds: Int, guards: BudgetGuards? = nil) -> RedisCommand {
+                                     ttlSeconds: Int, guards: BudgetGuards? = nil,
+                                     shown: (state: String, quiet: Bool, refreshMillis: Int64?)? = nil) -> RedisCommand {
         let kind: String, millis: String
         switch event {
         case .update(let ms, let priority): (kind, millis) = (priority == .critical ? "critical" : "routine", String(ms))
@@ -632,9 +716,12 @@ public enum BudgetScripts {
         var args: [any RedisArgument] = [
             kind, millis, nowMillis.map { String($0) } ?? "-", policy.bucket.capacityTicks, policy.bucket.ticksPerMillisecond,
             policy.reserveTicks, policy.minSpacingMillis, ttlSeconds, entry ?? "",
+            shown.map { $0.quiet ? "1" : "0" } ?? "", shown?.refreshMillis ?? 0,
         ]
+        precondition(shown == nil || guards == nil || shown!.state == guards!.state, "one state key")
+        if let state = guards?.state ?? shown?.state { keys.append(state) }
         if let guards {
-            keys += [guards.state, guards.fanout]
+            keys.append(guards.fanout)
             if let channels = guards.channels {
                 keys.append(channels.key)
                 args.append(channels.environments.joined(separator: " "))
@@ -660,6 +747,7 @@ public enum BudgetScripts {
         case "p5": decision = .priority5
         case "coalesce": decision = .coalesce(dueAtMillis: due)
         case "stale": decision = .stale
+        case "unchanged": decision = .unchanged
         default: throw RedisError(.unexpectedReply, "budget decide: unknown decision \(name)")
         }
         return BudgetReply(decision: decision, nowMillis: now, spent: items.count > 3 && items[3].string == "1")
@@ -669,11 +757,13 @@ public enum BudgetScripts {
     public static func state(fromHash reply: RESPValue) -> BudgetState? {
         guard let items = reply.array, !items.isEmpty else { return nil }
         var f: [String: Int64] = [:]
-        var entry: String?
+        var entry: String?, signature: String?
         var i = 0
         while i + 1 < items.count {
             if let name = items[i].string {
-                if name == "p10_entry" { entry = items[i + 1].string } else if let v = items[i + 1].int { f[name] = v }
+                if name == "p10_entry" { entry = items[i + 1].string }
+                else if name == "shown_sig" { signature = items[i + 1].string }
+                else if let v = items[i + 1].int { f[name] = v }
             }
             i += 2
         }
@@ -687,7 +777,9 @@ public enum BudgetScripts {
         c.stale = Int(f["stale"] ?? 0)
         c.idleFlushes = Int(f["idle_flushes"] ?? 0)
         c.refunded = Int(f["refunded"] ?? 0)
+        c.unchanged = Int(f["unchanged"] ?? 0)
         return BudgetState(bucket: TokenBucket(ticks: ticks, refilledAt: at), lastMillis: f["last_ms"], lastSentAt: f["sent_at"],
-                           pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], priority10Entry: entry, counters: c)
+                           pendingMillis: f["pending_ms"], endedMillis: f["ended_ms"], priority10Entry: entry,
+                           shownSignature: signature, shownMillis: f["shown_ms"], counters: c)
     }
 }

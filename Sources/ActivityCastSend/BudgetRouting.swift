@@ -24,7 +24,7 @@ public struct AudiencePriorities: Equatable, Sendable {
             switch d {
             case .priority10?: 10
             case .priority5?: 5
-            case .coalesce?, .stale?, nil: nil
+            case .coalesce?, .stale?, .unchanged?, nil: nil
             }
         }
         self.init(channel: priority(decisions.first { if case .channel = $0.key { true } else { false } }?.value),

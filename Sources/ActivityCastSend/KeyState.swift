@@ -4,7 +4,9 @@ import RedisClient
 /// A key's current content-state: every top-level `ContentState` key with the time of the event
 /// that set it. Apple replaces an activity's whole state with each push and silently drops a
 /// state that doesn't decode as the app's whole `ContentState`, so every push carries the merge
-/// of every event so far, in timestamp order.
+/// of every event so far, in timestamp order. Beside it, the presentation (stale-after offset,
+/// relevance) of the newest event that gave one, and the state's `signature`: what a push of the
+/// key shows, compared by the budget with what each audience was last sent (`unchanged`).
 ///
 /// This is the pure model; `KeyStateScripts.merge` does the same in Redis, atomically across
 /// workers, and tests check the two agree.
@@ -15,6 +17,13 @@ public struct KeyState: Equatable, Sendable {
     public var newestEvent: LiveActivityEvent?
     /// Each key: when it was set, and its value.
     public var fields: [String: Field]
+    /// The presentation of the newest event that changed the state (at `presentationMillis`):
+    /// stale-after seconds and relevance as the event gave them (nil: none). An event that
+    /// changes nothing (a score repeating the goal a moment before) doesn't change how the state
+    /// is presented either: the goal's raised relevance stays until the next change.
+    public var presentationMillis: Int64?
+    public var staleAfter: String?
+    public var relevance: String?
 
     public struct Field: Equatable, Sendable {
         public var millis: Int64
@@ -32,37 +41,94 @@ public struct KeyState: Equatable, Sendable {
     public struct Merge: Equatable, Sendable {
         /// Older than the newest event already applied: not sent as itself.
         public var stale: Bool
-        /// It set at least one key (a stale event can still bring the newest value of a key that
-        /// no newer event set: then the state changed and is pushed again as the newest event).
+        /// It changed the value of at least one key (a stale event can still bring the newest
+        /// value of a key that no newer event set: then the state changed and is pushed again as
+        /// the newest event). Setting a key to the value it has is no change.
         public var changed: Bool
+        /// The merged content-state would encode to this many bytes, over the event's limit:
+        /// nothing was merged (the key's state is as it was). nil: merged.
+        public var tooLarge: Int?
 
-        public init(stale: Bool, changed: Bool) { self.stale = stale; self.changed = changed }
+        public init(stale: Bool, changed: Bool, tooLarge: Int? = nil) { self.stale = stale; self.changed = changed; self.tooLarge = tooLarge }
     }
 
-    /// Merges an event's content-state: each of its keys is taken unless a newer event set it.
+    /// The event's part in a merge besides its content-state.
+    public struct Event: Equatable, Sendable {
+        public var millis: Int64
+        public var event: LiveActivityEvent?
+        /// `stale-date` as seconds after the event's time, and relevance, as strings (nil: none).
+        public var staleAfter: String?
+        public var relevance: String?
+        /// The most bytes the merged content-state may encode to (the device limit less the rest
+        /// of the push); nil: no limit.
+        public var stateLimit: Int?
+
+        public init(millis: Int64, event: LiveActivityEvent?, staleAfter: String? = nil, relevance: String? = nil, stateLimit: Int? = nil) {
+            self.millis = millis; self.event = event; self.staleAfter = staleAfter; self.relevance = relevance; self.stateLimit = stateLimit
+        }
+    }
+
+    /// Merges an event's content-state: each of its keys is taken unless a newer event set it;
+    /// nothing is taken when the merged state would be over the event's limit.
     @discardableResult
     public mutating func merge(millis: Int64, event: LiveActivityEvent?, contentState: [String: JSONValue]) -> Merge {
+        merge(Event(millis: millis, event: event), contentState: contentState)
+    }
+
+    @discardableResult
+    public mutating func merge(_ e: Event, contentState: [String: JSONValue]) -> Merge {
+        var next = fields
         var changed = false
-        for (key, value) in contentState where millis >= (fields[key]?.millis ?? .min) {
-            fields[key] = Field(millis: millis, value: value)
-            changed = true
+        for (key, value) in contentState where e.millis >= (next[key]?.millis ?? .min) {
+            if next[key]?.value.encoded() != value.encoded() { changed = true }
+            next[key] = Field(millis: e.millis, value: value)
         }
-        let stale = newestMillis.map { millis < $0 } ?? false
+        if let limit = e.stateLimit {
+            let size = Self.encodedSize(next.mapValues { $0.value.encoded() })
+            if size > limit { return Merge(stale: newestMillis.map { e.millis < $0 } ?? false, changed: false, tooLarge: size) }
+        }
+        fields = next
+        let stale = newestMillis.map { e.millis < $0 } ?? false
         if !stale {
-            newestMillis = millis
-            if let event { newestEvent = event == .start ? .update : event }
+            newestMillis = e.millis
+            if let event = e.event { newestEvent = event == .start ? .update : event }
+        }
+        if changed, e.millis >= (presentationMillis ?? .min) {
+            presentationMillis = e.millis
+            staleAfter = e.staleAfter
+            relevance = e.relevance
         }
         return Merge(stale: stale, changed: changed)
     }
 
     /// The content-state a push carries.
     public var contentState: [String: JSONValue] { fields.mapValues(\.value) }
+
+    /// What `KeyStateScripts.merge` hashes (SHA-1) into the state's `_sig`: each key and its
+    /// JSON in byte order of the keys, then the presentation. Two states show the same on a
+    /// device exactly when their signatures are equal.
+    public var signatureSource: String {
+        var out = ""
+        for name in fields.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            out += name + "\u{0}" + String(decoding: fields[name]!.value.encoded(), as: UTF8.self) + "\u{0}"
+        }
+        return out + "\u{1}" + (staleAfter ?? "") + "\u{0}" + (relevance ?? "")
+    }
+
+    /// Bytes of `{"name":json,…}`, the content-state object a push carries (JSONValue's
+    /// encoding: names escaped per RFC 8259).
+    public static func encodedSize(_ state: [String: [UInt8]]) -> Int {
+        guard !state.isEmpty else { return 2 }
+        return state.reduce(1 + state.count) { sum, item in
+            sum + JSONValue.string(item.key).encoded().count + 1 + item.value.count
+        }
+    }
 }
 
 /// The outcome of merging one event into its key's state in Redis.
 public struct MergeResult: Sendable, Equatable {
     public var stale: Bool
-    /// The event set at least one key.
+    /// The event changed the value of at least one key.
     public var changed: Bool
     /// The newest event's Live Activity event (`update` or `end`), if any was recorded.
     public var newestEvent: LiveActivityEvent?
@@ -70,61 +136,133 @@ public struct MergeResult: Sendable, Equatable {
     public var contentState: [String: JSONValue]
     /// The newest event applied to the key, after the merge (ms).
     public var newestMillis: Int64
-    /// The presentation of the newest event that had one (`KeyStateScripts.presentation`): what a
-    /// push sent later on the key's behalf (a budget flush) carries. Only from `read`.
+    /// The presentation of the newest event that had one (`KeyState.staleAfter`, `relevance`):
+    /// what a push sent later on the key's behalf (a budget flush) carries. Only from `read`.
     public var staleAfterSeconds: Int64?
     public var relevanceScore: Double?
+    /// The merged content-state would have been this many bytes, over the event's limit: nothing
+    /// was merged, and `contentState` is the key's state as it was.
+    public var tooLarge: Int?
 }
 
 /// The Redis side of `KeyState`: one hash per key (`<prefix>:{key}:state`), `_ts` the newest
-/// event, `_ev` its Live Activity event, `f:<name>` = `<ms> <json>` per content-state key.
+/// event, `_ev` its Live Activity event, `f:<name>` = `<ms> <json>` per content-state key, `_pts`,
+/// `_stale`, `_rel` the newest event's presentation, `_sig` the SHA-1 of `KeyState.signatureSource`
+/// (the budget compares it with what each audience was last sent), and `_rej` the last entry
+/// refused as too large (its budget decisions are skipped: nothing spent).
 public enum KeyStateScripts {
-    /// KEYS[1] = state hash. ARGV = ms, ttl seconds, event (`update`, `end`, `-`), then name/json pairs.
-    /// Returns {stale 0|1, changed 0|1, newest ms, newest event, name1, json1, …} (the whole state).
+    /// KEYS[1] = state hash. ARGV = ms, ttl seconds, event (`update`, `end`, `-`), entry ('' for
+    /// none), state limit (bytes of the merged content-state JSON; 0: none), stale-after and
+    /// relevance ('' for none), then name/json pairs.
+    /// Returns {stale 0|1, changed 0|1, newest ms, newest event, too large (bytes, 0: merged),
+    /// name1, json1, …} (the whole state, as it is after the merge).
     public static let merge = RedisScript("""
     local ts = tonumber(ARGV[1])
-    local changed = 0
-    for i = 4, #ARGV, 2 do
-      local f = 'f:' .. ARGV[i]
-      local cur = redis.call('HGET', KEYS[1], f)
-      local t = cur and tonumber(string.match(cur, '^(-?%d+) ')) or nil
-      if t == nil or ts >= t then
-        redis.call('HSET', KEYS[1], f, ARGV[1] .. ' ' .. ARGV[i + 1])
-        changed = 1
+    local limit = tonumber(ARGV[5])
+    -- Byte order, whatever Redis's locale (Lua's string < uses strcoll).
+    local function before(a, b)
+      local n = math.min(#a, #b)
+      for i = 1, n do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x < y end
+      end
+      return #a < #b
+    end
+    -- Bytes of a name as JSONValue encodes it (quoted, RFC 8259 escapes).
+    local function quoted(name)
+      local n = #name + 2
+      n = n + select(2, string.gsub(name, '[\\34\\92\\8\\9\\10\\12\\13]', ''))
+      n = n + 5 * select(2, string.gsub(name, '[%z\\1-\\7\\11\\14-\\31]', ''))
+      n = n + 3 * select(2, string.gsub(name, '\\226\\128[\\168\\169]', ''))
+      return n
+    end
+    local all = redis.call('HGETALL', KEYS[1])
+    local cur, meta = {}, {}
+    for i = 1, #all, 2 do
+      local f, v = all[i], all[i + 1]
+      if string.sub(f, 1, 2) == 'f:' then
+        local sp = string.find(v, ' ', 1, true)
+        cur[string.sub(f, 3)] = {tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)}
+      else
+        meta[f] = v
       end
     end
-    local newest = tonumber(redis.call('HGET', KEYS[1], '_ts') or '')
-    local stale = 0
-    if newest ~= nil and ts < newest then
-      stale = 1
-    else
+    local changed, writes = 0, {}
+    for i = 8, #ARGV, 2 do
+      local name, json = ARGV[i], ARGV[i + 1]
+      local c = cur[name]
+      if c == nil or ts >= c[1] then
+        if c == nil or c[2] ~= json then changed = 1 end
+        cur[name] = {ts, json}
+        writes[#writes + 1] = 'f:' .. name
+        writes[#writes + 1] = ARGV[1] .. ' ' .. json
+      end
+    end
+    local names = {}
+    for name in pairs(cur) do names[#names + 1] = name end
+    table.sort(names, before)
+    local newest = tonumber(meta['_ts'] or '')
+    local stale = (newest ~= nil and ts < newest) and 1 or 0
+    if limit > 0 then
+      local size = 1 + #names
+      if #names == 0 then size = 2 end
+      for _, name in ipairs(names) do size = size + quoted(name) + 1 + #cur[name][2] end
+      if size > limit then
+        redis.call('HSET', KEYS[1], '_rej', ARGV[4])
+        redis.call('EXPIRE', KEYS[1], ARGV[2])
+        local out = {stale, 0, newest or ts, meta['_ev'] or '-', size}
+        for i = 1, #all, 2 do
+          if string.sub(all[i], 1, 2) == 'f:' then
+            local v = all[i + 1]
+            out[#out + 1] = string.sub(all[i], 3)
+            out[#out + 1] = string.sub(v, string.find(v, ' ', 1, true) + 1)
+          end
+        end
+        return out
+      end
+    end
+    if #writes > 0 then redis.call('HSET', KEYS[1], unpack(writes)) end
+    if stale == 0 then
       newest = ts
       redis.call('HSET', KEYS[1], '_ts', ARGV[1])
-      if ARGV[3] ~= '-' then redis.call('HSET', KEYS[1], '_ev', ARGV[3]) end
+      if ARGV[3] ~= '-' then redis.call('HSET', KEYS[1], '_ev', ARGV[3]) meta['_ev'] = ARGV[3] end
     end
+    local pts = tonumber(meta['_pts'] or '')
+    if changed == 1 and (pts == nil or ts >= pts) then
+      redis.call('HSET', KEYS[1], '_pts', ARGV[1])
+      if ARGV[6] == '' then redis.call('HDEL', KEYS[1], '_stale') else redis.call('HSET', KEYS[1], '_stale', ARGV[6]) end
+      if ARGV[7] == '' then redis.call('HDEL', KEYS[1], '_rel') else redis.call('HSET', KEYS[1], '_rel', ARGV[7]) end
+      meta['_stale'], meta['_rel'] = ARGV[6], ARGV[7]
+    end
+    local out = {stale, changed, newest, meta['_ev'] or '-', 0}
+    local source = {}
+    for _, name in ipairs(names) do
+      out[#out + 1] = name
+      out[#out + 1] = cur[name][2]
+      source[#source + 1] = name .. '\\0' .. cur[name][2] .. '\\0'
+    end
+    source[#source + 1] = '\\1' .. (meta['_stale'] or '') .. '\\0' .. (meta['_rel'] or '')
+    redis.call('HSET', KEYS[1], '_sig', redis.sha1hex(table.concat(source)))
     redis.call('EXPIRE', KEYS[1], ARGV[2])
-    local out = {stale, changed, newest, redis.call('HGET', KEYS[1], '_ev') or '-'}
-    local all = redis.call('HGETALL', KEYS[1])
-    for i = 1, #all, 2 do
-      if string.sub(all[i], 1, 2) == 'f:' then
-        local v = all[i + 1]
-        local sp = string.find(v, ' ', 1, true)
-        table.insert(out, string.sub(all[i], 3))
-        table.insert(out, string.sub(v, sp + 1))
-      end
-    end
     return out
     """)
 
-    public static func mergeCommand(stateKey: String, millis: Int64, ttlSeconds: Int, event: LiveActivityEvent?,
+    /// The merge of one event. `entry`: the stream entry that carried it (`<stream>/<id>`), named
+    /// in `_rej` when it is refused as too large.
+    public static func mergeCommand(stateKey: String, _ e: KeyState.Event, entry: String, ttlSeconds: Int,
                                     contentState: [String: JSONValue]) -> RedisCommand {
-        let recorded = event.map { $0 == .start ? "update" : $0.rawValue } ?? "-"
-        var args: [any RedisArgument] = [millis, ttlSeconds, recorded]
+        let recorded = e.event.map { $0 == .start ? "update" : $0.rawValue } ?? "-"
+        var args: [any RedisArgument] = [e.millis, ttlSeconds, recorded, entry, e.stateLimit ?? 0, e.staleAfter ?? "", e.relevance ?? ""]
         for key in contentState.keys.sorted() {
             args.append(key)
             args.append(contentState[key]!.encoded())
         }
         return .script(merge, keys: [stateKey], args: args)
+    }
+
+    public static func mergeCommand(stateKey: String, millis: Int64, ttlSeconds: Int, event: LiveActivityEvent?,
+                                    contentState: [String: JSONValue]) -> RedisCommand {
+        mergeCommand(stateKey: stateKey, KeyState.Event(millis: millis, event: event), entry: "", ttlSeconds: ttlSeconds, contentState: contentState)
     }
 
     /// The key's state as stored (`HGETALL` of its hash), without merging anything; nil when
@@ -149,30 +287,19 @@ public enum KeyStateScripts {
                            staleAfterSeconds: stale, relevanceScore: relevance)
     }
 
-    /// Keeps the presentation (stale date offset, relevance) of the key's newest event that gave
-    /// one, for pushes sent later on the key's behalf. KEYS[1] = state hash. ARGV: ms, stale-after
-    /// seconds ('' for none), relevance ('' for none). Returns 1 when kept, 0 for an older event.
-    public static let presentation = RedisScript("""
-    local cur = tonumber(redis.call('HGET', KEYS[1], '_pts') or '')
-    if cur and tonumber(ARGV[1]) < cur then return 0 end
-    redis.call('HSET', KEYS[1], '_pts', ARGV[1])
-    if ARGV[2] == '' then redis.call('HDEL', KEYS[1], '_stale') else redis.call('HSET', KEYS[1], '_stale', ARGV[2]) end
-    if ARGV[3] == '' then redis.call('HDEL', KEYS[1], '_rel') else redis.call('HSET', KEYS[1], '_rel', ARGV[3]) end
-    return 1
-    """)
-
     public static func parse(_ reply: RESPValue) throws -> MergeResult {
         if let e = reply.errorMessage { throw RedisError(.server, "key state merge: \(e)") }
-        guard let items = reply.array, items.count >= 4, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int else {
+        guard let items = reply.array, items.count >= 5, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int,
+              let tooLarge = items[4].int else {
             throw RedisError(.unexpectedReply, "key state merge: unexpected reply")
         }
         var state: [String: JSONValue] = [:]
-        var i = 4
+        var i = 5
         while i + 1 < items.count {
             if let name = items[i].string, let json = items[i + 1].bytes { state[name] = .encoded(json) }
             i += 2
         }
         return MergeResult(stale: stale == 1, changed: changed == 1, newestEvent: items[3].string.flatMap(LiveActivityEvent.init(rawValue:)),
-                           contentState: state, newestMillis: newest)
+                           contentState: state, newestMillis: newest, tooLarge: tooLarge > 0 ? Int(tooLarge) : nil)
     }
 }

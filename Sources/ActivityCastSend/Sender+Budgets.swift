@@ -24,7 +24,7 @@ extension Sender {
     /// An update's decisions for `guardedAudiences`, to pipeline behind its merge (see
     /// `BudgetScripts.decide`'s guards); none for other events (a start isn't decided, an end
     /// waits for its settle time).
-    func decideCommands(_ plan: Plan, entry: String) -> [RedisCommand] {
+    func decideCommands(_ plan: Plan, entry: String, redelivered: Bool) -> [RedisCommand] {
         guard plan.event == .update, let event = BudgetEvent(plan) else { return [] }
         let envs = apns.environments.map(\.rawValue)
         return guardedAudiences(plan).map { audience in
@@ -32,8 +32,15 @@ extension Sender {
             if case .channel = audience { guards.channels = (channels.hashKey(plan.key), envs) }
             return BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                                policy: configuration.budgets.audience(audience), ttlSeconds: configuration.stateTTLSeconds,
-                                               guards: guards)
+                                               guards: guards, shown: shown(plan, redelivered: redelivered))
         }
+    }
+
+    /// What `plan`'s push would show, for the budget to send nothing to an audience that shows it
+    /// already (`Shown`). A redelivered entry is never taken for unchanged: its first delivery
+    /// may have recorded the state as shown and died before the push went out.
+    func shown(_ plan: Plan, redelivered: Bool) -> (state: String, quiet: Bool, refreshMillis: Int64?) {
+        (stateKey(plan.key), plan.alert == nil && !redelivered, plan.staleAfterSeconds.map { $0 * 500 })
     }
 
     /// `decided`: the replies to `decideCommands` (made with the merge): a tier skipped there is
@@ -42,7 +49,7 @@ extension Sender {
     /// since), and is decided now.
     /// Returns each audience's priority, and the audiences whose decision took a token (given
     /// back with `refund` if their push doesn't go out).
-    func decideBudgets(_ plan: Plan, entry: String, channel: Bool, decided: [RESPValue]? = nil) async throws
+    func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil) async throws
         -> (priorities: AudiencePriorities, spent: [BudgetAudience]) {
         guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), []) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
@@ -62,7 +69,8 @@ extension Sender {
         let ask = audiences.filter { known[$0] == nil && !skipped.contains($0) }
         let asked = try await redis.pipeline(ask.map { audience in
             BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
-                                        policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds)
+                                        policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds,
+                                        shown: shown(plan, redelivered: redelivered))
         })
         for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply) }
         var decisions: [BudgetAudience: BudgetDecision] = [:]
@@ -81,6 +89,7 @@ extension Sender {
                 stats.countDecision(audience, "coalesced")
                 due += [at, "\(plan.key)|\(audience.name)"]
             case .stale: stats.countDecision(audience, "stale")
+            case .unchanged: stats.countDecision(audience, "unchanged")
             }
         }
         if !due.isEmpty {
@@ -178,21 +187,24 @@ extension Sender {
         // What the hash says before the decision, so a push that doesn't go out can be undone.
         let budgetKey = keys.budget(key, audience)
         let replies2 = try await redis.pipeline([
-            RedisCommand("HMGET", budgetKey, "sent_at", "last_ms"),
+            RedisCommand("HMGET", budgetKey, "sent_at", "last_ms", "shown_sig", "shown_ms"),
             BudgetScripts.decideCommand(budgetKey: budgetKey, event: .flush, nowMillis: budgetNow(), policy: configuration.budgets.audience(audience),
-                                        ttlSeconds: configuration.stateTTLSeconds),
+                                        ttlSeconds: configuration.stateTTLSeconds,
+                                        shown: (stateKey, true, state.staleAfterSeconds.map { $0 * 500 })),
         ])
         let before = replies2[0].array ?? []
         let reply = try BudgetScripts.parse(replies2[1])
         switch reply.decision {
         case .stale: return .nothing
+        case .unchanged:
+            stats.countDecision(audience, "unchanged")
+            return .nothing
         case .coalesce(let due): return .later(dueAtMillis: due)
         case .priority10, .priority5: break
         }
         let undo = { [redis] in
-            _ = try? await redis.send(.script(BudgetScripts.undoFlush, keys: [budgetKey], args: [
-                newestMillis, reply.nowMillis, before.first?.string ?? "", before.count > 1 ? before[1].string ?? "" : "",
-            ]))
+            let was = (0..<4).map { $0 < before.count ? before[$0].string ?? "" : "" }
+            _ = try? await redis.send(.script(BudgetScripts.undoFlush, keys: [budgetKey], args: [newestMillis, reply.nowMillis] + was))
         }
         stats.countDecision(audience, "flushed")
         // The newest state, quietly: no alert at 5.

@@ -189,26 +189,28 @@ public final class Sender: Sendable {
         // start still being processed meanwhile doesn't take the activity for over.
         // The key's channels are read in the same round trip (a broadcast's latency is mostly
         // round trips), and the key goes into the index of keys (`inspect`) unless this ends it.
+        // The merge keeps the event's presentation too, for a flush that later sends the state on
+        // its behalf, and refuses a content-state that would make the push too large (the key's
+        // state stays as it was, and the decisions below spend nothing).
         var commands = [
-            KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis, ttlSeconds: configuration.stateTTLSeconds,
-                                         event: plan.event == .end && configuration.endSettle > .zero ? nil : plan.event,
-                                         contentState: plan.contentState),
+            mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
             channels.statesCommand(plan.key, apns.environments),
             // This entry's fan-out, if an earlier delivery started it (so its broadcast isn't repeated).
             RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
-            // Its presentation, for a flush that later sends the state on its behalf.
-            .script(KeyStateScripts.presentation, keys: [stateKey(plan.key)], args: [
-                plan.timestampMillis, plan.staleAfterSeconds.map { String($0) } ?? "", plan.relevanceScore.map { String($0) } ?? "",
-            ]),
         ]
         if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
         // An update's budget decisions, guarded: nothing is spent when the merge just before
-        // found a newer event, or when a redelivered entry's fan-out recorded its decisions.
-        let decide = decideCommands(plan, entry: entry)
+        // found a newer event or refused this one, or when a redelivered entry's fan-out recorded
+        // its decisions.
+        let decide = decideCommands(plan, entry: entry, redelivered: redelivered)
         let replies = try await redis.pipeline(commands + decide)
-        if plan.event != .end, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
+        if plan.event != .end, let e = replies[3].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
         let decided = Array(replies.suffix(decide.count))
         var merged = try KeyStateScripts.parse(replies[0])
+        if let size = merged.tooLarge {
+            return .outcome(.rejected("the key's content-state with this event's would be \(size) bytes, over the \(stateLimit(plan)) a push of this "
+                                      + "event has room for (Apple's limit is \(PayloadLimits.device)); the key's state is left as it was and nothing was sent"))
+        }
         let known = try channels.states(replies[1], apns.environments)
         let prior = FanoutPrior(replies[2])
         var summary = SendSummary()
@@ -225,6 +227,13 @@ public final class Sender: Sendable {
         } else if merged.stale {
             summary.stale = true
             stats.stale.add(1, ordering: .relaxed)
+            if plan.event == .end {
+                // Never silent: an end not shown leaves the activity running on its devices.
+                logger.warning("an end older than its key's newest event: not sent as an end", metadata: [
+                    "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "newest": "\(merged.newestMillis)",
+                    "newestEvent": "\(merged.newestEvent?.rawValue ?? "-")",
+                ])
+            }
             // Processed late (another worker sent a newer event first) but it still brought the
             // newest value of some keys: devices get the merged state again, as the newest event
             // and at its time, quietly (priority 5, no alert), so they end on the complete state.
@@ -247,9 +256,11 @@ public final class Sender: Sendable {
         if event == .end, configuration.endSettle > .zero, prior.left == nil {
             try await Task.sleep(for: configuration.endSettle)
             // The same merge again (idempotent): the state now has what other workers merged meanwhile.
-            merged = try KeyStateScripts.parse(try await redis.send(
-                KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), millis: plan.timestampMillis,
-                                             ttlSeconds: configuration.stateTTLSeconds, event: plan.event, contentState: plan.contentState)))
+            merged = try KeyStateScripts.parse(try await redis.send(mergeCommand(plan, entry: entry, recordEvent: true)))
+            if let size = merged.tooLarge {
+                return .outcome(.rejected("the key's content-state with this end's would be \(size) bytes, over the \(stateLimit(plan)) its push has "
+                                          + "room for; the key's state is left as it was and nothing was sent"))
+            }
         }
 
         switch event {
@@ -265,6 +276,25 @@ public final class Sender: Sendable {
                                             channelStates: channelStates)
         }
         return .outcome(.done(summary))
+    }
+
+    /// The merge of `plan` into its key's state (`KeyStateScripts.merge`). `recordEvent` false:
+    /// an end before its settle time, merged but not yet recorded as the key's newest event.
+    func mergeCommand(_ plan: Plan, entry: String, recordEvent: Bool) -> RedisCommand {
+        let event = KeyState.Event(millis: plan.timestampMillis, event: recordEvent ? plan.event : nil,
+                                   staleAfter: plan.staleAfterSeconds.map { String($0) }, relevance: plan.relevanceScore.map { String($0) },
+                                   stateLimit: stateLimit(plan))
+        return KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), event, entry: entry, ttlSeconds: configuration.stateTTLSeconds,
+                                            contentState: plan.contentState)
+    }
+
+    /// The most bytes the key's content-state may take in `plan`'s pushes: Apple's device limit
+    /// less everything else of the largest push it makes (a start's attributes and the channel
+    /// it names; an alert).
+    func stateLimit(_ plan: Plan) -> Int {
+        let longestChannelID = String(repeating: "x", count: 64)
+        let rest = PushBuilder.payload(plan, contentState: [:], inputPushChannel: plan.event == .start ? longestChannelID : nil).encoded().count - 2
+        return max(2, PayloadLimits.device - rest)
     }
 
     /// An update or end to the key's channel and to the tokens of devices not on it: a fan-out
@@ -309,7 +339,7 @@ public final class Sender: Sendable {
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            (priorities, spent) = try await decideBudgets(plan, entry: entry, channel: !channelsLive.isEmpty, decided: decided)
+            (priorities, spent) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty, decided: decided)
             // A push at 5 carries no alert: an alert only makes sense at 10.
             if plan.alert != nil {
                 var quiet = plan

@@ -384,6 +384,15 @@ struct EntryProcessor: Sendable {
     }
 
     private func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
+        // A time far ahead of the clock would make every later event (or registration) of its key
+        // older than it, ignored as stale: the activity frozen, the end never shown.
+        if let added = entryID.split(separator: "-").first.flatMap({ Int64($0) }),
+           decoded.timestampMillis - added > settings.maxFutureMillis {
+            let ahead = decoded.timestampMillis - added
+            return .deadLetter("ts \(decoded.timestampMillis) is \(ahead / 1000) s ahead of Redis's clock when the entry was added "
+                               + "(\(added), its id); at most limits.max_future_ms (\(settings.maxFutureMillis) ms) is accepted: "
+                               + "every later event of its key would be ignored as older", copyFields: true)
+        }
         switch decoded.body {
         case .registration(let registration):
             guard mode == .full else { return .ack }

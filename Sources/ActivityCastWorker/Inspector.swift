@@ -141,6 +141,8 @@ public struct InspectReport: Codable, Sendable {
         public var idleFlushes: Int
         /// Tokens given back: decided at 10, the push never went out.
         public var refunded: Int = 0
+        /// Updates and flushes not sent: the audience already showed their state.
+        public var unchanged: Int = 0
         /// The event time (ms) of the coalesced state waiting for a flush; nil when none waits.
         public var pendingMillis: Int64?
         /// When the waiting state is due: its score in the schedule (`RedisKeys.budgetDue`), nil
@@ -326,7 +328,7 @@ public struct Inspector: Sendable {
                              tokens: Double(bucket.ticks) / Double(BudgetState.ticksPerToken), ticks: bucket.ticks,
                              capacity: policy.bucket.capacity,
                              priority10: c.priority10, priority5: c.priority5, downgraded: c.downgraded, coalesced: c.coalesced,
-                             flushed: c.flushed, stale: c.stale, idleFlushes: c.idleFlushes, refunded: c.refunded, pendingMillis: state.pendingMillis,
+                             flushed: c.flushed, stale: c.stale, idleFlushes: c.idleFlushes, refunded: c.refunded, unchanged: c.unchanged, pendingMillis: state.pendingMillis,
                              dueAtMillis: nil, endedMillis: state.endedMillis))
         }
         if let first = unread.first {
@@ -607,10 +609,10 @@ extension InspectReport {
         for line in channels.latestSendFailures { out += "  \(cell(line))\n" }
         out += "\nBUDGETS\(budgets.truncated ? " (partial: many keys)" : "")  tokens refilled to now with budgets.*"
             + "\(budgets.redisClock ? "" : " (this machine's clock: Redis refused TIME)")\n"
-        out += table([["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "waiting"]]
+        out += table([["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "unchanged", "waiting"]]
             + budgets.budgets.map { b in
                 [cell(b.key), Self.audienceLabel(b), Self.tokensText(ticks: b.ticks), "\(b.capacity)", "\(b.priority10)", "\(b.priority5)",
-                 "\(b.downgraded)", "\(b.coalesced)", "\(b.flushed)", "\(b.stale)", waiting(b)]
+                 "\(b.downgraded)", "\(b.coalesced)", "\(b.flushed)", "\(b.stale)", "\(b.unchanged)", waiting(b)]
             })
         if let error = budgets.error { out += errorLine(error) }
         out += "  due flushes in \(cell(budgets.schedule)): \(budgets.scheduled), overdue \(budgets.overdue)\n"

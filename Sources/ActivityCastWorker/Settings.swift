@@ -52,6 +52,10 @@ public struct Settings: Sendable {
     /// docs/budgets.md); checked with `BudgetPolicy.problems` at load.
     public var budgets: BudgetPolicy = .default
     public var limits: DecodeLimits
+    /// How far an entry's `ts` may be ahead of Redis's clock when it was added (its id's time):
+    /// a later one is dead-lettered, since every later event of its key would be older than it
+    /// (`limits.max_future_ms`).
+    public var maxFutureMillis: Int64 = 300_000
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
     public var logLevel: String
@@ -118,6 +122,7 @@ public enum SettingsLoader {
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
+        ("limits.max_future_ms", "300000"),
         ("ttl.activity_s", "43200"),
         ("ttl.device_s", "7776000"),
         ("log.level", "info"),
@@ -184,6 +189,8 @@ public enum SettingsLoader {
         "ACTIVITYCAST_FAILPOINT_PAUSE_REDELIVERED_MS",
         // Test-only: a compressed clock for budget decisions (BudgetClock).
         "ACTIVITYCAST_TEST_BUDGET_CLOCK",
+        // Tests keep their children's log files (TestSupport's ChildProcess.removeLogs).
+        "ACTIVITYCAST_TEST_KEEP_LOGS",
     ]
 
     /// One warning per `ACTIVITYCAST_*` variable that is neither a setting nor one of
@@ -417,6 +424,7 @@ public enum SettingsLoader {
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
         settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
+        settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

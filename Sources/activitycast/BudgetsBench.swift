@@ -143,6 +143,7 @@ struct BudgetsBench: AsyncParsableCommand {
                             case .priority5: tally["p5", default: 0] += 1
                             case .coalesce: tally["coalesce", default: 0] += 1
                             case .stale: tally["stale", default: 0] += 1
+                            case .unchanged: tally["unchanged", default: 0] += 1
                             }
                         }
                     }

@@ -271,7 +271,8 @@ import TestSupport
         // Every path is exercised: each outcome of each kind of event (a repeated end over budget
         // is rare). 400 sequences at least, more (up to 2,000) until each path has 20 decisions.
         let paths = ["critical→priority10", "critical→priority5", "critical→stale", "routine→priority5", "routine→coalesce", "routine→stale",
-                     "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale"]
+                     "end→priority10", "end→stale", "flush→priority5", "flush→coalesce", "flush→stale",
+                     "critical→unchanged", "routine→unchanged", "flush→unchanged"]
         sequences: for round in 0..<2000 {
             if round >= 400, paths.allSatisfy({ byKind[$0, default: 0] >= 20 }), byKind["end→priority5", default: 0] >= 1 { break }
             let capacity = Int.random(in: 1...6, using: &rng)
@@ -280,6 +281,12 @@ import TestSupport
                 minSpacingMillis: [0, 1000, 15_000, 30_000].randomElement(using: &rng)!,
                 endReserve: Int.random(in: 0..<capacity, using: &rng))
             let key = "ac:{match:gen\(round)}:budget:standard"
+            // What the pushes would show: a signature in the key's state, often the same as before
+            // (a moment then its score), sometimes none; half the sequences decide without it.
+            let stateKey = "ac:{match:gen\(round)}:state"
+            let withShown = Bool.random(using: &rng)
+            let refresh: Int64? = [nil, 0, 5000, 60_000].randomElement(using: &rng)!
+            var signature = "s0"
             var now = Int64.random(in: 1_700_000_000_000...1_800_000_000_000, using: &rng)
             var base = Int64.random(in: 0...1_000_000, using: &rng)
             var model: BudgetState?
@@ -328,14 +335,26 @@ import TestSupport
                     refunds += 1
                     refund = [.script(BudgetScripts.refund, keys: [key], args: [policy.bucket.capacityTicks]), RedisCommand("HGETALL", key)]
                 }
+                var shown: Shown?
+                var showing: [RedisCommand] = []
+                if withShown {
+                    switch Int.random(in: 0..<100, using: &rng) {
+                    case 0..<55: break
+                    case 55..<95: signature = "s\(Int.random(in: 0...3, using: &rng))"
+                    default: signature = ""
+                    }
+                    shown = Shown(signature: signature, quiet: Int.random(in: 0..<100, using: &rng) < 75, refreshMillis: refresh)
+                    showing = [signature.isEmpty ? RedisCommand("HDEL", stateKey, "_sig") : RedisCommand("HSET", stateKey, "_sig", signature)]
+                }
                 // Whether the model took a token: its bucket, brought up to now, lost one (a redelivery
                 // answered from `p10_entry` isn't brought up to now).
                 var before = model?.bucket ?? TokenBucket.full(policy.bucket, at: now)
                 before.refill(to: now, policy.bucket)
-                let (expected, next) = decide(model, event, entry: entry, nowMillis: now, policy: policy)
+                let (expected, next) = decide(model, event, entry: entry, nowMillis: now, policy: policy, shown: shown)
                 let expectedSpent = next.bucket.refilledAt == before.refilledAt && before.ticks - next.bucket.ticks == BudgetState.ticksPerToken
-                let replies = try await redis.pipeline(refund + [
-                    BudgetScripts.decideCommand(budgetKey: key, event: event, entry: entry, nowMillis: now, policy: policy, ttlSeconds: 60),
+                let replies = try await redis.pipeline(refund + showing + [
+                    BudgetScripts.decideCommand(budgetKey: key, event: event, entry: entry, nowMillis: now, policy: policy, ttlSeconds: 60,
+                                                shown: shown.map { (stateKey, $0.quiet, $0.refreshMillis) }),
                     RedisCommand("HGETALL", key),
                 ])
                 if !refund.isEmpty, BudgetScripts.state(fromHash: replies[1]) != model {
@@ -343,8 +362,8 @@ import TestSupport
                     mismatch = true
                     break sequences
                 }
-                let got = try BudgetScripts.parse(replies[refund.count])
-                let stored = BudgetScripts.state(fromHash: replies[refund.count + 1])
+                let got = try BudgetScripts.parse(replies[refund.count + showing.count])
+                let stored = BudgetScripts.state(fromHash: replies[refund.count + showing.count + 1])
                 model = next
                 // Sometimes the push at 10 doesn't go out: its token is owed back.
                 if got.spent, !owed, Int.random(in: 0..<100, using: &rng) < 25 { owed = true }
@@ -369,7 +388,7 @@ import TestSupport
         for path in paths { #expect(byKind[path, default: 0] >= 20, "\(path): \(byKind)") }
         #expect(refunds >= 20)
         #expect(byKind["end→priority5", default: 0] >= 1, "\(byKind)")
-        #expect(seen.count == 4)
+        #expect(seen.count == 5)
     }
 
     /// Without a clock from the caller the script uses Redis's, and says which it used.

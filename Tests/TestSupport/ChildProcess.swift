@@ -134,7 +134,9 @@ public final class ChildProcess: @unchecked Sendable {
     public var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
     public var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
+    /// Removes the child's log files, unless ACTIVITYCAST_TEST_KEEP_LOGS is set (to read them after a failure).
     public func removeLogs() {
+        if ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_KEEP_LOGS"] != nil { return }
         try? FileManager.default.removeItem(atPath: stdoutPath)
         try? FileManager.default.removeItem(atPath: stderrPath)
     }

@@ -300,7 +300,8 @@ import TestSupport
         #expect(await w.stop() == 0)
     }
 
-    /// A payload over Apple's 4096 bytes is dead-lettered with the reason; nothing is truncated.
+    /// A payload over Apple's 4096 bytes is dead-lettered with the reason; nothing is truncated,
+    /// and the key goes on: its state and budget are as they were.
     @Test func anOversizedPayloadIsDeadLettered() async throws {
         let r = try await rig()
         defer { r.redis.close() }
@@ -314,8 +315,16 @@ import TestSupport
         let dead = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))
         let entry = try StreamReplies.entry(try #require(dead.array?.first))
         let reason = entry.fields.flatMap { f in f.firstIndex(of: Array("reason".utf8)).map { String(decoding: f[$0 + 1], as: UTF8.self) } }
-        #expect(reason?.hasPrefix("payload too large for a device push:") == true)
+        #expect(reason?.contains("bytes, over the") == true && reason?.contains("the key's state is left as it was") == true, "\(String(describing: reason))")
         #expect(try await r.device(token("6a")) == nil)
+        // It poisons nothing: the key's state has none of its fields, its budget token wasn't
+        // spent, and the next event of the key goes out as usual.
+        #expect(try await r.redis.send(RedisCommand("HEXISTS", "\(r.settings.prefix):{match:m6}:state", "f:lastEvent")).int == 0)
+        #expect(try await r.redis.send(RedisCommand("HGET", "\(r.settings.prefix):{match:m6}:budget:standard", "p10")).int ?? 0 == 0)
+        try await score(r, "m6", 1, 0, ts: t + 2000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(await eventually { state(try? await r.device(token("6a")))["homeScore"] as? Int == 1 })
+        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 1)
         #expect(await w.stop() == 0)
     }
 

@@ -1,0 +1,132 @@
+import ActivityCastCore
+import ActivityCastWorker
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// What a device sees: each change once. Real worker processes, Redis and the sandbox; what each
+/// device was sent is read from the sandbox's delivery log.
+extension SendTests {
+    /// A feed's usual redundancy: each goal published as a moment and, 1 ms later, as a score with
+    /// the same numbers, and clock ticks inside one minute. Devices get each change once (the
+    /// goal with its alert); the repeats cost no push and no budget, and are counted as unchanged;
+    /// each tier's `p10` equals what its devices received at 10.
+    @Test(arguments: [1])
+    func aGoalThenItsScoreAndTicksInsideAMinuteCostOnePush(workers count: Int) async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        // No spacing: a routine change goes out at once, so each push is one the test can name.
+        let spacing = ["budgets.standard.spacing_ms": "0", "budgets.frequent.spacing_ms": "0", "budgets.channel_no_storage.spacing_ms": "0"]
+        let workers = try (0..<count).map { try r.worker("w\($0)", spacing) }
+        defer { for w in workers { w.removeLogs() } }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        let standard = [token("c1"), token("c2")], frequent = [token("c3")], onChannel = token("c4")
+        for (i, tok) in (standard + frequent + [onChannel]).enumerated() {
+            t += 1
+            var fields = [("type", "activity.token"), ("ts", String(t)), ("device", "d\(i)"), ("key", "match:u1"), ("activity", "A\(i)"),
+                          ("token", tok), ("env", "development"), ("tier", frequent.contains(tok) ? "frequent" : "standard")]
+            if tok == onChannel { fields.append(("broadcast", "true")) }
+            try await r.add(reg, fields)
+        }
+        #expect(await eventually { await r.drainedAll() })
+        // Events seconds apart in a real feed: each is sent before the next comes (a burst would
+        // have a newer fan-out supersede an older one, a test of its own).
+        func clock(_ minute: Int) async throws {
+            t += 1000
+            try await r.add(sports, [("type", "match.clock"), ("ts", String(t)), ("match", "u1"), ("clock", "\(minute)'"), ("period", "first_half")])
+            #expect(await eventually { await r.drainedAll() })
+        }
+        try await clock(1)
+        var home = 0
+        for goal in 1...4 {
+            home += 1
+            let minute = goal * 10
+            try await clock(minute)
+            t += 1000
+            try await r.add(sports, [("type", "match.moment"), ("ts", String(t)), ("match", "u1"), ("moment", "goal"), ("team", "home"),
+                                     ("player", "P\(goal)"), ("home_score", String(home)), ("away_score", "0"), ("clock", "\(minute)'")])
+            // The score, 1 ms later, with the same numbers; then ticks inside the same minute.
+            try await r.add(sports, [("type", "match.score"), ("ts", String(t + 1)), ("match", "u1"), ("home_score", String(home)),
+                                     ("away_score", "0"), ("clock", "\(minute)'"), ("period", "first_half")])
+            #expect(await eventually { await r.drainedAll() })
+            t += 1
+            try await clock(minute)
+            try await clock(minute)
+        }
+        t += 1000
+        try await r.add(sports, [("type", "match.full_time"), ("ts", String(t)), ("match", "u1"), ("home_score", String(home)), ("away_score", "0")])
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=10000")?["deliveries"] as? [[String: Any]])
+        let channelID = try #require(try await r.channelID("match:u1"))
+        for target in standard + frequent + [channelID] {
+            let mine = log.filter { $0["target"] as? String == target }.sorted { ($0["sequence"] as? Int ?? 0) < ($1["sequence"] as? Int ?? 0) }
+            let updates = mine.filter { $0["event"] as? String == "update" }
+            if ProcessInfo.processInfo.environment["CHANGE_ONCE_DEBUG"] != nil { print("DEBUG \(target.prefix(6)) " + mine.map { "\($0["event"]!) p\($0["priority"]!) a\($0["alert"]!) \($0["contentState"].map { "\($0)" }?.replacingOccurrences(of: "\n", with: " ") ?? "")" }.joined(separator: " | ")) }
+            // One clock at 1', and per goal its minute's clock and the goal: 9 changes. (With three
+            // workers a goal's score can be processed before its moment by another worker: then
+            // the score is the change, and the moment, stale, is not sent as itself.)
+            if count == 1 { #expect(updates.count == 9, "\(target.prefix(6)): \(updates.count) updates") }
+            #expect(updates.count <= 9 + 4, "\(target.prefix(6)): \(updates.count) updates")
+            var shown: NSDictionary?
+            for d in updates {
+                let state = d["contentState"] as? NSDictionary
+                #expect(state != shown, "\(target.prefix(6)) was sent the state it showed: \(String(describing: state))")
+                shown = state
+            }
+            // A goal at 10 has its alert (the standard tier's budget runs out at the fourth, which
+            // goes at 5 without it); nothing else has one.
+            let alerts = updates.filter { $0["alert"] as? Bool == true }.count
+            let atTen = updates.filter { $0["priority"] as? Int == 10 }.count
+            #expect(alerts == atTen && alerts <= 4, "\(target.prefix(6)): \(alerts) alerts, \(atTen) at 10, for 4 goals")
+            if count == 1, frequent.contains(target) { #expect(alerts == 4) }
+            #expect(mine.last?["event"] as? String == "end")
+            if target != channelID {
+                let view = try await r.device(target)
+                #expect(view?["state"] as? String == "ended" && state(view)["homeScore"] as? Int == 4)
+            }
+        }
+        // Each tier's budget counted what its devices got at 10, and the repeats as unchanged.
+        for (tier, tokens) in [("standard", standard), ("frequent", frequent)] {
+            let budget = try await r.redis.send(RedisCommand("HMGET", "\(r.settings.prefix):{match:u1}:budget:\(tier)", "p10", "unchanged")).array ?? []
+            for tok in tokens {
+                let atTen = log.filter { $0["target"] as? String == tok && $0["priority"] as? Int == 10 }.count
+                #expect(budget.first?.int == Int64(atTen), "\(tier): p10 \(String(describing: budget.first)), \(tok.prefix(6)) got \(atTen) at 10")
+            }
+            #expect(budget.count == 2 && (count == 1 ? budget[1].int == 12 : (budget[1].int ?? 0) >= 1), "\(tier): unchanged \(budget)")
+        }
+        for w in workers { #expect(await w.stop() == 0) }
+    }
+}
+
+/// No single event can freeze or poison a key.
+extension SendTests {
+    /// A `ts` a year ahead is dead-lettered with its reason (it would make every later event of
+    /// the key stale); the match goes on to its end. An end older than the key's newest event is
+    /// not sent as an end, and says so in a warning that names the newer time.
+    @Test func aFarFutureTimeIsDeadLetteredAndAStaleEndIsNeverSilent() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let t = now() - 10_000
+        try await register(r, device: "a", key: "match:f1", activity: "A", token: token("f7"), ts: t)
+        try await score(r, "f1", 1, 0, ts: now() + 365 * 86_400_000)
+        #expect(await eventually { await r.drainedAll() })
+        let dead = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))
+        let entry = try StreamReplies.entry(try #require(dead.array?.first))
+        let reason = entry.fields.flatMap { f in f.firstIndex(of: Array("reason".utf8)).map { String(decoding: f[$0 + 1], as: UTF8.self) } }
+        #expect(reason?.contains("ahead of Redis's clock") == true && reason?.contains("limits.max_future_ms") == true, "\(String(describing: reason))")
+        try await score(r, "f1", 2, 0, ts: t + 2000)
+        #expect(await eventually { state(try? await r.device(token("f7")))["homeScore"] as? Int == 2 })
+        // The end, older than the score: stale, and a warning says so.
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.full_time"), ("ts", String(t + 1000)), ("match", "f1"),
+                                                      ("home_score", "2"), ("away_score", "0")])
+        #expect(await eventually { await r.drainedAll() })
+        #expect(await w.stop() == 0)
+        let warning = jsonLogLines(w.stderr).first { $0["msg"]?.hasPrefix("an end older than its key's newest event") == true }
+        #expect(warning?["newest"] == String(t + 2000) && warning?["level"] == "warning", "\(String(describing: warning))")
+    }
+}
