@@ -30,9 +30,11 @@ public struct ChannelRecord: Sendable, Equatable {
     var stored: String { "\(id) \(policy.rawValue) \(createdMillis)" }
 }
 
-/// Broadcast channels per key and environment: created once across the fleet at a key's first
-/// event, announced on `<prefix>:channels`, recreated after `ChannelNotRegistered`, replaced by
-/// per-token sends when Apple's channel limit is reached, deleted after the end.
+/// Broadcast channels per key and environment: created once across the fleet when a device on
+/// broadcast needs one (`want`: a registration on broadcast, or a fan-out or start that met such
+/// a device), never for keys nobody follows; announced on `<prefix>:channels`, recreated after
+/// `ChannelNotRegistered`, replaced by per-token sends when Apple's channel limit is reached,
+/// deleted after the end.
 public final class ChannelRegistry: Sendable {
     let redis: RedisConnection
     let apns: APNsRouter
@@ -52,7 +54,7 @@ public final class ChannelRegistry: Sendable {
         self.stats = stats
     }
 
-    func hashKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:channels" }
+    func hashKey(_ key: ActivityKey) -> String { keys.channels(key) }
     var announcements: String { "\(keys.prefix):channels" }
     var expiring: String { "\(keys.prefix):channels:expiring" }
     /// Every channel on record (`<env> <key>`, scored by its creation, ms) and every key on
@@ -71,9 +73,20 @@ public final class ChannelRegistry: Sendable {
         try states(try await redis.send(statesCommand(key, [env])), [env])[env] ?? State.none
     }
 
-    /// Reads the key's channel in each of `envs` (one HMGET; it can share a pipeline).
+    /// Reads the key's channel in each of `envs`, and whether one is wanted (one HMGET; it can
+    /// share a pipeline).
     func statesCommand(_ key: ActivityKey, _ envs: [APNsEnvironment]) -> RedisCommand {
-        RedisCommand("HMGET", [hashKey(key)] + envs.flatMap { [$0.rawValue, "\($0.rawValue):fallback"] })
+        RedisCommand("HMGET", [hashKey(key)] + envs.flatMap { [$0.rawValue, "\($0.rawValue):fallback"] } + ["want"])
+    }
+
+    /// Whether the reply to `statesCommand(key, envs)` says a device on broadcast wants a channel.
+    func wanted(_ reply: RESPValue, _ envs: [APNsEnvironment]) -> Bool {
+        (reply.array ?? []).count > 2 * envs.count && reply.array?[2 * envs.count].string == "1"
+    }
+
+    /// Records that a device on broadcast needs the key's channel: the key's next event makes it.
+    func wantCommands(_ key: ActivityKey) -> [RedisCommand] {
+        [RedisCommand("HSET", hashKey(key), "want", 1), RedisCommand("EXPIRE", hashKey(key), ttlSeconds)]
     }
 
     /// The states in the reply to `statesCommand(key, envs)`.

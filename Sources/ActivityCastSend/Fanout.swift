@@ -519,6 +519,11 @@ extension Sender {
                 // Devices on a channel that had the push get nothing per token; while its broadcast
                 // is unanswered, they wait for the answer.
                 var groups = grouped(rows.lazy.filter { !($0.onBroadcast && live.contains($0.env)) })
+                // A device on broadcast whose key has no channel gets its push per token, and the
+                // key's next event makes the channel (`ChannelRegistry`: channels only for an audience).
+                if rows.contains(where: { $0.onBroadcast && !head.live.contains($0.env) }) {
+                    _ = try? await redis.pipeline(channels.wantCommands(slice.key))
+                }
                 let onChannel = broadcast == nil ? [] : rows.filter { $0.onBroadcast && live.contains($0.env) }
                 // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
                 // busy machine) doesn't let a newer fan-out overtake requests still being sent.

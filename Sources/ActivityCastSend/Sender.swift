@@ -245,11 +245,13 @@ public final class Sender: Sendable {
             return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false,
                                             redelivered: redelivered)
         }
-        // Channels exist from the key's first event, so app backends can subscribe activities
-        // the app starts itself.
+        // A channel only for an audience: made at the first event after a device on broadcast
+        // needed one (`want`: a scheduled match's channel exists before kick-off if a device on
+        // broadcast registered for it); a start makes it for its followers on broadcast (`sendStarts`).
         var channelStates: [APNsEnvironment: ChannelRegistry.State] = [:]
+        let wanted = channels.wanted(replies[1], apns.environments)
         for env in apns.environments {
-            channelStates[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env])
+            channelStates[env] = wanted ? try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env]) : known[env]
         }
         guard let event = plan.event else { return .outcome(.done(summary)) }
         // The settle is for the first delivery: a redelivered end whose fan-out began has nothing to wait for.
@@ -706,8 +708,9 @@ public final class Sender: Sendable {
 
     // MARK: Push-to-start
 
-    private func sendStarts(_ plan: Plan, state: [String: JSONValue], channels states: [APNsEnvironment: ChannelRegistry.State],
+    private func sendStarts(_ plan: Plan, state: [String: JSONValue], channels known: [APNsEnvironment: ChannelRegistry.State],
                             entry: String, summary: inout SendSummary) async throws {
+        var states = known
         guard case .followers(let targets) = plan.audience, let activityType = plan.attributesType else { return }
         // Devices that already have an activity for the key get no start.
         let metaValues = try await redis.send(RedisCommand("HVALS", keys.meta(plan.key)))
@@ -747,6 +750,11 @@ public final class Sender: Sendable {
                 // Each device's push-to-start budget (across keys and workers): a device over it is
                 // skipped and counted; it can be started by a later event.
                 rows = try await withinStartBudget(rows)
+                // A follower on broadcast starts its activity on the key's channel
+                // (`input-push-channel`): the key gets one now if it has none.
+                for env in Set(rows.filter(\.onBroadcast).map(\.env)) where states[env] == ChannelRegistry.State.none {
+                    states[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: ChannelRegistry.State.none)
+                }
                 var plain: [APNsEnvironment: [TokenRow]] = [:]
                 var onChannel: [APNsEnvironment: [TokenRow]] = [:]
                 for row in rows {

@@ -29,7 +29,13 @@ struct Registrar: Sendable {
                 RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
             ]
             first += settingsCommand(device, ts, settings)
-            return EntryEffects(first: first, staleIfZero: 0)
+            guard settings.broadcast == true else { return EntryEffects(first: first, staleIfZero: 0) }
+            // A device on broadcast: the key's next event makes its channel (none before: a key
+            // nobody follows has no channel).
+            let channels = keys.channels(key), ttl = activityTTLSeconds
+            return EntryEffects(first: first, second: { replies in
+                replies[0] == .integer(1) ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []
+            }, staleIfZero: 0)
 
         case let .startToken(device, activityType, token, settings):
             var first = [deviceField(device, ts, field: "start:\(activityType)", value: token)]

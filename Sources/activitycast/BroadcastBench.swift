@@ -65,7 +65,9 @@ struct BroadcastBench: AsyncParsableCommand {
         print("target: sandbox \(admin.configuration.endpoint), stream \(feed.stream); \(Int(eventsPerSecond)) events/s over \(keys) keys, "
               + "\(perRun) events per run; latency = the sandbox's receipt of the broadcast − XADD issued (wall clock, µs)")
 
-        // Warm-up: each key's first event makes its channels; nothing of it is measured.
+        // Warm-up: a device on broadcast per key, then each key's first event makes its channels;
+        // nothing of it is measured.
+        try await publisher.registerViewers(registrations: settings.registrationsStream, timeout: .seconds(drainTimeout + Double(keys) / 100))
         var since = try await log.lastSequence()
         let warmStart = ContinuousClock.now
         let warm = try await publisher.publish(count: keys, rate: eventsPerSecond)
@@ -253,6 +255,23 @@ final class Publisher: Sendable {
         let span = Double(micros.max()! - micros.min()!) / 1e6
         return Sent(firstNumber: first, micros: micros, lateness: Percentiles(lateness),
                     achievedRate: count > 1 && span > 0 ? Double(count - 1) / span : 0)
+    }
+
+    /// One device on broadcast per key (an activity the app started on the key's channel): a key
+    /// nobody follows on broadcast has no channel. Waits until the workers applied them.
+    func registerViewers(registrations: String, timeout: Duration) async throws {
+        let (keys, prefix) = (self.keys, self.matchPrefix)
+        let now = wallMicros() / 1000
+        for chunk in stride(from: 0, to: keys, by: 500) {
+            let commands = (chunk..<min(keys, chunk + 500)).map { k in
+                RedisCommand("XADD", registrations, "*", "type", "activity.token", "ts", now, "device", "\(prefix)viewer\(k)",
+                             "key", "match:\(prefix)\(k)", "activity", "V\(k)", "token", String(format: "%064x", k), "env", "development",
+                             "broadcast", "true")
+            }
+            for reply in try await redis.pipeline(commands) where reply.string == nil { throw CommandFailure("XADD \(registrations): \(reply)") }
+        }
+        try await BenchRedis.waitConsumed(streams: [registrations], group: group, timeout: timeout,
+                                          hint: "are workers running against this Redis?") { try await redis.pipeline($0) }
     }
 
     /// Waits until the group has delivered every entry of the stream and none is pending: every

@@ -163,11 +163,18 @@ struct SoakFeed {
             out.append(registration("follow", "device", "r\(r)", "target", "route:r\(r % max(1, options.routes))"))
         }
         for a in audiences.indices { out += audienceRegistrations(a) }
+        // A viewer on broadcast for each match live from the start (its activity started by the
+        // app on the key's channel): a key nobody follows on broadcast has no channel. Matches
+        // that start later get theirs from their start (fans on broadcast).
+        for (i, m) in matches.enumerated() {
+            out.append(registration("activity.token", "device", "v\(i)", "key", "match:\(m.id)", "activity", "V\(i)",
+                                    "token", token(5, i, 0, 0), "env", env(i), "broadcast", "true"))
+        }
         return out
     }
 
     /// `match.scheduled` for every match live from the start (they are already under way: no
-    /// start), which makes their channels.
+    /// start), which makes their channels (their viewers on broadcast registered before).
     mutating func schedules(nowMillis: Int64) -> [SoakEntry] {
         var out: [SoakEntry] = []
         for m in matches + audiences.map(\.match) { out.append(scheduled(m, kickoff: nowMillis - 1_800_000)) }

@@ -130,3 +130,38 @@ extension SendTests {
         #expect(warning?["newest"] == String(t + 2000) && warning?["level"] == "warning", "\(String(describing: warning))")
     }
 }
+
+/// Channels only for an audience.
+extension SendTests {
+    /// Events for keys nobody follows make no channel (Apple allows 10,000 per app). A device on
+    /// broadcast by its device setting gets the first event per token, and the key's next event
+    /// makes the channel and broadcasts to it.
+    @Test func aKeyGetsAChannelOnlyWhenADeviceOnBroadcastNeedsIt() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let t = now() - 100_000
+        for k in 0..<20 { try await score(r, "nobody\(k)", 1, 0, ts: t + Int64(k)) }
+        #expect(await eventually { await r.drainedAll() })
+        #expect(try await r.redis.send(RedisCommand("ZCARD", "\(r.settings.prefix):channels:index")).int == 0)
+        #expect(try await r.channelID("match:nobody0") == nil)
+
+        let viewer = token("9b")
+        try await r.add(r.settings.registrationsStream, [("type", "device"), ("ts", String(t)), ("device", "v"), ("env", "development"),
+                                                         ("broadcast", "true")])
+        try await register(r, device: "v", key: "match:q1", activity: "V", token: viewer, ts: t + 1)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "q1", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(try await r.channelID("match:q1") == nil)
+        #expect(state(try await r.device(viewer))["homeScore"] as? Int == 1, "the device on broadcast without a channel gets its push per token")
+        try await score(r, "q1", 2, 0, ts: t + 2000)
+        #expect(await eventually { await r.drainedAll() })
+        let channel = try #require(try await r.channelID("match:q1"))
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 2)
+        #expect(state(try await r.device(viewer))["homeScore"] as? Int == 1, "on the channel now: nothing per token")
+        #expect(try await r.redis.send(RedisCommand("ZCARD", "\(r.settings.prefix):channels:index")).int == 2, "one per APNs environment")
+        #expect(await w.stop() == 0)
+    }
+}

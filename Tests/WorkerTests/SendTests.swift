@@ -74,11 +74,11 @@ import TestSupport
         for (device, team) in [("c", "ars"), ("d", "ars"), ("d", "che")] {
             try await r.add(reg, [("type", "follow"), ("ts", next()), ("device", device), ("target", "team:\(team)")])
         }
-        // The match is scheduled: its channel is created before kick-off.
+        // The match is scheduled: no channel yet, nobody is on it.
         try await r.add(sports, [("type", "match.scheduled"), ("ts", next()), ("match", "m1"), ("home", "ars"), ("away", "che"),
                                  ("kickoff", String(ts + 600_000))])
         #expect(await eventually { await r.drainedAll() })
-        let channel = try #require(try await r.channelID("match:m1"))
+        #expect(try await r.channelID("match:m1") == nil)
         // Activities the apps started themselves: a on per-token updates, b subscribed to the channel.
         try await r.add(reg, [("type", "activity.token"), ("ts", next()), ("device", "a"), ("key", "match:m1"), ("activity", "A"),
                               ("token", perToken), ("env", "development")])
@@ -101,6 +101,8 @@ import TestSupport
         try await r.add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "m1"), ("home_score", "2"), ("away_score", "1")])
         #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
+        // b's registration on broadcast (and d's start) made the channel at kick-off.
+        let channel = try #require(try await r.channelID("match:m1"))
 
         // Per-token: the whole state, ended on the final score.
         let a = try #require(try await r.device(perToken))
@@ -261,6 +263,7 @@ import TestSupport
         let w = try r.worker("w")
         defer { w.removeLogs() }
         let t = now() - 10_000
+        try await register(r, device: "b", key: "match:m4", activity: "B", token: token("4b"), ts: t - 1, broadcast: true)
         try await score(r, "m4", 1, 0, ts: t)
         #expect(await eventually { await r.drainedAll() })
         let first = try #require(try await r.channelID("match:m4"))
@@ -562,6 +565,7 @@ extension SendTests {
         // The channel disappears at APNs and another key takes the only one left: the next broadcast fails.
         let (status, out, err) = try await runActivitycast(["channels", "delete", channel], redis: r.server, settings: r.sandbox.settings)
         #expect(status == 0, "\(out) \(err)")
+        try await register(r, device: "c", key: "match:c2", activity: "C", token: token("3c"), ts: t + 2400, broadcast: true)
         try await score(r, "c2", 1, 0, ts: t + 2500)
         #expect(await eventually { await r.drainedAll() })
         try await score(r, "c1", 3, 0, ts: t + 3000)
