@@ -497,6 +497,7 @@ extension Sender {
                         i += 2
                     }
                 }
+                let resentBatch = (parts[3].int ?? 0) > 0
                 if let resent = parts[3].int, resent > 0 {
                     // A worker stopped with this batch in flight (1), or the slice started again after
                     // a Redis restart (2): APNs may already have had some of it.
@@ -540,7 +541,10 @@ extension Sender {
                     for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
                         let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
                                         audience: .activity(slice.key))
-                        try await sendBatch(plan, group.priority == 10 ? head.payload : head.payload5, priority: group.priority, env: group.env,
+                        // A batch sent again after a takeover (or a Redis restart) may have reached
+                        // its devices: the state goes again without its alert.
+                        let payload = group.priority == 10 && !resentBatch ? head.payload : head.payload5
+                        try await sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
                                             rows: rows, kind: .token, entry: entry, summary: &summary, beforeRetry: renewLease)
                     }
                     guard let pending = broadcast else { break }

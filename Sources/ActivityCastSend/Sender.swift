@@ -349,7 +349,9 @@ public final class Sender: Sendable {
                 bytes5 = PushBuilder.payload(quiet, contentState: state).encoded()
             }
             if let cp = priorities.channel {
-                let cb = cp == 10 ? bytes : bytes5
+                // A redelivered entry's broadcast may have gone out before (the record says so only
+                // once it is answered): the state goes again without its alert.
+                let cb = cp == 10 && !redelivered ? bytes : bytes5
                 if priorities.anyTokens, !channelsLive.isEmpty {
                     // The tokens don't wait for the broadcast's answer: slice 0's devices off the
                     // channel get theirs meanwhile; those on it wait for the answer (a channel whose
@@ -624,21 +626,29 @@ public final class Sender: Sendable {
 
     /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
     /// forgets dead tokens, records permanent failures. Throws when retries run out.
-    func sendBatch(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, rows: [TokenRow], kind: SendStats.Kind,
-                           entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil,
-                           beforeRetry: ((Duration) async throws -> Void)? = nil) async throws {
+    /// `quiet`: the payload without its alert, for a token retried after no answer (the request
+    /// may have reached APNs, and its alert must not show twice); a refused request (429, 5xx)
+    /// is retried as it was.
+    func sendBatch(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, rows: [TokenRow],
+                   kind: SendStats.Kind, entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil,
+                   beforeRetry: ((Duration) async throws -> Void)? = nil) async throws {
         guard let client = apns.push(env) else {
             let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
             try await recordFailures(plan.key, kind: kind.rawValue, rows.map { ($0.token, reason) }, entry: entry)
             summary.failed += rows.count
             return
         }
-        var pending = rows
+        // Each token with whether an earlier request for it went unanswered (it may have gone out).
+        var pending = rows.map { (row: $0, unsure: false) }
         var attempt = 0
         while !pending.isEmpty {
-            let results = try await sendAdmitted(client, bytes, pending.map(\.token), priority: priority)
+            let sure = pending.filter { !$0.unsure || quiet == nil }, unsure = pending.filter { $0.unsure && quiet != nil }
+            var results: [APNsResult] = []
+            if !sure.isEmpty { results += try await sendAdmitted(client, bytes, sure.map(\.row.token), priority: priority) }
+            if !unsure.isEmpty, let quiet { results += try await sendAdmitted(client, quiet, unsure.map(\.row.token), priority: priority) }
+            let sent = sure + unsure
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
-            var retry: [TokenRow] = []
+            var retry: [(row: TokenRow, unsure: Bool)] = []
             var delay = Duration.zero
             var delivered: [TokenRow] = []
             var deliveredCount = 0
@@ -648,7 +658,7 @@ public final class Sender: Sendable {
             var failureIDs: [String?] = []
             var lastReason = ""
             stats.count(kind, results, priority: priority)
-            for (row, result) in zip(pending, results) {
+            for ((row, wasUnsure), result) in zip(sent, results) {
                 switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
                 case .delivered:
                     deliveredCount += 1
@@ -656,7 +666,7 @@ public final class Sender: Sendable {
                 case .forget(let reason):
                     dead.append((row, reason, result.response?.apnsID))
                 case .retry(let after, let reason):
-                    retry.append(row)
+                    retry.append((row, wasUnsure || result.response == nil))
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):

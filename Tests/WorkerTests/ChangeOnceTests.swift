@@ -165,3 +165,87 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+/// An alert is shown once.
+extension SendTests {
+    /// Chaos: three workers, one SIGKILLed every 1.5 s (and another started), APNs answering 5 %
+    /// 429, 2 % 500 and a GOAWAY every 150 requests, three matches at once with goals (alerts)
+    /// fanned out in small slices. No device is shown the same alert twice (a batch sent again
+    /// after a takeover or after no answer goes without its alert), and every device ends on its
+    /// match's final state.
+    @Test func noAlertTwiceThroughKillsAndFaults() async throws {
+        // Every answer 600 ms late: a worker killed mid-batch leaves requests APNs had, unanswered.
+        let r = try await rig(["--fault429", "0.05", "--fault500", "0.02", "--goaway-after", "150", "--slow-rate", "1", "--slow-ms", "600",
+                               "--delivery-log", "100000"])
+        defer { r.redis.close() }
+        let small = ["fanout.slice_size": "40", "fanout.batch": "10", "fanout.lease_ms": "1000", "worker.visibility_timeout_ms": "1500",
+                     "worker.claim_interval_ms": "200", "budgets.standard.capacity": "100", "budgets.standard.refill_per_hour": "100000"]
+        var workers = try (0..<3).map { try r.worker("w\($0)", small) }
+        var killed: [ChildProcess] = []
+        defer { for w in workers + killed { w.removeLogs() } }
+        var t = now() - 100_000
+        let matches = ["x1", "x2", "x3"]
+        var tokens: [String: [String]] = [:]
+        for (m, match) in matches.enumerated() {
+            tokens[match] = (0..<120).map { String(format: "%064x", 0xa1e000 + m * 1000 + $0) }
+            for (i, tok) in tokens[match]!.enumerated() {
+                try await register(r, device: "\(match)-\(i)", key: "match:\(match)", activity: "A\(i)", token: tok, ts: t)
+            }
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+        var spawned = 3
+        // Mid-fan-out (the goals' batches in flight): one worker SIGKILLed, another started.
+        func killOne() async throws {
+            let victim = workers.removeFirst()
+            victim.kill(signal: SIGKILL)
+            _ = await victim.waitForExit(timeout: .seconds(5))
+            killed.append(victim)
+            workers.append(try r.worker("w\(spawned)", small))
+            spawned += 1
+        }
+        let goals = 4
+        for goal in 1...goals {
+            t += 1000
+            for match in matches {
+                try await r.add(r.settings.feeds[0].stream, [("type", "match.moment"), ("ts", String(t)), ("match", match), ("moment", "goal"),
+                                                              ("team", "home"), ("player", "P\(goal)"), ("home_score", String(goal)),
+                                                              ("away_score", "0"), ("clock", "\(goal * 10)'")])
+            }
+            // The goal's batches are in flight: the kill leaves them to a takeover, which must not
+            // show the goal's alert again to the devices that had it.
+            try await Task.sleep(for: .milliseconds(300))
+            try await killOne()
+            #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+        }
+        t += 1000
+        for match in matches {
+            try await r.add(r.settings.feeds[0].stream, [("type", "match.full_time"), ("ts", String(t)), ("match", match), ("home_score", String(goals)),
+                                                          ("away_score", "0")])
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        try await killOne()
+        #expect(await eventually(timeout: .seconds(120)) { await r.drainedAll() })
+        #expect(killed.count >= 3, "the chaos killed \(killed.count) workers")
+
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=100000")?["deliveries"] as? [[String: Any]])
+        var alertsSeen: [String: Int] = [:]
+        for d in log where d["alert"] as? Bool == true {
+            alertsSeen["\(d["target"] as? String ?? "") \((d["timestamp"] as? NSNumber)?.int64Value ?? 0)", default: 0] += 1
+        }
+        let twice = alertsSeen.filter { $0.value > 1 }
+        #expect(twice.isEmpty, "\(twice.count) alerts shown more than once, e.g. \(Array(twice.keys.sorted().prefix(3)))")
+        var wrong: [String] = []
+        for match in matches {
+            for tok in tokens[match]! {
+                let v = try await r.device(tok)
+                if v?["state"] as? String != "ended" || state(v)["homeScore"] as? Int != goals { wrong.append(String(tok.suffix(4))) }
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.count) devices not on the final state")
+        let stats = try #require(try await r.sandbox.get("/sandbox/stats"))
+        let byStatus = stats["byStatus"] as? [String: Int] ?? [:]
+        print("noAlertTwice: \(killed.count) workers killed, \(log.count) deliveries, \(alertsSeen.count) alerts, statuses \(byStatus), GOAWAYs \(stats["goAways"] ?? 0)")
+        #expect((byStatus["429"] ?? 0) > 0 && (byStatus["500"] ?? 0) > 0, "the faults were not injected: \(byStatus)")
+        for w in workers { _ = await w.stop() }
+    }
+}
