@@ -295,6 +295,8 @@ extension BudgetState {
     public mutating func refund(_ policy: AudiencePolicy) {
         bucket.ticks = min(policy.bucket.capacityTicks, bucket.ticks + Self.ticksPerToken)
         counters.refunded += 1
+        // `p10` counts the pushes at 10 that went out.
+        counters.priority10 -= 1
     }
 }
 
@@ -662,6 +664,7 @@ public enum BudgetScripts {
     if not ticks then return 0 end
     redis.call('HSET', KEYS[1], 'ticks', fmt(math.min(tonumber(ARGV[1]), ticks + 3600000)))
     redis.call('HINCRBY', KEYS[1], 'refunded', 1)
+    redis.call('HINCRBY', KEYS[1], 'p10', -1)
     return 1
     """)
 

@@ -544,8 +544,14 @@ extension Sender {
                         // A batch sent again after a takeover (or a Redis restart) may have reached
                         // its devices: the state goes again without its alert.
                         let payload = group.priority == 10 && !resentBatch ? head.payload : head.payload5
+                        // A tier with a device sent at 10 keeps its token (`refundUnsent`).
+                        let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
+                            let tiers = Set(delivered.map(\.tier.rawValue)).sorted()
+                            _ = try? await redis.send(.script(FanoutScripts.mark, keys: [fan], args: tiers.flatMap { ["s10:\($0)", "1"] }))
+                        }
                         try await sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
-                                            rows: rows, kind: .token, entry: entry, summary: &summary, beforeRetry: renewLease)
+                                            rows: rows, kind: .token, entry: entry, summary: &summary, onDelivered: sentAtTen,
+                                            beforeRetry: renewLease)
                     }
                     guard let pending = broadcast else { break }
                     // The broadcast's answer: a channel's devices get the push per token where it failed.
@@ -560,6 +566,7 @@ extension Sender {
                 } else {
                     stats.slicesFinished.add(1, ordering: .relaxed)
                 }
+                if left <= 0 { await refundUnsent(slice.key, fan) }
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case "done":

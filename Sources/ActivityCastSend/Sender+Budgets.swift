@@ -117,6 +117,24 @@ extension Sender {
         }
     }
 
+    /// A fan-out whose last slice is final: the tiers whose decision took a token (`spent` on the
+    /// record) and none of whose devices was sent the push at 10 (`s10:<tier>` never set:
+    /// superseded by a newer fan-out first, or no device of that tier) give it back. Run by the
+    /// one worker that ended the fan-out; a failure here leaves the token spent (logged).
+    func refundUnsent(_ key: ActivityKey, _ fan: String) async {
+        do {
+            let v = try await redis.send(RedisCommand("HMGET", fan, "spent", "s10:standard", "s10:frequent")).array ?? []
+            guard let spent = v.first?.string, !spent.isEmpty else { return }
+            let unsent = spent.split(separator: " ").compactMap { Tier(rawValue: String($0)) }.filter { tier in
+                (tier == .standard ? v[1] : v[2]).string != "1"
+            }
+            _ = try await redis.send(.script(FanoutScripts.mark, keys: [fan], args: ["spent", ""]))
+            try await refund(key, unsent.map { .tier($0) })
+        } catch {
+            logger.warning("giving back a superseded fan-out's budget tokens failed", metadata: ["key": "\(key)", "error": "\(error)"])
+        }
+    }
+
     /// Gives back the tokens `audiences`' decisions took for pushes at 10 that didn't go out.
     func refund(_ key: ActivityKey, _ audiences: [BudgetAudience]) async throws {
         guard !audiences.isEmpty else { return }

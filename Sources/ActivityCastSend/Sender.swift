@@ -383,11 +383,16 @@ public final class Sender: Sendable {
         // token; `b` records the broadcast so a redelivered entry doesn't broadcast again (0 while
         // it is unanswered: a later delivery broadcasts again, and other workers leave the slices).
         let sent = priorities.channel != nil && broadcasting == nil ? live : []
+        // The tiers whose decision took a token, on the record: a fan-out that ends with none of
+        // a tier's devices sent at 10 (superseded first, or no device of that tier) gives it back.
+        let spentTiers = spent.compactMap { if case .tier(let t) = $0 { t.rawValue } else { nil } }
+        var also = sent.map { broadcastCounted(plan.key, $0) }
+        if !spentTiers.isEmpty { also.append(.script(FanoutScripts.mark, keys: [fan], args: ["spent", spentTiers.joined(separator: " ")])) }
         let created: FanoutStart
         do {
             created = try await createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
                                              tiers: priorities, live: live, entry: entry, flush: false, broadcastPending: broadcasting != nil,
-                                             also: sent.map { broadcastCounted(plan.key, $0) })
+                                             also: also)
         } catch {
             _ = try? await broadcasting?.value
             throw error
@@ -401,6 +406,9 @@ public final class Sender: Sendable {
                 // tokens its tiers took at 10 go back (the channel's broadcast went out).
                 summary.stale = true
                 stats.stale.add(1, ordering: .relaxed)
+            }
+            if case .over = created {} else {
+                // Superseded, or no device to send to: the tokens its tiers took at 10 go back.
                 try await refund(plan.key, spent.filter { if case .tier = $0 { true } else { false } })
             }
             if let broadcasting {

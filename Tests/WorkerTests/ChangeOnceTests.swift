@@ -12,7 +12,7 @@ extension SendTests {
     /// the same numbers, and clock ticks inside one minute. Devices get each change once (the
     /// goal with its alert); the repeats cost no push and no budget, and are counted as unchanged;
     /// each tier's `p10` equals what its devices received at 10.
-    @Test(arguments: [1])
+    @Test(arguments: [1, 3])
     func aGoalThenItsScoreAndTicksInsideAMinuteCostOnePush(workers count: Int) async throws {
         let r = try await rig()
         defer { r.redis.close() }
@@ -80,7 +80,8 @@ extension SendTests {
             // goes at 5 without it); nothing else has one.
             let alerts = updates.filter { $0["alert"] as? Bool == true }.count
             let atTen = updates.filter { $0["priority"] as? Int == 10 }.count
-            #expect(alerts == atTen && alerts <= 4, "\(target.prefix(6)): \(alerts) alerts, \(atTen) at 10, for 4 goals")
+            // (With three workers a score processed before its moment goes at 10 without one.)
+            #expect((count == 1 ? alerts == atTen : alerts <= atTen) && alerts <= 4, "\(target.prefix(6)): \(alerts) alerts, \(atTen) at 10, for 4 goals")
             if count == 1, frequent.contains(target) { #expect(alerts == 4) }
             #expect(mine.last?["event"] as? String == "end")
             if target != channelID {
@@ -247,5 +248,41 @@ extension SendTests {
         print("noAlertTwice: \(killed.count) workers killed, \(log.count) deliveries, \(alertsSeen.count) alerts, statuses \(byStatus), GOAWAYs \(stats["goAways"] ?? 0)")
         #expect((byStatus["429"] ?? 0) > 0 && (byStatus["500"] ?? 0) > 0, "the faults were not injected: \(byStatus)")
         for w in workers { _ = await w.stop() }
+    }
+}
+
+/// Budgets that add up.
+extension SendTests {
+    /// 30 critical scores 10 ms apart to five standard-tier devices: fan-outs superseded before
+    /// their devices had them give their tokens back, so the key's `p10` equals the pushes each
+    /// device received at 10 (the end's included).
+    @Test func aBurstOfScoresCountsAtTenWhatDevicesGotAtTen() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let workers = try (0..<3).map { try r.worker("w\($0)") }
+        defer { for w in workers { w.removeLogs() } }
+        var t = now() - 100_000
+        let tokens = (0..<5).map { String(format: "%064x", 0xb0e000 + $0) }
+        for (i, tok) in tokens.enumerated() { try await register(r, device: "b\(i)", key: "match:bz", activity: "A\(i)", token: tok, ts: t) }
+        #expect(await eventually { await r.drainedAll() })
+        for goal in 1...30 {
+            t += 1000
+            try await score(r, "bz", goal, 0, ts: t)
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.full_time"), ("ts", String(t)), ("match", "bz"), ("home_score", "30"),
+                                                      ("away_score", "0")])
+        #expect(await eventually(timeout: .seconds(60)) { await r.drainedAll() })
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=10000")?["deliveries"] as? [[String: Any]])
+        let budget = try await r.redis.send(RedisCommand("HMGET", "\(r.settings.prefix):{match:bz}:budget:standard", "p10", "refunded")).array ?? []
+        for tok in tokens {
+            let atTen = log.filter { $0["target"] as? String == tok && $0["priority"] as? Int == 10 }.count
+            #expect(budget.first?.int == Int64(atTen), "p10 \(String(describing: budget.first?.int)), refunded \(String(describing: budget.last?.int)); \(tok.suffix(4)) got \(atTen) at 10")
+            #expect(state(try await r.device(tok))["homeScore"] as? Int == 30)
+        }
+        print("aBurstOfScores: p10 \(budget.first?.int ?? -1), refunded \(budget.last?.int ?? 0)")
+        for w in workers { #expect(await w.stop() == 0) }
     }
 }
