@@ -40,8 +40,9 @@ let package = Package(
         // The pure core: schema, decoding, planning, key layout. No I/O.
         .target(name: "ActivityCastCore"),
         // Route files: what each feed event sends (docs/routes.md), compiled from YAML once. No I/O.
+        // APNsCore: a route's payload is checked against Apple's size limit as it is compiled.
         .target(name: "ActivityCastRoutes", dependencies: [
-            "ActivityCastCore",
+            "ActivityCastCore", "APNsCore",
             .product(name: "Yams", package: "Yams"),
         ]),
         // APNs protocol values: reasons and actions, responses, provider tokens, payloads. No I/O.

@@ -4,14 +4,23 @@
     demo_view.py SANDBOX_HOST:PORT CERT REDIS_CLI_ARGS... -- LABEL=KIND:TARGET ...
     demo_view.py stats SANDBOX_HOST:PORT CERT      # pushes by status and reason at the sandbox
     demo_view.py sent WORKER_LOG...                # what the workers sent, by kind
+    demo_view.py started-key SANDBOX_HOST:PORT CERT START_TOKEN
+                                                   # the key a push-to-start names (see below)
 
 KIND is `token` (a device view) or `channel:<key>` (the key's broadcast channel, looked up in
 Redis). With --final EXPECT (match score `2-1`, trip status `ended`) it checks every device ended
 on the final state and exits 1 if one did not.
+
+started-key is what an app does with a push-to-start: the started activity reads its attributes
+(`matchId`, `tripId`: the id of the activity's key) and registers its update token for that key.
+It reads the start the push-to-start token's device received back from the sandbox (waiting up to
+10 s for it) and prints `KEY ATTRIBUTE=VALUE`, e.g. `match:4711 matchId=4711`; exits 1 when no
+start naming a key arrived.
 """
 import json
 import subprocess
 import sys
+import time
 
 
 def get(listen, cert, path):
@@ -69,8 +78,31 @@ def sent(paths):
     print("  per the workers: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
 
 
+# The attribute of a start that names its activity's id, and the key's kind (routes/*.yaml).
+KEY_ATTRIBUTES = {"matchId": "match", "tripId": "trip"}
+
+
+def started_key(listen, cert, token, wait=10.0):
+    deadline = time.time() + wait
+    while True:
+        view = get(listen, cert, f"/sandbox/devices/{token}") or {}
+        attributes = view.get("attributes") or {}
+        for name, kind in KEY_ATTRIBUTES.items():
+            value = attributes.get(name)
+            if isinstance(value, str) and value:
+                print(f"{kind}:{value} {name}={value}")
+                return 0
+        if time.time() >= deadline:
+            print(f"no start naming its key (matchId, tripId) reached token {token[:8]}…; its view's attributes: "
+                  f"{json.dumps(attributes)}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["started-key"]:
+        sys.exit(started_key(args[1], args[2], args[3]))
     if args[:1] == ["stats"]:
         return stats(args[1], args[2])
     if args[:1] == ["sent"]:

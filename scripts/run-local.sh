@@ -2,10 +2,12 @@
 # Runs the whole product on local defaults: installs the system packages, builds, starts a private
 # redis-server on a free loopback port (unless ACTIVITYCAST_REDIS_URL points at one), the built-in
 # APNs sandbox and two workers in one consumer group; registers devices of every kind (on the
-# broadcast channel, per-token, push-to-start followers), plays a match from kick-off to full time
-# (goals, a red card) and a bus trip, and after each event shows what every device displays (from
-# the sandbox's device views); ends with `inspect`, a summary of pushes by kind and outcome, and
-# whether every device ended on the final state; then stops everything it started, by PID.
+# broadcast channel, per-token, push-to-start followers; a push-started activity's update token is
+# registered for the key its start names, read back from the device as an app would), plays a match
+# from kick-off to full time (goals, a red card) and a bus trip, and after each event shows what
+# every device displays (from the sandbox's device views); ends with `inspect`, a summary of pushes
+# by kind and outcome, and whether every device ended on the final state; then stops everything it
+# started, by PID.
 #
 #   bash scripts/run-local.sh                 # the demo, about a minute on a fresh machine
 #   DEMO_STEP_SECONDS=3 bash scripts/run-local.sh  # slower, to watch the devices change
@@ -76,6 +78,26 @@ view() {
       "${redis_cli_args[@]}" "PREFIX=$ACTIVITYCAST_PREFIX" -- "${devices[@]}"
   fi
 }
+# A push-started activity is registered as a real app registers it: the app reads the started
+# activity's attributes (matchId / tripId, the id in its key) and sends its update token for that
+# key. Here the start the device received is read back from the sandbox's device view of its
+# push-to-start token.
+register_started() {  # DEVICE START_TOKEN ACTIVITY UPDATE_TOKEN
+  local device=$1 start=$2 activity=$3 token=$4 key="" named=""
+  if [ -z "${ACTIVITYCAST_SANDBOX_LISTEN:-}" ] || [ -n "${ACTIVITYCAST_APNS_ENDPOINT:-}" ]; then
+    echo "   (no local sandbox to read $device's start back from: its update token is not registered)"
+    return 0
+  fi
+  read -r key named < <(python3 scripts/demo_view.py started-key "$ACTIVITYCAST_SANDBOX_LISTEN" \
+    "$ACTIVITYCAST_SANDBOX_DIR/cert.pem" "$start") || true
+  if [ -z "$key" ]; then
+    echo "   $device: its start names no key, so the app can't register the activity's update token"
+    demo_failed=1
+    return 0
+  fi
+  pub activity.token device="$device" key="$key" activity="$activity" token="$token" env=development
+  echo "   $device: the started activity reads $named from its attributes and registers its update token for $key"
+}
 event() {  # publish a feed event, wait a step, show what every device displays
   local what="$1"; shift
   pub "$@"
@@ -102,8 +124,9 @@ event "match.scheduled: the channel is created and announced before kick-off" \
 pub activity.token device=ipad-4 key=match:4711 activity=I4 token=$(tok c4) env=development broadcast=true
 pub activity.token device=iphone-3 key=match:4711 activity=P3 token=$(tok c3) env=development
 event "match.started: push-to-start to the followers" match.started match=4711 home=ars away=che competition="Premier League"
-# iphone-2's started activity hands over its update token (input-push-token).
-pub activity.token device=iphone-2 key=match:4711 activity=S2 token=$(tok c2) env=development
+# iphone-2's started activity hands over its update token (input-push-token), for the key its
+# start names.
+register_started iphone-2 "$(tok a2)" S2 "$(tok c2)"
 event "match.clock" match.clock match=4711 clock="12'" period=first_half
 event "match.moment: goal" match.moment match=4711 moment=goal team=home player="B. Saka" clock="15'" home_score=1 away_score=0
 event "match.moment: red card" match.moment match=4711 moment=red_card team=away player="C. Palmer" clock="40'"
@@ -112,7 +135,7 @@ event "match.moment: goal" match.moment match=4711 moment=goal team=away player=
 event "match.score" match.score match=4711 home_score=2 away_score=1 clock="88'" period=second_half
 pub match.score match=4711 home_score=2 away_scroe=0   # a feed bug: a dead letter with its reason, not a crash
 event "trip.started: push-to-start to the route's followers" trip.started trip=t-981 route=42 headsign="Central Station"
-pub activity.token device=rider-5 key=trip:t-981 activity=R5 token=$(tok e5) env=development
+register_started rider-5 "$(tok a5)" R5 "$(tok e5)"
 event "trip.eta" trip.eta trip=t-981 stop=s-17 eta=$(( ($(date +%s) + 240) * 1000 )) delay=60 stop_name="Market Sq"
 event "trip.arriving" trip.arriving trip=t-981 stop=s-17 stop_name="Market Sq"
 event "match.full_time" match.full_time match=4711 home_score=2 away_score=1

@@ -1,5 +1,12 @@
 import ActivityCastCore
 
+/// Apple's size limits for a push's body: 4096 bytes for a device push (push-to-start, and an
+/// update or end sent to an activity token), 5120 for a broadcast (shared/APNS.md).
+public enum PayloadLimits {
+    public static let device = 4096
+    public static let broadcast = 5120
+}
+
 /// The JSON body of a Live Activity push: `{"aps": {…}}` with Apple's kebab-case keys
 /// (shared/APNS.md). Encoded once per event and shared by every token it goes to.
 public struct LiveActivityPayload: Sendable, Equatable {

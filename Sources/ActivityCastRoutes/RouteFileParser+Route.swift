@@ -1,4 +1,5 @@
 import ActivityCastCore
+import APNsCore
 import Yams
 
 /// Compiling one route (or variant): what each event may and must have, keys and audiences.
@@ -49,6 +50,12 @@ extension RouteFileParser {
             try refuse("content-state", "is sent only with start, update or end, and this event is none")
         }
         contentState = try members(draft.contentState, table: table, dates: dates, context: "\(context): content-state")
+        if event == .update, contentState.isEmpty, e["alert"] == nil {
+            // Neither a state of its own nor an alert: it could only send the key's state again,
+            // which the device already shows.
+            throw fail(at: e["content-state"]?.key.mark ?? draft.mark, "\(context): an update needs a content-state "
+                + "with at least one key (or an alert): without either it has nothing to send")
+        }
 
         if event == .update || event == .end {
             try refuse("attributes", "are sent only with a start (and kept on an event of none), not with \(eventName)")
@@ -109,10 +116,20 @@ extension RouteFileParser {
                 ?? defaults.relevance
         }
 
-        return CompiledRoute(keys: keys, event: event, priority: priority, contentState: contentState, attributes: attributes,
-                             attributesType: attributesType, followers: followers, alert: alert,
-                             staleAfterSeconds: staleAfterSeconds, dismissAfterSeconds: dismissAfterSeconds,
-                             relevanceScore: relevanceScore)
+        let route = CompiledRoute(keys: keys, event: event, priority: priority, contentState: contentState,
+                                  attributes: attributes, attributesType: attributesType, followers: followers, alert: alert,
+                                  staleAfterSeconds: staleAfterSeconds, dismissAfterSeconds: dismissAfterSeconds,
+                                  relevanceScore: relevanceScore)
+        if let least = route.leastPayload {
+            let size = least.encoded().count
+            if size > PayloadLimits.device {
+                let push = event == .start ? "a push-to-start" : "an \(eventName) to an activity token (the same payload goes to the channel)"
+                throw fail(at: draft.mark, "\(context): its constants alone (content-state and attributes constants, "
+                    + "alert texts, attributes-type, dates) make every \(eventName) at least \(size) bytes, and APNs takes "
+                    + "at most \(PayloadLimits.device) in \(push): it could never be sent")
+            }
+        }
+        return route
     }
 
     // MARK: Keys and audiences

@@ -38,6 +38,7 @@ struct RouteFileParser {
     // MARK: The file
 
     func parse() throws(RouteError) -> Routes {
+        try checkAliasKeys()
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -49,6 +50,7 @@ struct RouteFileParser {
         guard let root, root.null == nil else {
             throw fail(at: nil, "the file is empty; a route file needs feed, storage-policy and types")
         }
+        try checkExpansion(root)
         guard let top = root.mapping else {
             throw fail(root, "the top level must be a mapping with feed, storage-policy and types")
         }

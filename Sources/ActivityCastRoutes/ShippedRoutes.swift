@@ -39,6 +39,7 @@ types:
     key: "match:{match}"
     event: none
     attributes:
+      matchId: string match
       homeTeam: string home
       awayTeam: string away
       competition: string competition
@@ -49,7 +50,12 @@ types:
     event: start
     priority: critical
     attributes-type: MatchActivityAttributes
+    # matchId is the id in the activity's key, match:<matchId>. The app reads it from the started
+    # activity's attributes and registers the activity's update token for that key (activity.token):
+    # until it does, a push-started activity that isn't on the broadcast channel gets no updates,
+    # and without it two matches of one team look alike.
     attributes:
+      matchId: string match
       homeTeam: string home
       awayTeam: string away
       competition: string competition
@@ -193,7 +199,10 @@ types:
     event: start
     priority: critical
     attributes-type: TripActivityAttributes
+    # tripId is the id in the activity's key, trip:<tripId>: the app registers the started
+    # activity's update token for that key (activity.token), as for a match.
     attributes:
+      tripId: string trip
       route: string route
       headsign: string headsign
     content-state:

@@ -1,12 +1,6 @@
 import ActivityCastCore
 import APNsCore
 
-/// Apple's size limits: 4096 bytes for a device push, 5120 for a broadcast (shared/APNS.md).
-public enum PayloadLimits {
-    public static let device = 4096
-    public static let broadcast = 5120
-}
-
 /// Why an event can't be sent as it is: dead-letter it with this reason.
 public struct PushRejection: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String

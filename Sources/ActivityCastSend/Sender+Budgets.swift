@@ -1,4 +1,5 @@
 import ActivityCastCore
+import APNsCore
 import Foundation
 import RedisClient
 

@@ -24,7 +24,7 @@ struct PlannerTests {
                                   "away": "che", "kickoff": "1732233600000"])
         #expect(plan == Plan(key: match, event: nil, priority: .routine, timestampMillis: 1_732_230_000_000,
                              audience: .none, contentState: [:],
-                             attributes: ["homeTeam": "ars", "awayTeam": "che"]))
+                             attributes: ["matchId": "4711", "homeTeam": "ars", "awayTeam": "che"]))
         #expect(plan?.description == "key=match:4711 event=none priority=routine audience=none")
     }
 
@@ -36,7 +36,7 @@ struct PlannerTests {
         #expect(plan?.timestampMillis == 1_732_233_600_000)
         #expect(plan?.audience == .followers([FollowTarget(kind: .team, id: "ars"), FollowTarget(kind: .team, id: "che")]))
         #expect(plan?.contentState == ["homeScore": 0, "awayScore": 0])
-        #expect(plan?.attributes == ["homeTeam": "ars", "awayTeam": "che", "competition": "Premier League"])
+        #expect(plan?.attributes == ["matchId": "4711", "homeTeam": "ars", "awayTeam": "che", "competition": "Premier League"])
         #expect(plan?.alert == PlanAlert(title: "Kick-off", body: "ars v che"))
         #expect(plan?.attributesType == "MatchActivityAttributes")
         #expect(plan?.description
@@ -153,7 +153,7 @@ struct PlannerTests {
                                    "headsign": "Central Station"])
         #expect(plan == Plan(key: trip, event: .start, priority: .critical, timestampMillis: 1_732_233_600_000,
                              audience: .followers([FollowTarget(kind: .route, id: "42")]), contentState: [:],
-                             attributes: ["route": "42", "headsign": "Central Station"],
+                             attributes: ["tripId": "t-981", "route": "42", "headsign": "Central Station"],
                              alert: PlanAlert(title: "Trip started", body: "Route 42 to Central Station"),
                              attributesType: "TripActivityAttributes"))
     }

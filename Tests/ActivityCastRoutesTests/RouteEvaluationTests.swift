@@ -221,8 +221,9 @@ struct RouteEvaluationTests {
             storage-policy: no-storage
             defaults: {stale-after: 600, relevance: 10, dismiss-after: 60}
             types:
-              match.score: {key: "match:{match}", event: update, priority: critical}
-              match.clock: {key: "match:{match}", event: update, priority: routine, stale-after: 90, relevance: 0}
+              match.score: {key: "match:{match}", event: update, priority: critical, content-state: {homeScore: int home_score}}
+              match.clock: {key: "match:{match}", event: update, priority: routine, stale-after: 90, relevance: 0,
+                            content-state: {clock: string clock}}
               match.full_time: {key: "match:{match}", event: end, priority: critical}
               match.postponed: {key: "match:{match}", event: end, priority: critical, dismiss-after: 0}
               match.scheduled: {key: "match:{match}", event: none}

@@ -284,15 +284,140 @@ struct RouteFileErrorTests {
 
     @Test func aVariantIsCheckedAsTheRouteItMakes() {
         let moment = "  match.moment:\n    key: \"match:{match}\"\n    event: update\n    priority: critical\n"
-            + "    variant-by: moment\n    variants:\n      goal:\n"
+            + "    content-state: {clock: string clock}\n    variant-by: moment\n    variants:\n      goal:\n"
         #expect(rejection(sportsFile(moment + "        event: start\n"))
-            == "test.yaml:10:7: match.moment (moment=goal): a start needs 'attributes-type' (the Swift type name of the app's "
+            == "test.yaml:11:7: match.moment (moment=goal): a start needs 'attributes-type' (the Swift type name of the app's "
             + "ActivityAttributes, such as MatchActivityAttributes)")
         #expect(rejection(sportsFile(moment + "        variants: ~\n"))
-            == "test.yaml:11:9: match.moment (moment=goal): a variant can't have variants of its own")
+            == "test.yaml:12:9: match.moment (moment=goal): a variant can't have variants of its own")
         #expect(rejection(sportsFile(moment + "        alert: {title: Goal, body: \"{player} scores\"}\n"))
-            == "test.yaml:11:36: match.moment (moment=goal): alert body: '{player} scores' uses {player}, which match.moment "
+            == "test.yaml:12:36: match.moment (moment=goal): alert body: '{player} scores' uses {player}, which match.moment "
             + "may lack; put that part in [brackets], or give a list of alternatives ending with one that always renders")
+    }
+
+    // MARK: What can never be sent
+
+    @Test func anUpdateWithNothingToSend() {
+        let bare = "  match.score:\n    key: \"match:{match}\"\n    event: update\n    priority: critical\n"
+        let reason = "match.score: an update needs a content-state with at least one key (or an alert): without either it has nothing to send"
+        #expect(rejection(sportsFile(bare)) == "test.yaml:4:3: \(reason)")
+        #expect(rejection(sportsFile(bare + "    content-state: ~\n")) == "test.yaml:8:5: \(reason)")
+        #expect(rejection(sportsFile(bare + "    content-state: {}\n")) == "test.yaml:8:5: \(reason)")
+        // A variant that makes an update of a route of none is checked the same way.
+        #expect(rejection(sportsFile("  match.moment:\n    key: \"match:{match}\"\n    event: none\n    variant-by: moment\n"
+            + "    variants:\n      goal: {event: update, priority: critical}\n"))
+            == "test.yaml:9:7: match.moment (moment=goal): an update needs a content-state with at least one key (or an alert): "
+            + "without either it has nothing to send")
+        // An alert alone is something to send (the key's state with it); an end always is.
+        #expect(rejection(sportsFile(bare + "    alert: {title: a, body: b}\n")) == "<compiled [\"match.score\"]>")
+        #expect(rejection(sportsFile("  match.full_time:\n    key: \"match:{match}\"\n    event: end\n    priority: critical\n"))
+            == "<compiled [\"match.full_time\"]>")
+    }
+
+    @Test func aRouteWhoseConstantsAloneExceedTheDeviceLimit() {
+        let long = String(repeating: "x", count: 4100)
+        // An update's constants (4,100 bytes of text, the rest of the payload around them).
+        #expect(rejection(Self.scoreWith("int home_score", "string \"\(long)\""))
+            == "test.yaml:4:3: match.score: its constants alone (content-state and attributes constants, alert texts, "
+            + "attributes-type, dates) make every update at least 4173 bytes, and APNs takes at most 4096 in an update to an "
+            + "activity token (the same payload goes to the channel): it could never be sent")
+        // A start's: attributes, attributes-type and the alert's literal text add up.
+        let quarter = String(repeating: "y", count: 1400)
+        let start = Self.start("    attributes-type: MatchActivityAttributes\n    followers: [\"team:{home}\"]\n"
+            + "    attributes: {matchId: string match, league: string \"\(quarter)\"}\n"
+            + "    alert: {title: \"\(quarter)\", body: [\"{home}\", \"\(quarter)[ {away}]\"]}\n")
+        #expect(rejection(start) == "<compiled [\"match.started\"]>")  // the body's shortest alternative is "{home}"
+        #expect(rejection(start.replacingOccurrences(of: "\"{home}\", ", with: "")).hasPrefix(
+            "test.yaml:4:3: match.started: its constants alone (content-state and attributes constants, alert texts, "
+            + "attributes-type, dates) make every start at least 4"))
+        #expect(rejection(start.replacingOccurrences(of: "\"{home}\", ", with: "")).hasSuffix(
+            " bytes, and APNs takes at most 4096 in a push-to-start: it could never be sent"))
+        // Fields are not counted: their values come with each event, which the worker checks.
+        #expect(rejection(Self.scoreWith("int home_score", "string clock ?? \"\(long)\"")) == "<compiled [\"match.score\"]>")
+        // A variant's constants: reported at the variant.
+        #expect(rejection(sportsFile(Self.score + "    variant-by: period\n    variants:\n      half_time:\n"
+            + "        content-state: {note: string \"\(long)\"}\n")).hasPrefix(
+            "test.yaml:12:7: match.score (period=half_time): its constants alone"))
+    }
+
+    /// Ten nested objects per level, five levels deep (100,000 leaves) under one key of a
+    /// content-state: each line is small, and every alias repeats all the previous one holds.
+    static func valueBomb(depth: Int) -> String {
+        var lines = "      a0: &a0 {c: string clock}\n"
+        for d in 1...depth {
+            lines += "      a\(d): &a\(d) {" + (0..<10).map { "k\($0): *a\(d - 1)" }.joined(separator: ", ") + "}\n"
+        }
+        return sportsFile(Self.score + "    alert: {title: a, body: b}\n    content-state:\n" + lines)
+            .replacingOccurrences(of: "    content-state:\n      homeScore: int home_score\n", with: "")
+    }
+
+    @Test func aliasesThatExpandPastTheBoundAreAnAliasBomb() {
+        // 111,111 nodes once expanded, from a file of 15 lines. The walk stops in a4 (11,111
+        // nodes on its own) and names the anchor whose aliases it was expanding: a3.
+        #expect(rejection(Self.valueBomb(depth: 5))
+            == "test.yaml:13:11: aliases repeat this node until the file has more than 10000 nodes once they are expanded; "
+            + "a route file needs far less (an alias bomb?)")
+        #expect(rejection(Self.valueBomb(depth: 3)) == "<compiled [\"match.score\"]>")  // 1,111: fine
+        // A long text repeated: 6 × 200,000 bytes from a file of 200 kB.
+        let long = "string \"" + String(repeating: "z", count: 200_000) + "\""
+        #expect(rejection(sportsFile("  match.scheduled:\n    key: \"match:{match}\"\n    event: none\n    attributes:\n"
+            + "      a: &t \(long)\n" + (1...5).map { "      a\($0): *t\n" }.joined()))
+            == "test.yaml:8:10: aliases repeat this node until the file has more than 1048576 bytes of text once they are "
+            + "expanded; a route file needs far less (an alias bomb?)")
+    }
+
+    /// A sequence ten times longer per level; the last one is the key given.
+    static func keyBomb(depth: Int, key: String) -> String {
+        var lines = "x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n"
+        for d in 1...depth {
+            lines += "x\(d): &x\(d) [" + (0..<10).map { _ in "*x\(d - 1)" }.joined(separator: ", ") + "]\n"
+        }
+        return lines + key.replacingOccurrences(of: "LAST", with: "x\(depth)") + "\nfeed: sports\n"
+    }
+
+    @Test func anAliasInAKeyIsRefusedBeforeYamsExpandsIt() {
+        // Yams hashes every key while reading a mapping: a bomb in a key (here 1,111,111 nodes,
+        // a second of hashing; each further line is ten times that) must be refused before.
+        #expect(rejection(Self.keyBomb(depth: 5, key: "*LAST : 1"))
+            == "test.yaml:7:1: an alias can't be a key ('*x5'): keys in a route file are text, and an alias "
+            + "in a key would be expanded in full while the file is read")
+        #expect(rejection(Self.keyBomb(depth: 5, key: "[0, {b: *LAST}]: 1"))
+            == "test.yaml:7:13: a list or mapping that holds an alias can't be a key: keys in a route file are text, and an "
+            + "alias in a key would be expanded in full while the file is read")
+        #expect(rejection(Self.keyBomb(depth: 5, key: "k: {*LAST: 1}"))
+            == "test.yaml:7:5: an alias can't be a key ('*x5'): keys in a route file are text, and an alias "
+            + "in a key would be expanded in full while the file is read")
+        #expect(rejection(Self.keyBomb(depth: 5, key: "? *LAST\n: 1"))
+            == "test.yaml:7:1: explicit keys ('? ') can't be used in a route file with aliases: keys in a route file are text, "
+            + "and an alias in a key would be expanded in full while the file is read")
+        // Aliases as values are fine, and a '*' in text, comments, quoted and block scalars is no alias.
+        let text = sportsFile("""
+              # *a: not a key
+              match.score:
+                key: &k "match:{match}"
+                event: update
+                priority: critical
+                content-state:
+                  homeScore: int home_score
+                  note: 'string "*b: c"'
+                alert:
+                  title: 'it''s *d: e'
+                  body: "5 * 3: [[*x]]: {{*y: z}}"
+              match.clock:
+                key: *k
+                event: update
+                priority: routine
+                content-state: {clock: string clock, period: string "*q"}
+                alert:
+                  title: |
+                    *e: f
+                      [[*g]]: h
+                  body: >-
+                    ? *i
+                  sound: a*b
+
+            """)
+        #expect(rejection(text) == "<compiled [\"match.clock\", \"match.score\"]>")
     }
 
     @Test func everyReasonIsOneLine() {

@@ -18,7 +18,7 @@ struct ShippedRoutesPlanTests {
         let plan = plan(.sports, ["type": "match.scheduled", "ts": "1732230000000", "match": "4711", "home": "ars",
                                   "away": "che", "kickoff": "1732233600000"])
         #expect(plan == Plan(key: match, event: nil, priority: .routine, timestampMillis: 1_732_230_000_000,
-                             audience: .none, attributes: ["homeTeam": "ars", "awayTeam": "che"]))
+                             audience: .none, attributes: ["matchId": "4711", "homeTeam": "ars", "awayTeam": "che"]))
         #expect(plan?.description == "key=match:4711 event=none priority=routine audience=none")
     }
 
@@ -28,7 +28,7 @@ struct ShippedRoutesPlanTests {
         #expect(plan == Plan(key: match, event: .start, priority: .critical, timestampMillis: 1_732_233_600_000,
                              audience: .followers([FollowTarget(kind: .team, id: "ars"), FollowTarget(kind: .team, id: "che")]),
                              contentState: ["homeScore": 0, "awayScore": 0],
-                             attributes: ["homeTeam": "ars", "awayTeam": "che", "competition": "Premier League"],
+                             attributes: ["matchId": "4711", "homeTeam": "ars", "awayTeam": "che", "competition": "Premier League"],
                              alert: PlanAlert(title: "Kick-off", body: "ars v che"),
                              attributesType: "MatchActivityAttributes", staleAfterSeconds: 1200, relevanceScore: 50,
                              storagePolicy: .noStorage))
@@ -135,7 +135,7 @@ struct ShippedRoutesPlanTests {
                                    "headsign": "Central Station"])
         #expect(plan == Plan(key: trip, event: .start, priority: .critical, timestampMillis: 1_732_233_600_000,
                              audience: .followers([FollowTarget(kind: .route, id: "42")]),
-                             attributes: ["route": "42", "headsign": "Central Station"],
+                             attributes: ["tripId": "t-981", "route": "42", "headsign": "Central Station"],
                              alert: PlanAlert(title: "Trip started", body: "Route 42 to Central Station"),
                              attributesType: "TripActivityAttributes", staleAfterSeconds: 300, relevanceScore: 50,
                              storagePolicy: .latestMessage))

@@ -148,6 +148,27 @@ struct ShippedRoutesTests {
         #expect(types == Set(EntrySchema.types.filter { $0.stream != .registrations }.map(\.name)))
     }
 
+    // MARK: Push-to-start names its key
+
+    /// A push-to-start carries the activity's key in its attributes (`matchId` for `match:<id>`,
+    /// `tripId` for `trip:<id>`): the app that gets it registers the started activity's update
+    /// token for that key, and has no other way to know it (two matches of a team look alike).
+    @Test func everyStartNamesItsKeyInItsAttributes() {
+        var starts = 0
+        for (kind, raw) in Self.handMade {
+            guard case .success(let entry) = EntryDecoder().decode(kind: kind, fields: raw),
+                  case .success(let plan?) = RouteSet.shipped.plan(entry: entry, fields: raw), plan.event == .start else { continue }
+            starts += 1
+            let attribute = switch plan.key.kind {
+            case .match: "matchId"
+            case .trip: "tripId"
+            case .route: "routeId"
+            }
+            #expect(plan.attributes[attribute] == .string(plan.key.id), "\(entry.type) for \(plan.key): \(plan.attributes)")
+        }
+        #expect(starts >= 6)
+    }
+
     // MARK: Generated combinations
 
     /// Values to draw from, per field: edge cases of the decoder's syntax (leading zeros, negative

@@ -24,7 +24,7 @@ public struct Planner: Sendable {
             // Nothing to show yet; the plan still names the key the match will use.
             return Plan(key: Self.matchKey(match), event: nil, priority: .routine, timestampMillis: ts,
                         audience: .none,
-                        attributes: Self.matchAttributes(home: home, away: away, competition: competition))
+                        attributes: Self.matchAttributes(match: match, home: home, away: away, competition: competition))
 
         case let .started(match, home, away, competition):
             let targets = [home, away].compactMap { $0 }.map { FollowTarget(kind: .team, id: $0) }
@@ -37,7 +37,7 @@ public struct Planner: Sendable {
             return Plan(key: Self.matchKey(match), event: .start, priority: .critical, timestampMillis: ts,
                         audience: targets.isEmpty ? .none : .followers(Self.unique(targets)),
                         contentState: ["homeScore": 0, "awayScore": 0],
-                        attributes: Self.matchAttributes(home: home, away: away, competition: competition),
+                        attributes: Self.matchAttributes(match: match, home: home, away: away, competition: competition),
                         // APNs requires an alert on a start.
                         alert: PlanAlert(title: "Kick-off", body: body), attributesType: "MatchActivityAttributes")
 
@@ -87,8 +87,10 @@ public struct Planner: Sendable {
 
     private static func matchKey(_ match: String) -> ActivityKey { ActivityKey(kind: .match, id: match) }
 
-    private static func matchAttributes(home: String?, away: String?, competition: String?) -> [String: JSONValue] {
-        var attributes: [String: JSONValue] = [:]
+    /// `matchId` names the key (`match:<matchId>`), so the app that gets the start can register the
+    /// started activity's update token for it.
+    private static func matchAttributes(match: String, home: String?, away: String?, competition: String?) -> [String: JSONValue] {
+        var attributes: [String: JSONValue] = ["matchId": .string(match)]
         attributes["homeTeam"] = home.map(JSONValue.string)
         attributes["awayTeam"] = away.map(JSONValue.string)
         attributes["competition"] = competition.map(JSONValue.string)
@@ -136,7 +138,8 @@ public struct Planner: Sendable {
         case let .started(trip, route, headsign, vehicle):
             var state: [String: JSONValue] = [:]
             state["vehicle"] = vehicle.map(JSONValue.string)
-            var attributes: [String: JSONValue] = ["route": .string(route)]
+            // `tripId` names the key (`trip:<tripId>`), as `matchId` does for a match.
+            var attributes: [String: JSONValue] = ["tripId": .string(trip), "route": .string(route)]
             attributes["headsign"] = headsign.map(JSONValue.string)
             return Plan(key: Self.tripKey(trip), event: .start, priority: .critical, timestampMillis: ts,
                         audience: .followers([FollowTarget(kind: .route, id: route)]),

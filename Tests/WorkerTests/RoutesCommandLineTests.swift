@@ -62,6 +62,45 @@ import TestSupport
         #expect(wrongErr == "Error: \(good):6:7: this file routes the transit feed, not sports\n", "\(wrongErr)")
     }
 
+    /// Files that could never send anything: `routes check` and the worker refuse each, with its
+    /// place (RouteFileErrorTests has the cases in detail).
+    static let neverSent: [(name: String, yaml: String, error: String)] = {
+        let header = "feed: sports\nstorage-policy: no-storage\ntypes:\n"
+        let score = "  match.score:\n    key: \"match:{match}\"\n    event: update\n    priority: critical\n"
+        var bomb = header + score + "    content-state:\n      a0: &a0 {c: string clock}\n"
+        for d in 1...6 {
+            bomb += "      a\(d): &a\(d) {" + (0..<10).map { "k\($0): *a\(d - 1)" }.joined(separator: ", ") + "}\n"
+        }
+        var keyBomb = "x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n"
+        for d in 1...9 { keyBomb += "x\(d): &x\(d) [" + (0..<10).map { _ in "*x\(d - 1)" }.joined(separator: ", ") + "]\n" }
+        keyBomb += "*x9 : 1\n"
+        return [
+            ("empty", header + score, ":4:3: match.score: an update needs a content-state with at least one key (or an alert): "
+                + "without either it has nothing to send"),
+            ("large", header + score + "    content-state: {status: string \"\(String(repeating: "x", count: 5000))\"}\n",
+             ":4:3: match.score: its constants alone (content-state and attributes constants, alert texts, attributes-type, "
+                + "dates) make every update at least 5070 bytes, and APNs takes at most 4096 in an update to an activity "
+                + "token (the same payload goes to the channel): it could never be sent"),
+            ("bomb", bomb, ":12:11: aliases repeat this node until the file has more than 10000 nodes once they are expanded; "
+                + "a route file needs far less (an alias bomb?)"),
+            ("keybomb", keyBomb, ":11:1: an alias can't be a key ('*x9'): keys in a route file are text, and an alias "
+                + "in a key would be expanded in full while the file is read"),
+        ]
+    }()
+
+    @Test func checkAndTheWorkerRefuseWhatCouldNeverBeSent() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        for (name, yaml, error) in Self.neverSent {
+            let path = dir.path + "/\(name).yaml"
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            let (status, _, err) = try await run(["routes", "check", path, "--kind", "sports"])
+            #expect(status == 1 && err == "Error: \(path)\(error)\n", "\(name): \(err)")
+            let (workerStatus, _, workerErr) = try await run(["worker"], settings: ["routes.sports": path, "redis.url": "redis://127.0.0.1:1"])
+            #expect(workerStatus == 1 && workerErr.hasSuffix("Error: \(path)\(error)\n"), "\(name): \(workerErr)")
+        }
+    }
+
     @Test func theWorkerDoesNotStartWithABrokenRouteFile() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

@@ -128,6 +128,8 @@ import TestSupport
         #expect(plain["startsReceived"] as? Int == 1)
         #expect(plain["inputPushToken"] as? Bool == true)
         #expect(plain["attributesType"] as? String == "MatchActivityAttributes")
+        // The start names its key, so the app can register the started activity's update token.
+        #expect((plain["attributes"] as? [String: Any])?["matchId"] as? String == "m1")
         let joined = try #require(try await r.device(starterChannel))
         #expect(joined["startsReceived"] as? Int == 1)
         #expect(joined["inputPushChannel"] as? String == channel)
@@ -414,9 +416,12 @@ import TestSupport
         #expect(await eventually { await r.drainedAll() })
         let started = try #require(try await r.device(starter))
         #expect(started["startsReceived"] as? Int == 1 && started["attributesType"] as? String == "TripActivityAttributes")
-        // The app registers the started activity's update token; the trip goes on to its end.
+        // The app registers the started activity's update token for the key the start names (as
+        // a real app does: it reads the started activity's attributes); the trip goes on to its end.
+        let tripID = try #require((started["attributes"] as? [String: Any])?["tripId"] as? String)
+        #expect(tripID == "t1")
         let update = token("9b")
-        try await register(r, device: "rider", key: "trip:t1", activity: "T", token: update, ts: t + 10)
+        try await register(r, device: "rider", key: "trip:\(tripID)", activity: "T", token: update, ts: t + 10)
         #expect(await eventually { await r.drainedAll() })
         try await r.add(transit, [("type", "trip.eta"), ("ts", next()), ("trip", "t1"), ("stop", "s1"), ("eta", String(t + 120_000)),
                                   ("stop_name", "Market Sq")])
