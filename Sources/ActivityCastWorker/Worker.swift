@@ -299,8 +299,9 @@ public final class Worker: Sendable {
                 let retryUntil = ContinuousClock.now + settings.visibilityTimeout
                 let order = processor.readOrder.number()
                 Task {
+                    let started = ContinuousClock.now
                     let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil, order: order)
-                    self.noteRefusal(outcome.refusal, stream: feed.stream)
+                    self.noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
                     self.inFlight.subtract(n, ordering: .relaxed)
                     completed.yield(n)
                 }
@@ -558,8 +559,9 @@ public final class Worker: Sendable {
     }
 
     /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end; `/readyz`
-    /// reports it while it lasts.
-    private func noteRefusal(_ refusal: RedisRefusal?, stream: String) {
+    /// reports it while it lasts. A batch that went through ends it only if it began after the
+    /// last refusal: batches run concurrently, and one begun before Redis filled up proves nothing.
+    private func noteRefusal(_ refusal: RedisRefusal?, stream: String, batchStarted: ContinuousClock.Instant) {
         if let refusal {
             lastRefusal.withLock { $0 = (refusal, .now) }
             var message = "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)"
@@ -570,8 +572,13 @@ public final class Worker: Sendable {
             }
             conditions.report("refusal", message, ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)", "stream": "\(stream)"])
         } else {
-            lastRefusal.withLock { $0 = nil }
-            conditions.clear("refusal", "Redis accepts the worker's writes again")
+            let ended = lastRefusal.withLock { last -> Bool in
+                guard let at = last?.at else { return true }
+                if at > batchStarted { return false }
+                last = nil
+                return true
+            }
+            if ended { conditions.clear("refusal", "Redis accepts the worker's writes again") }
         }
     }
 
@@ -592,9 +599,10 @@ public final class Worker: Sendable {
                   let reads = try? StreamReplies.read(reply),
                   let entries = reads.first?.entries, !entries.isEmpty else { return }
             stats.stream(feed.stream)?.read.add(entries.count, ordering: .relaxed)
+            let started = ContinuousClock.now
             let outcome = await processor.process(feed: feed, entries: entries, redelivered: true,
                                                   retryUntil: ContinuousClock.now + settings.visibilityTimeout)
-            noteRefusal(outcome.refusal, stream: feed.stream)
+            noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
             noteProgress()
             start = entries.last!.id
         }
@@ -628,9 +636,10 @@ public final class Worker: Sendable {
                     stats.stream(feed.stream)?.claimed.add(claim.entries.count, ordering: .relaxed)
                     stats.stream(feed.stream)?.read.add(claim.entries.count, ordering: .relaxed)
                     logger.info("claimed idle entries", metadata: ["stream": "\(feed.stream)", "count": "\(claim.entries.count)"])
+                    let started = ContinuousClock.now
                     let outcome = await processor.process(feed: feed, entries: claim.entries, redelivered: true,
                                                           retryUntil: ContinuousClock.now + settings.visibilityTimeout)
-                    noteRefusal(outcome.refusal, stream: feed.stream)
+                    noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
                 }
                 cursor = claim.nextCursor
                 rounds += 1
