@@ -183,4 +183,43 @@ import TestSupport
         let remaining = try await groupState(redis, stream: settings.feeds[0].stream)
         #expect((remaining?.lag ?? 0) > 0)
     }
+
+    /// A second signal ends a draining worker at once, from the signal handler: status 128 + the
+    /// signal (143 for SIGTERM, 130 for SIGINT), within 500 ms. The drain is held (Redis frozen)
+    /// so that the worker is still draining; with `unreadPipe`, its stderr is a pipe nobody reads,
+    /// so every log line blocks (a hung log reader), the signal handling's own included.
+    @Test(arguments: [(ChildProcess.Output.files, SIGTERM), (.files, SIGINT), (.unreadPipe, SIGTERM)])
+    func aSecondSignalExitsAtOnce(output: ChildProcess.Output, second: Int32) async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        _ = try await publish(redis, settings, count: 20_000)
+        let worker = try startActivitycast(["worker", "--consumer", "twice"], redis: server,
+                                           settings: workerEnv(settings, ["worker.shutdown_deadline_ms": "30000"]), logName: "twice", output: output)
+        defer { worker.removeLogs() }
+        if output == .files {
+            #expect(await eventually { plannedEntries(worker.stderr).count > 200 })
+        } else {
+            // Busy until its stderr filled up: 64 KiB is a few hundred plan lines.
+            #expect(await eventually { ((try? await groupState(redis, stream: settings.feeds[0].stream))?.pending ?? 0) > 0 })
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let redisPID = try #require(server.pid)
+        kill(redisPID, SIGSTOP)
+        defer { kill(redisPID, SIGCONT) }
+        worker.kill(signal: SIGTERM)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(worker.isRunning, "the drain waits for the frozen Redis")
+        let sent = ContinuousClock.now
+        worker.kill(signal: second)
+        let status = await worker.waitForExit(timeout: .seconds(10))
+        let took = ContinuousClock.now - sent
+        #expect(status == 128 + second, "\(worker.stderr.suffix(500))")
+        #expect(took < .milliseconds(500), "exited \(took) after the second signal")
+        if output == .files {
+            // The first signal was handled as before: logged, the drain begun.
+            #expect(jsonLogLines(worker.stderr).contains { $0["msg"] == "signal received: draining" })
+        }
+    }
 }
