@@ -31,6 +31,8 @@ public final class Worker: Sendable {
     private let logger: Logger
     private let conditions: ConditionLog
     private let stop = StopSignal()
+    /// Tells a Redis that lost its data, a destroyed group and another worker's acknowledgement apart.
+    private let groupLoss = GroupLoss()
     /// Entries read and not yet finished; batch tasks decrement it.
     let inFlight = Atomic<Int>(0)
     /// When the read loop last made progress (a read round ended, a wait ended), in milliseconds
@@ -130,7 +132,7 @@ public final class Worker: Sendable {
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
-                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes)
+                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes, groupLoss: groupLoss)
     }
 
     public enum Mode: Sendable { case full, decodeOnly }
@@ -167,6 +169,10 @@ public final class Worker: Sendable {
     var sinceProgress: Duration {
         (ContinuousClock.now - born) - .milliseconds(progressMillis.load(ordering: .relaxed))
     }
+
+    /// How often the reading and processing connections have connected, summed: grows when Redis
+    /// restarts under the worker (`GroupLoss`).
+    private var connectsSoFar: Int { reader.stats.connects + redis.stats.connects }
 
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
@@ -283,6 +289,7 @@ public final class Worker: Sendable {
             switch result {
             case .success(let r):
                 reads = r
+                groupLoss.noteRead(connects: connectsSoFar)
                 conditions.clear("read", "reading streams again")
             case .failure(let error):
                 await readFailed(error, streams: healthy)
@@ -429,7 +436,10 @@ public final class Worker: Sendable {
         let position = StreamID.furthest(recorded, known)
         let reply = try await redis.pipeline([.script(GroupScripts.createOrAdvance, keys: [stream], args: [group, position ?? "0"])])[0]
         if let e = reply.errorMessage { throw RedisError(.server, "XGROUP CREATE \(stream) \(group): \(e)") }
-        if reply.int == 1, let position {
+        if reply.int == 1, restoring, await groupLoss.groupRecreated(stream, group: group, from: position, connects: connectsSoFar,
+                                                                                          redis: redis, logger: logger) {
+            // Redis restarted without its data: said once, with what it means (`GroupLoss`).
+        } else if reply.int == 1, let position {
             logger.error(restoring
                 ? "CONSUMER GROUP WAS DESTROYED under the running worker; recreated it where reading had reached instead of replaying the stream. Entries that were pending in the old group (delivered, not acknowledged) are no longer tracked by it: those in flight on a worker are still finished; those of workers that died are not redelivered"
                 : "consumer group was missing; created it where the recorded position says reading had reached, instead of replaying the stream",

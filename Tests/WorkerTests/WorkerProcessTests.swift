@@ -150,6 +150,38 @@ import TestSupport
         #expect(planned == Set(feedIDs))
     }
 
+    /// A Redis restart without persistence takes the streams and the group with it: the worker
+    /// says so once, with what it means for the entries it had in flight, and does not blame
+    /// another worker for acknowledging them (there is none).
+    @Test func aRedisRestartWithoutItsDataIsNamedOnceNotBlamedOnAnotherWorker() async throws {
+        let server = try await RedisServer()  // nothing persisted
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let worker = try startActivitycast(["worker", "--consumer", "amnesia"], redis: server,
+                                           settings: workerEnv(settings, ["worker.max_in_flight": "4000"]), logName: "amnesia")
+        defer { worker.removeLogs() }
+        _ = try await publish(redis, settings, count: 20_000)
+        #expect(await eventually { plannedEntries(worker.stderr).count > 50 })
+        await server.crash()
+        try await Task.sleep(for: .milliseconds(300))
+        try await server.start()
+        let after = try await eventuallyPublish(redis, settings, count: 500, from: 20_000)
+        #expect(await eventually(timeout: .seconds(60)) { Set(plannedEntries(worker.stderr)).isSuperset(of: after) })
+        #expect(await eventually(timeout: .seconds(60)) { await allDrained(redis, settings) })
+        #expect(await worker.stop() == 0)
+        let lines = jsonLogLines(worker.stderr)
+        let stopped = try #require(stoppedLine(worker.stderr))
+        // Entries were in flight when Redis went: their acknowledgements found nothing.
+        #expect(Int(stopped["ack_missed"] ?? "") ?? 0 > 0, "\(stopped)")
+        #expect(!lines.contains { $0["msg"]?.contains("acknowledged by another worker") == true })
+        #expect(!lines.contains { $0["msg"]?.contains("CONSUMER GROUP WAS DESTROYED") == true })
+        let named = lines.filter { $0["msg"]?.hasPrefix("REDIS RESTARTED WITHOUT ITS DATA") == true }
+        #expect(named.count == 1, "\(named)")
+        #expect(named.first?["msg"]?.contains("Entries the workers had in flight are finished") == true)
+        #expect(named.first?["redis_uptime_s"] != nil && named.first?["redis_run_id"] != nil)
+    }
+
     /// Publishes once Redis answers again after a restart.
     func eventuallyPublish(_ redis: RedisConnection, _ settings: Settings, count: Int, from: Int) async throws -> [String] {
         for _ in 0..<100 {
