@@ -46,9 +46,9 @@ struct EntryProcessor: Sendable {
     let groupLoss: GroupLoss
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
-         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss = GroupLoss()) {
+         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil) {
         self.sender = sender
-        self.groupLoss = groupLoss
+        self.groupLoss = groupLoss ?? GroupLoss(connections: [redis])
         self.routes = routes
         self.settings = settings
         self.redis = redis
@@ -101,7 +101,7 @@ struct EntryProcessor: Sendable {
                  order: UInt64? = nil) async -> Outcome {
         defer { if let order { readOrder.done(order) } }
         guard !entries.isEmpty else { return Outcome() }
-        let baseline = GroupLoss.Baseline(at: .now, connects: redis.stats.connects)
+        let baseline = groupLoss.baseline()
         guard redelivered, entries.count > 1 else {
             return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil, order: order,
                                             baseline: baseline)

@@ -8,10 +8,10 @@ import Synchronization
 /// - **Redis restarted without its data** (no persistence, or its last writes lost): the group
 ///   no longer knows the entries it had delivered — without persistence the group and the stream
 ///   are gone, and the next read recreates the group. The acknowledgements of entries in flight
-///   find nothing. Seen as: the worker's Redis connection reconnected since the entries were
-///   read, and Redis's `uptime_in_seconds` (`INFO server`) is shorter than the time since.
-///   Logged once per Redis process (`run_id`), whether a missed acknowledgement or a group's
-///   recreation (`NOGROUP`) sees it first.
+///   find nothing. Seen as: the worker's connections reconnected since the entries were read,
+///   and Redis's `run_id` (`INFO server`) is not the one it had then. Logged once per Redis
+///   process, whether a missed acknowledgement or the group's recreation (`NOGROUP`) sees it
+///   first.
 /// - **The group was destroyed and recreated** (`XGROUP DESTROY`, the stream deleted) with
 ///   Redis running on: this worker recreated it since the entries were read (after `NOGROUP`),
 ///   or the group is missing now. Once per recreation.
@@ -20,8 +20,15 @@ import Synchronization
 ///
 /// Before, every missed acknowledgement was put down to another worker, also after a Redis
 /// restart, once per batch in flight.
+///
+/// Which Redis process served the worker when: `observe` records the `run_id` each time the
+/// worker's connections have connected a new number of times (at start, then after a read that
+/// follows a reconnect: one `INFO server` per reconnect). A reconnect since a batch began, and a
+/// `run_id` other than the one recorded for the connection count it began at, is a restart.
+/// (`uptime_in_seconds` alone can't say it: Redis counts it in whole seconds of the wall clock,
+/// so 0.2 s after a start it may say 1.)
 final class GroupLoss: Sendable {
-    /// What a batch's processing started from: when, and how often the processing connection had
+    /// What a batch's processing started from: when, and how often the worker's connections had
     /// connected by then.
     struct Baseline: Sendable {
         var at: ContinuousClock.Instant
@@ -33,26 +40,55 @@ final class GroupLoss: Sendable {
         var recreated: [String: ContinuousClock.Instant] = [:]
         /// Incidents already logged.
         var reported: Set<String> = []
+        /// `run_id` by the connections' connect count it was seen at (the last few).
+        var runIDs: [(connects: Int, runID: String)] = []
+        /// When a read through the group last succeeded (the groups existed then), and the
+        /// connect count then.
+        var lastRead: (at: ContinuousClock.Instant, connects: Int)?
     }
 
     private let state = Mutex(State())
-    /// When a read through the group last succeeded (ms since `born`): the groups existed then;
-    /// and how often the worker's connections had connected by then.
-    private let born = ContinuousClock.now
-    private let lastReadMillis = Atomic<Int64>(0)
-    private let lastReadConnects = Atomic<Int>(0)
+    /// The worker's connections (reading, processing): their connect counts, summed, grow when
+    /// Redis restarts under the worker.
+    private let connections: [RedisConnection]
 
-    /// A read of the input streams through the group succeeded; the worker's connections had
-    /// connected `connects` times (summed).
-    func noteRead(connects: Int) {
-        let d = (ContinuousClock.now - born).components
-        lastReadMillis.store(d.seconds * 1000 + d.attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
-        lastReadConnects.store(connects, ordering: .relaxed)
+    init(connections: [RedisConnection]) {
+        self.connections = connections
     }
 
-    /// How long ago the groups were last seen to exist (a successful read).
-    private var sinceGroupsSeen: Duration {
-        (ContinuousClock.now - born) - .milliseconds(lastReadMillis.load(ordering: .relaxed))
+    var connectsSoFar: Int { connections.reduce(0) { $0 + $1.stats.connects } }
+
+    func baseline() -> Baseline { Baseline(at: .now, connects: connectsSoFar) }
+
+    /// A read of the input streams through the group succeeded.
+    func noteRead() {
+        let connects = connectsSoFar
+        state.withLock { $0.lastRead = (.now, connects) }
+    }
+
+    /// Whether `observe` has something to learn: no `run_id` known for the current connect count.
+    var needsObservation: Bool {
+        let connects = connectsSoFar
+        return state.withLock { s in !s.runIDs.contains { $0.connects == connects } }
+    }
+
+    /// Records which Redis process (`run_id`) serves the current connect count.
+    func observe(_ redis: RedisConnection) async {
+        let before = connectsSoFar
+        guard let process = await Self.redisProcess(redis), connectsSoFar == before else { return }
+        state.withLock { s in
+            guard !s.runIDs.contains(where: { $0.connects == before }) else { return }
+            s.runIDs.append((before, process.runID))
+            if s.runIDs.count > 8 { s.runIDs.removeFirst() }
+        }
+    }
+
+    /// Whether Redis (now `current`) is another process than at connect count `connects`, when
+    /// the connections reconnected since. nil when it can't be told (no `run_id` recorded then).
+    private func restarted(since connects: Int, current: RedisProcess) -> Bool? {
+        guard connectsSoFar > connects else { return false }
+        guard let then = state.withLock({ s in s.runIDs.last { $0.connects == connects }?.runID }) else { return nil }
+        return then != current.runID
     }
 
     /// `INFO server`'s `run_id` and `uptime_in_seconds`.
@@ -70,11 +106,6 @@ final class GroupLoss: Sendable {
             self.runID = runID
             uptimeSeconds = uptime
         }
-
-        /// Whether this Redis process started less than `duration` ago. `uptime_in_seconds`
-        /// is whole seconds, rounded down: below `duration` it may still have started a little
-        /// before; callers also require a reconnect since.
-        func startedWithin(_ duration: Duration) -> Bool { Double(uptimeSeconds) < duration.seconds }
     }
 
     static func redisProcess(_ redis: RedisConnection) async -> RedisProcess? {
@@ -85,9 +116,10 @@ final class GroupLoss: Sendable {
     /// The message for a Redis that came back without its data.
     static let lostDataMessage = "REDIS RESTARTED WITHOUT ITS DATA (no persistence, or its last writes lost): the consumer group "
         + "no longer knows the entries it had delivered; without persistence the streams and their group were lost, and the group "
-        + "is recreated on each stream where reading had reached. Entries the workers had in flight are finished (their registrations written to "
-        + "the restarted Redis, their pushes sent), but their acknowledgements find nothing, since the new group never delivered "
-        + "them: they are not delivered again (no other worker took them). Entries the streams held that no worker had read are gone"
+        + "is recreated on each stream where reading had reached. Entries the workers had in flight are finished (their "
+        + "registrations written to the restarted Redis, their pushes sent), but their acknowledgements find nothing, since the new "
+        + "group never delivered them: they are not delivered again (no other worker took them). Entries the streams held that no "
+        + "worker had read are gone"
 
     /// Logs `lostDataMessage` (`stream`: where this worker noticed) unless it was logged for this
     /// Redis process: once per restart, not per stream or batch.
@@ -100,16 +132,17 @@ final class GroupLoss: Sendable {
         logger.error("\(Self.lostDataMessage)", metadata: meta)
     }
 
-    /// The worker recreated `stream`'s group after `NOGROUP` (`restoring`). `connects`: how often
-    /// its connections have connected (summed, as for `noteRead`). Returns true if it logged why
-    /// (Redis came back without its data: a connection reconnected since the last read through
-    /// the group, and Redis started since); false leaves the caller to say the group was destroyed.
-    func groupRecreated(_ stream: String, group: String, from position: String?, connects: Int, redis: RedisConnection,
-                        logger: Logger) async -> Bool {
-        let since = sinceGroupsSeen
-        state.withLock { $0.recreated[stream] = .now }
-        guard connects > lastReadConnects.load(ordering: .relaxed),
-              let process = await Self.redisProcess(redis), process.startedWithin(since) else { return false }
+    /// The worker recreated `stream`'s group after `NOGROUP` (`restoring`). Returns true if it
+    /// logged why (Redis came back without its data since the last read through the group);
+    /// false leaves the caller to say the group was destroyed.
+    func groupRecreated(_ stream: String, group: String, from position: String?, redis: RedisConnection, logger: Logger) async -> Bool {
+        let lastRead = state.withLock { s in
+            s.recreated[stream] = .now
+            return s.lastRead
+        }
+        guard let lastRead, let process = await Self.redisProcess(redis), restarted(since: lastRead.connects, current: process) == true else {
+            return false
+        }
         reportLostData(stream, process, logger: logger, ["group": "\(group)", "from_id": "\(position ?? "0-0")"])
         return true
     }
@@ -118,14 +151,18 @@ final class GroupLoss: Sendable {
     /// found `missed` of them no longer pending: says why (see above).
     func explainMissedAcknowledgements(stream: String, group: String, missed: Int, acknowledged: Int, since baseline: Baseline,
                                        redis: RedisConnection, logger: Logger) async {
-        let elapsed = ContinuousClock.now - baseline.at
-        let reconnected = redis.stats.connects > baseline.connects
         let replies = try? await redis.pipeline([RedisCommand("INFO", "server"), RedisCommand("XINFO", "GROUPS", stream)])
-        let process = replies?[0].string.flatMap(RedisProcess.init(info:))
         let counts: Logger.Metadata = ["group": "\(group)", "unacknowledged": "\(missed)", "of": "\(acknowledged)"]
-        if reconnected, let process, process.startedWithin(elapsed) {
-            reportLostData(stream, process, logger: logger, counts)
-            return
+        if let process = replies?[0].string.flatMap(RedisProcess.init(info:)) {
+            // Without a run_id recorded then, only an uptime shorter than the time since by more
+            // than its rounding says it.
+            let elapsed = ContinuousClock.now - baseline.at
+            let restart = restarted(since: baseline.connects, current: process)
+                ?? (Double(process.uptimeSeconds) + 1 < elapsed.seconds)
+            if restart {
+                reportLostData(stream, process, logger: logger, counts)
+                return
+            }
         }
         var groupMissing = false
         if let reply = replies?[1] {

@@ -32,7 +32,7 @@ public final class Worker: Sendable {
     private let conditions: ConditionLog
     private let stop = StopSignal()
     /// Tells a Redis that lost its data, a destroyed group and another worker's acknowledgement apart.
-    private let groupLoss = GroupLoss()
+    private let groupLoss: GroupLoss
     /// Entries read and not yet finished; batch tasks decrement it.
     let inFlight = Atomic<Int>(0)
     /// When the read loop last made progress (a read round ended, a wait ended), in milliseconds
@@ -89,6 +89,7 @@ public final class Worker: Sendable {
         self.reader = RedisConnection(configuration: readerConfig)
         let redis = RedisConnection(configuration: commandConfig)
         self.redis = redis
+        self.groupLoss = GroupLoss(connections: [reader, redis])
         var sliceConfig = settings.redisConfiguration
         sliceConfig.clientName = "activitycast-slicework-\(consumer)"
         let sliceRedis = RedisConnection(configuration: sliceConfig)
@@ -170,10 +171,6 @@ public final class Worker: Sendable {
         (ContinuousClock.now - born) - .milliseconds(progressMillis.load(ordering: .relaxed))
     }
 
-    /// How often the reading and processing connections have connected, summed: grows when Redis
-    /// restarts under the worker (`GroupLoss`).
-    private var connectsSoFar: Int { reader.stats.connects + redis.stats.connects }
-
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
         let a = reader.stats, b = redis.stats
@@ -199,6 +196,7 @@ public final class Worker: Sendable {
         noteProgress()
         try await preflight()
         await ensureGroups()
+        await groupLoss.observe(redis)
         noteProgress()
 
         // Wake-ups, not a queue: the loop reads them only while it waits (at the in-flight bound,
@@ -289,7 +287,9 @@ public final class Worker: Sendable {
             switch result {
             case .success(let r):
                 reads = r
-                groupLoss.noteRead(connects: connectsSoFar)
+                groupLoss.noteRead()
+                // After a reconnect: which Redis process serves the worker now (`GroupLoss`).
+                if groupLoss.needsObservation { await groupLoss.observe(redis) }
                 conditions.clear("read", "reading streams again")
             case .failure(let error):
                 await readFailed(error, streams: healthy)
@@ -436,8 +436,7 @@ public final class Worker: Sendable {
         let position = StreamID.furthest(recorded, known)
         let reply = try await redis.pipeline([.script(GroupScripts.createOrAdvance, keys: [stream], args: [group, position ?? "0"])])[0]
         if let e = reply.errorMessage { throw RedisError(.server, "XGROUP CREATE \(stream) \(group): \(e)") }
-        if reply.int == 1, restoring, await groupLoss.groupRecreated(stream, group: group, from: position, connects: connectsSoFar,
-                                                                                          redis: redis, logger: logger) {
+        if reply.int == 1, restoring, await groupLoss.groupRecreated(stream, group: group, from: position, redis: redis, logger: logger) {
             // Redis restarted without its data: said once, with what it means (`GroupLoss`).
         } else if reply.int == 1, let position {
             logger.error(restoring
