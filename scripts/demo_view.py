@@ -59,6 +59,8 @@ def stats(listen, cert):
           f"channels created {s.get('channelsCreated')}, deleted {s.get('channelsDeleted')}")
     print(f"  by status {s.get('byStatus')}, refused by reason {s.get('byReason')}, "
           f"ignored by a device (older than what it shows, or after its end) {s.get('notDisplayed')}")
+    print(f"  sent twice: states a device already showed {s.get('repeatedStates')}, "
+          f"alerts a device already had for the event {s.get('repeatedAlerts')}")
 
 
 def sent(paths):

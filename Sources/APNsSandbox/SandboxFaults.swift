@@ -1,6 +1,9 @@
-/// Faults the sandbox injects, changeable at run time (`SandboxState.updateFaults`, or
-/// `POST /sandbox/faults` with this type as JSON: keys as below, any omitted key takes its
-/// default, so `{"tooManyRequestsRate":0.1}` alone is valid).
+/// Faults the sandbox injects, changeable at run time: `SandboxState.updateFaults`, or
+/// `POST /sandbox/faults` with this type as JSON (keys as below), which replaces the whole set —
+/// any omitted key takes its default, so `{"tooManyRequestsRate":0.1}` alone is valid and turns
+/// every other fault off; or `PATCH /sandbox/faults`, which changes only the keys given (`null`
+/// resets one to its default) and keeps the others (`SandboxState.patchFaults`). Both answer
+/// with the whole set now in force, every key named.
 ///
 /// Per-request faults are decided with one random draw each, after routing and before any
 /// validation, in this order: `resetRate`; then one draw split between 429, 500 and 503 (so each
@@ -61,20 +64,41 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, seed, only
     }
 
+    /// The JSON keys, as `POST`/`PATCH /sandbox/faults` take them.
+    public static let keys: Set<String> = [
+        "tooManyRequestsRate", "internalErrorRate", "unavailableRate", "slowResponseRate", "slowResponseDelayMillis",
+        "goAwayAfterStreams", "resetRate", "unregisteredTokens", "expiredTokens", "seed", "only",
+    ]
+
+    /// Decoding starts from `SandboxFaults.patchBase` in the decoder's `userInfo` (a `PATCH`:
+    /// the faults in force), else from the defaults (a `POST`). A key given replaces the base's
+    /// value; `null` resets it to its default; a key not given keeps the base's.
+    public static let patchBase = CodingUserInfoKey(rawValue: "SandboxFaults.patchBase")!
+
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
+        let base = decoder.userInfo[Self.patchBase] as? SandboxFaults ?? SandboxFaults()
+        let defaults = SandboxFaults()
+        func value<T: Decodable>(_ type: T.Type, _ key: CodingKeys, _ keep: T, _ reset: T) throws -> T {
+            guard c.contains(key) else { return keep }
+            return try c.decodeIfPresent(type, forKey: key) ?? reset
+        }
+        func optional<T: Decodable>(_ type: T.Type, _ key: CodingKeys, _ keep: T?) throws -> T? {
+            c.contains(key) ? try c.decodeIfPresent(type, forKey: key) : keep
+        }
         self.init(
-            tooManyRequestsRate: try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsRate) ?? 0,
-            internalErrorRate: try c.decodeIfPresent(Double.self, forKey: .internalErrorRate) ?? 0,
-            unavailableRate: try c.decodeIfPresent(Double.self, forKey: .unavailableRate) ?? 0,
-            slowResponseRate: try c.decodeIfPresent(Double.self, forKey: .slowResponseRate) ?? 0,
-            slowResponseDelayMillis: try c.decodeIfPresent(Int64.self, forKey: .slowResponseDelayMillis) ?? 0,
-            goAwayAfterStreams: try c.decodeIfPresent(Int.self, forKey: .goAwayAfterStreams),
-            resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
-            unregisteredTokens: try c.decodeIfPresent([String: Int64].self, forKey: .unregisteredTokens) ?? [:],
-            expiredTokens: try c.decodeIfPresent(Set<String>.self, forKey: .expiredTokens) ?? [],
-            seed: try c.decodeIfPresent(UInt64.self, forKey: .seed),
-            only: try c.decodeIfPresent(Set<RequestKind>.self, forKey: .only) ?? [])
+            tooManyRequestsRate: try value(Double.self, .tooManyRequestsRate, base.tooManyRequestsRate, defaults.tooManyRequestsRate),
+            internalErrorRate: try value(Double.self, .internalErrorRate, base.internalErrorRate, defaults.internalErrorRate),
+            unavailableRate: try value(Double.self, .unavailableRate, base.unavailableRate, defaults.unavailableRate),
+            slowResponseRate: try value(Double.self, .slowResponseRate, base.slowResponseRate, defaults.slowResponseRate),
+            slowResponseDelayMillis: try value(Int64.self, .slowResponseDelayMillis, base.slowResponseDelayMillis,
+                                               defaults.slowResponseDelayMillis),
+            goAwayAfterStreams: try optional(Int.self, .goAwayAfterStreams, base.goAwayAfterStreams),
+            resetRate: try value(Double.self, .resetRate, base.resetRate, defaults.resetRate),
+            unregisteredTokens: try value([String: Int64].self, .unregisteredTokens, base.unregisteredTokens, defaults.unregisteredTokens),
+            expiredTokens: try value(Set<String>.self, .expiredTokens, base.expiredTokens, defaults.expiredTokens),
+            seed: try optional(UInt64.self, .seed, base.seed),
+            only: try value(Set<RequestKind>.self, .only, base.only, defaults.only))
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -84,11 +108,12 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         try c.encode(unavailableRate, forKey: .unavailableRate)
         try c.encode(slowResponseRate, forKey: .slowResponseRate)
         try c.encode(slowResponseDelayMillis, forKey: .slowResponseDelayMillis)
-        try c.encodeIfPresent(goAwayAfterStreams, forKey: .goAwayAfterStreams)
+        // Every key, unset ones as null: an answer names the whole set in force.
+        try c.encode(goAwayAfterStreams, forKey: .goAwayAfterStreams)
         try c.encode(resetRate, forKey: .resetRate)
         try c.encode(unregisteredTokens, forKey: .unregisteredTokens)
         try c.encode(expiredTokens.sorted(), forKey: .expiredTokens)
-        try c.encodeIfPresent(seed, forKey: .seed)
+        try c.encode(seed, forKey: .seed)
         try c.encode(only.map(\.rawValue).sorted(), forKey: .only)
     }
 
@@ -125,4 +150,9 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         (resetRate > 0 || tooManyRequestsRate > 0 || internalErrorRate > 0 || unavailableRate > 0 || slowResponseRate > 0)
             && (only.isEmpty || only.contains(kind))
     }
+}
+
+/// Why a fault set can't be used (`SandboxFaults.problem`).
+public struct SandboxFaultsProblem: Error, CustomStringConvertible {
+    public var description: String
 }

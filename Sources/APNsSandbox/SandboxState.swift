@@ -1,5 +1,6 @@
 import ActivityCastCore
 import APNsCore
+import Foundation
 import HTTP2Kit
 import Synchronization
 
@@ -102,6 +103,30 @@ public final class SandboxState: Sendable {
     /// Replaces the faults. A seed restarts the fault sequence.
     public func updateFaults(_ faults: SandboxFaults) {
         store.withLock { $0.setFaults(faults) }
+    }
+
+    /// Changes only the faults that `json` (an object of `SandboxFaults` keys) names: a key given
+    /// replaces that fault, `null` resets it to its default, the others stay as they are; the
+    /// fault sequence restarts only if it names a `seed`. All or nothing: throws (and changes
+    /// nothing) if the result is not a valid set. Returns the faults now in force.
+    @discardableResult
+    public func patchFaults(json: [UInt8]) throws -> SandboxFaults {
+        let namesSeed: Bool
+        if case .object(let members)? = JSONValue.parse(json) { namesSeed = members["seed"] != nil } else { namesSeed = false }
+        // Decoded outside the lock, set only if no other change came in between (else again).
+        while true {
+            let current = faults
+            let decoder = JSONDecoder()
+            decoder.userInfo[SandboxFaults.patchBase] = current
+            let patched = try decoder.decode(SandboxFaults.self, from: Data(json))
+            if let problem = patched.problem { throw SandboxFaultsProblem(description: problem) }
+            let now: SandboxFaults? = store.withLock { store in
+                guard store.faults == current else { return nil }
+                store.setFaults(patched, restartingSequence: namesSeed)
+                return store.faults
+            }
+            if let now { return now }
+        }
     }
 
     /// From now on, pushes to `token` answer 410 `Unregistered` with `timestampMillis` (the time

@@ -42,10 +42,13 @@ struct EntryProcessor: Sendable {
 
     /// The send path (nil: plans are only logged, `worker.send: false`).
     let sender: Sender?
+    /// Says why an acknowledgement found entries no longer pending.
+    let groupLoss: GroupLoss
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
-         sender: Sender? = nil, routes: RouteSet = .shipped) {
+         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil) {
         self.sender = sender
+        self.groupLoss = groupLoss ?? GroupLoss(connections: [redis])
         self.routes = routes
         self.settings = settings
         self.redis = redis
@@ -98,8 +101,10 @@ struct EntryProcessor: Sendable {
                  order: UInt64? = nil) async -> Outcome {
         defer { if let order { readOrder.done(order) } }
         guard !entries.isEmpty else { return Outcome() }
+        let baseline = groupLoss.baseline()
         guard redelivered, entries.count > 1 else {
-            return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil, order: order)
+            return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil, order: order,
+                                            baseline: baseline)
         }
         // An entry that was started before and never finished may be what killed the worker that
         // had it. Process those one at a time, so that such an entry takes down only itself and
@@ -109,15 +114,15 @@ struct EntryProcessor: Sendable {
             let reply = try await redis.send(RedisCommand("HMGET", [errorsKey(feed.stream)] + entries.map { "\($0.id)#n" }))
             started = (reply.array ?? []).map { $0.int ?? 0 }
         } catch {
-            return await processWithRetries(feed: feed, entries: entries, redelivered: true, retryUntil: retryUntil)
+            return await processWithRetries(feed: feed, entries: entries, redelivered: true, retryUntil: retryUntil, baseline: baseline)
         }
         var fresh: [StreamEntry] = [], suspects: [StreamEntry] = []
         for (index, entry) in entries.enumerated() {
             if index < started.count, started[index] > 0 { suspects.append(entry) } else { fresh.append(entry) }
         }
-        var total = await processWithRetries(feed: feed, entries: fresh, redelivered: true, retryUntil: retryUntil)
+        var total = await processWithRetries(feed: feed, entries: fresh, redelivered: true, retryUntil: retryUntil, baseline: baseline)
         for entry in suspects {
-            let one = await processWithRetries(feed: feed, entries: [entry], redelivered: true, retryUntil: retryUntil)
+            let one = await processWithRetries(feed: feed, entries: [entry], redelivered: true, retryUntil: retryUntil, baseline: baseline)
             total.finished += one.finished
             total.refusal = total.refusal ?? one.refusal
         }
@@ -125,12 +130,12 @@ struct EntryProcessor: Sendable {
     }
 
     private func processWithRetries(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, retryUntil: ContinuousClock.Instant,
-                                    order: UInt64? = nil) async -> Outcome {
+                                    order: UInt64? = nil, baseline: GroupLoss.Baseline) async -> Outcome {
         guard !entries.isEmpty else { return Outcome() }
         var attempt = 0
         while true {
             do {
-                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered, order: order)
+                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered, order: order, baseline: baseline)
             } catch let error as RedisError where error.isConnectionProblem && ContinuousClock.now < retryUntil {
                 attempt += 1
                 if attempt == 1 || attempt % 20 == 0 {
@@ -148,7 +153,8 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?) async throws -> Outcome {
+    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?,
+                                baseline: GroupLoss.Baseline) async throws -> Outcome {
         let errors = errorsKey(feed.stream)
         // Redelivered entries: count this attempt before doing anything (so an entry that kills
         // every worker that takes it still runs out of attempts), and fetch the last errors.
@@ -338,7 +344,8 @@ struct EntryProcessor: Sendable {
                     if !records.isEmpty { _ = try? await redis.pipeline(records.map { RedisCommand("UNLINK", $0) }) }
                     if n < ackIDs.count {
                         counters?.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
-                        logger.warning("entries were already acknowledged by another worker", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count - n)"])
+                        await groupLoss.explainMissedAcknowledgements(stream: feed.stream, group: settings.group, missed: ackIDs.count - n,
+                                                                      acknowledged: ackIDs.count, since: baseline, redis: redis, logger: logger)
                     }
                 }
             }

@@ -31,6 +31,8 @@ public final class Worker: Sendable {
     private let logger: Logger
     private let conditions: ConditionLog
     private let stop = StopSignal()
+    /// Tells a Redis that lost its data, a destroyed group and another worker's acknowledgement apart.
+    private let groupLoss: GroupLoss
     /// Entries read and not yet finished; batch tasks decrement it.
     let inFlight = Atomic<Int>(0)
     /// When the read loop last made progress (a read round ended, a wait ended), in milliseconds
@@ -87,6 +89,7 @@ public final class Worker: Sendable {
         self.reader = RedisConnection(configuration: readerConfig)
         let redis = RedisConnection(configuration: commandConfig)
         self.redis = redis
+        self.groupLoss = GroupLoss(connections: [reader, redis])
         var sliceConfig = settings.redisConfiguration
         sliceConfig.clientName = "activitycast-slicework-\(consumer)"
         let sliceRedis = RedisConnection(configuration: sliceConfig)
@@ -130,7 +133,7 @@ public final class Worker: Sendable {
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
-                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes)
+                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes, groupLoss: groupLoss)
     }
 
     public enum Mode: Sendable { case full, decodeOnly }
@@ -193,6 +196,7 @@ public final class Worker: Sendable {
         noteProgress()
         try await preflight()
         await ensureGroups()
+        await groupLoss.observe(redis)
         noteProgress()
 
         // Wake-ups, not a queue: the loop reads them only while it waits (at the in-flight bound,
@@ -283,6 +287,9 @@ public final class Worker: Sendable {
             switch result {
             case .success(let r):
                 reads = r
+                groupLoss.noteRead()
+                // After a reconnect: which Redis process serves the worker now (`GroupLoss`).
+                if groupLoss.needsObservation { await groupLoss.observe(redis) }
                 conditions.clear("read", "reading streams again")
             case .failure(let error):
                 await readFailed(error, streams: healthy)
@@ -430,7 +437,9 @@ public final class Worker: Sendable {
         let position = StreamID.furthest(recorded, known)
         let reply = try await redis.pipeline([.script(GroupScripts.createOrAdvance, keys: [stream], args: [group, position ?? "0"])])[0]
         if let e = reply.errorMessage { throw RedisError(.server, "XGROUP CREATE \(stream) \(group): \(e)") }
-        if reply.int == 1, let position {
+        if reply.int == 1, restoring, await groupLoss.groupRecreated(stream, group: group, from: position, redis: redis, logger: logger) {
+            // Redis restarted without its data: said once, with what it means (`GroupLoss`).
+        } else if reply.int == 1, let position {
             logger.error(restoring
                 ? "CONSUMER GROUP WAS DESTROYED under the running worker; recreated it where reading had reached instead of replaying the stream. Entries that were pending in the old group (delivered, not acknowledged) are no longer tracked by it: those in flight on a worker are still finished; those of workers that died are not redelivered"
                 : "consumer group was missing; created it where the recorded position says reading had reached, instead of replaying the stream",

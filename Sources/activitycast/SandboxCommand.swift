@@ -14,7 +14,9 @@ struct SandboxCommand: AsyncParsableCommand {
         discussion: """
         With no keys given, it makes a development signing key (kid SANDBOXK01, team SANDBOXTM1) and a
         self-signed certificate in --dir, and `send`, `channels` and workers with no APNs configuration use
-        them. Faults can be set here or at run time: POST /sandbox/faults with a JSON body. Device views:
+        them. Faults can be set here or at run time: POST /sandbox/faults with a JSON body replaces the
+        whole set (omitted faults are turned off), PATCH /sandbox/faults changes only those it names;
+        both answer with the faults now in force. Device views:
         GET /sandbox/devices/<token>, GET /sandbox/channels/<id>, GET /sandbox/deliveries, GET /sandbox/stats.
         """)
 

@@ -32,6 +32,59 @@ import Testing
         #expect(s.faults == SandboxFaults())
     }
 
+    /// POST replaces the whole set and says so by answering with every fault in force; PATCH
+    /// changes only the faults it names.
+    @Test func postReplacesTheWholeSetAndPatchChangesOnlyWhatItNames() throws {
+        let s = f.sandbox()
+        func faults(_ r: SandboxResponse) throws -> SandboxFaults { try JSONDecoder().decode(SandboxFaults.self, from: Data(r.body)) }
+        var r = admin(s, "POST", "/sandbox/faults", #"{"internalErrorRate":0.5,"goAwayAfterStreams":100,"unregisteredTokens":{"\#(Fixture.token)":1}}"#)
+        #expect(r.status == 200)
+        // The answer names every fault, those left at their defaults (null when unset) included.
+        let named = try #require(r.json)
+        #expect(Set(named.keys) == SandboxFaults.keys, "\(named)")
+        #expect(named["tooManyRequestsRate"] as? Double == 0 && named["seed"] is NSNull && named["goAwayAfterStreams"] as? Int == 100)
+
+        // PATCH: one fault changes, the others stay.
+        r = admin(s, "PATCH", "/sandbox/faults", #"{"tooManyRequestsRate":0.25}"#)
+        #expect(r.status == 200)
+        let expected = SandboxFaults(tooManyRequestsRate: 0.25, internalErrorRate: 0.5, goAwayAfterStreams: 100,
+                                     unregisteredTokens: [Fixture.token: 1])
+        #expect(try faults(r) == expected && s.faults == expected)
+        // null resets one fault to its default.
+        r = admin(s, "PATCH", "/sandbox/faults", #"{"goAwayAfterStreams":null,"internalErrorRate":null}"#)
+        #expect(try faults(r) == SandboxFaults(tooManyRequestsRate: 0.25, unregisteredTokens: [Fixture.token: 1]))
+        // All or nothing: an invalid value, a wrong type or an unknown key changes nothing.
+        for bad in [#"{"internalErrorRate":0.5,"tooManyRequestsRate":2}"#, #"{"resetRate":"often"}"#, #"{"tooManyRequestRate":1}"#, "[]"] {
+            #expect(admin(s, "PATCH", "/sandbox/faults", bad).status == 400, "\(bad)")
+            #expect(s.faults == SandboxFaults(tooManyRequestsRate: 0.25, unregisteredTokens: [Fixture.token: 1]), "\(bad)")
+        }
+        // A misspelt key in a POST no longer resets everything silently either.
+        #expect(admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestRate":1}"#).status == 400)
+        #expect(s.faults.tooManyRequestsRate == 0.25)
+        // POST replaces everything: what it omits is off again.
+        r = admin(s, "POST", "/sandbox/faults", #"{"unavailableRate":1}"#)
+        #expect(try faults(r) == SandboxFaults(unavailableRate: 1) && s.faults == SandboxFaults(unavailableRate: 1))
+        #expect(admin(s, "DELETE", "/sandbox/faults").status == 405)
+    }
+
+    /// A PATCH that names no seed leaves the fault sequence where it is; one that does restarts it.
+    @Test func patchRestartsTheFaultSequenceOnlyWithASeed() throws {
+        func outcomes(_ s: SandboxState, _ n: Int) throws -> [Int] {
+            try (0..<n).map { _ in s.handle(try f.devicePush(), nowMillis: Fixture.now).status }
+        }
+        let s = f.sandbox()
+        #expect(admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestsRate":0.5,"seed":42}"#).status == 200)
+        let first = try outcomes(s, 40)
+        #expect(first.contains(429) && first.contains(200))
+        #expect(admin(s, "POST", "/sandbox/faults", #"{"tooManyRequestsRate":0.5,"seed":42}"#).status == 200)
+        let twenty = try outcomes(s, 20)
+        #expect(twenty == Array(first.prefix(20)))
+        #expect(admin(s, "PATCH", "/sandbox/faults", #"{"slowResponseDelayMillis":0}"#).status == 200)
+        #expect(try outcomes(s, 20) == Array(first.suffix(20)))
+        #expect(admin(s, "PATCH", "/sandbox/faults", #"{"seed":42}"#).status == 200)
+        #expect(try outcomes(s, 20) == Array(first.prefix(20)))
+    }
+
     @Test func unregisterThenPush() throws {
         let s = f.sandbox()
         let r = admin(s, "POST", "/sandbox/unregister", #"{"token":"\#(Fixture.token)","timestamp":1732233500000}"#)

@@ -14,9 +14,13 @@ public final class ChildProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var exitStatus: Int32?
 
-    /// Where the child's output goes: files (readable as `stdout`/`stderr`), or a pipe whose
-    /// reading end is already closed, so every write fails with EPIPE (a log reader that died).
-    public enum Output: Sendable { case files, closedPipe }
+    /// Where the child's output goes: files (readable as `stdout`/`stderr`), a pipe whose
+    /// reading end is already closed, so every write fails with EPIPE (a log reader that died),
+    /// or a pipe whose reading end stays open and is never read, so writes block once its
+    /// buffer (64 KiB) is full (a log reader that hangs).
+    public enum Output: Sendable { case files, closedPipe, unreadPipe }
+    /// The reading end of an `unreadPipe`, held until the child is gone.
+    private let heldPipe: Int32
 
     public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil,
                 logName: String = "child", output: Output = .files) throws {
@@ -34,16 +38,19 @@ public final class ChildProcess: @unchecked Sendable {
         case .files:
             posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
             posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        case .closedPipe:
+        case .closedPipe, .unreadPipe:
             guard pipe(&pipeFDs) == 0 else { throw RedisServerError(description: "pipe: \(String(cString: strerror(errno)))") }
             posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
             posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
             posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
             posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
         }
+        // Nobody reads. A closed pipe: the child's writes fail with EPIPE (and SIGPIPE unless it
+        // ignores it). An unread one: its reading end stays open here, so writes block once it is full.
+        heldPipe = output == .unreadPipe ? pipeFDs[0] : -1
         defer {
-            // Nobody reads: the child's writes fail with EPIPE (and SIGPIPE unless it ignores it).
-            if pipeFDs[0] >= 0 { close(pipeFDs[0]); close(pipeFDs[1]) }
+            if pipeFDs[1] >= 0 { close(pipeFDs[1]) }
+            if pipeFDs[0] >= 0 && output == .closedPipe { close(pipeFDs[0]) }
         }
 
         var attributes = posix_spawnattr_t()
@@ -68,7 +75,12 @@ public final class ChildProcess: @unchecked Sendable {
         }
         var child: pid_t = 0
         let rc = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
-        guard rc == 0 else { throw RedisServerError(description: "cannot start \(executable): \(String(cString: strerror(rc)))") }
+        guard rc == 0 else {
+            if heldPipe >= 0 { close(heldPipe) }
+            throw RedisServerError(description: "cannot start \(executable): \(String(cString: strerror(rc)))")
+        }
+        // Held by this process only, not by children spawned later.
+        if heldPipe >= 0 { _ = fcntl(heldPipe, F_SETFD, FD_CLOEXEC) }
         pid = child
         ChildRegistry.shared.add(child)
     }
@@ -79,6 +91,7 @@ public final class ChildProcess: @unchecked Sendable {
             _ = reap(block: true)
         }
         ChildRegistry.shared.remove(pid)
+        if heldPipe >= 0 { close(heldPipe) }
     }
 
     /// The exit status once the child has exited (collecting it with `waitpid`), else nil.

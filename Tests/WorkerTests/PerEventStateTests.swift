@@ -91,5 +91,9 @@ extension SendTests {
         #expect(await r.drainedAll())
         #expect(try await r.device(device) == nil, "the device was sent an entry that was acknowledged before its redelivery went out")
         #expect(await w2.stop() == 0)
+        // Its own acknowledgement found the entry acknowledged: by another consumer, and it says so.
+        let missed = jsonLogLines(w2.stderr).filter { $0["msg"]?.hasPrefix("entries were already acknowledged by another worker") == true }
+        #expect(missed.count == 1 && missed.first?["unacknowledged"] == "1" && missed.first?["stream"] == sports, "\(missed)")
+        #expect(!w2.stderr.contains("REDIS RESTARTED WITHOUT ITS DATA"))
     }
 }

@@ -150,6 +150,39 @@ import TestSupport
         #expect(planned == Set(feedIDs))
     }
 
+    /// A Redis restart without persistence takes the streams and the group with it: the worker
+    /// says so once, with what it means for the entries it had in flight, and does not blame
+    /// another worker for acknowledging them (there is none).
+    @Test func aRedisRestartWithoutItsDataIsNamedOnceNotBlamedOnAnotherWorker() async throws {
+        let server = try await RedisServer()  // nothing persisted
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let worker = try startActivitycast(["worker", "--consumer", "amnesia"], redis: server,
+                                           settings: workerEnv(settings, ["worker.max_in_flight": "4000"]), logName: "amnesia")
+        defer { worker.removeLogs() }
+        _ = try await publish(redis, settings, count: 20_000)
+        #expect(await eventually { plannedEntries(worker.stderr).count > 50 })
+        await server.crash()
+        try await Task.sleep(for: .milliseconds(300))
+        try await server.start()
+        let after = try await eventuallyPublish(redis, settings, count: 500, from: 20_000)
+        #expect(await eventually(timeout: .seconds(60)) { Set(plannedEntries(worker.stderr)).isSuperset(of: after) })
+        #expect(await eventually(timeout: .seconds(60)) { await allDrained(redis, settings) })
+        #expect(await worker.stop() == 0)
+        let lines = jsonLogLines(worker.stderr)
+        let stopped = try #require(stoppedLine(worker.stderr))
+        let told = lines.filter { $0["level"] != "info" }.map { "\($0["msg"]?.prefix(60) ?? "") \($0.filter { $0.key != "msg" })" }
+        // Entries were in flight when Redis went: their acknowledgements found nothing.
+        #expect(Int(stopped["ack_missed"] ?? "") ?? 0 > 0, "\(stopped)")
+        #expect(!lines.contains { $0["msg"]?.contains("acknowledged by another worker") == true })
+        #expect(!lines.contains { $0["msg"]?.contains("CONSUMER GROUP WAS DESTROYED") == true }, "\(told)")
+        let named = lines.filter { $0["msg"]?.hasPrefix("REDIS RESTARTED WITHOUT ITS DATA") == true }
+        #expect(named.count == 1, "\(told)")
+        #expect(named.first?["msg"]?.contains("Entries the workers had in flight are finished") == true)
+        #expect(named.first?["redis_uptime_s"] != nil && named.first?["redis_run_id"] != nil)
+    }
+
     /// Publishes once Redis answers again after a restart.
     func eventuallyPublish(_ redis: RedisConnection, _ settings: Settings, count: Int, from: Int) async throws -> [String] {
         for _ in 0..<100 {
@@ -182,5 +215,44 @@ import TestSupport
         // It stopped early: entries remain for the next worker.
         let remaining = try await groupState(redis, stream: settings.feeds[0].stream)
         #expect((remaining?.lag ?? 0) > 0)
+    }
+
+    /// A second signal ends a draining worker at once, from the signal handler: status 128 + the
+    /// signal (143 for SIGTERM, 130 for SIGINT), within 500 ms. The drain is held (Redis frozen)
+    /// so that the worker is still draining; with `unreadPipe`, its stderr is a pipe nobody reads,
+    /// so every log line blocks (a hung log reader), the signal handling's own included.
+    @Test(arguments: [(ChildProcess.Output.files, SIGTERM), (.files, SIGINT), (.unreadPipe, SIGTERM)])
+    func aSecondSignalExitsAtOnce(output: ChildProcess.Output, second: Int32) async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        _ = try await publish(redis, settings, count: 20_000)
+        let worker = try startActivitycast(["worker", "--consumer", "twice"], redis: server,
+                                           settings: workerEnv(settings, ["worker.shutdown_deadline_ms": "30000"]), logName: "twice", output: output)
+        defer { worker.removeLogs() }
+        if output == .files {
+            #expect(await eventually { plannedEntries(worker.stderr).count > 200 })
+        } else {
+            // Busy until its stderr filled up: 64 KiB is a few hundred plan lines.
+            #expect(await eventually { ((try? await groupState(redis, stream: settings.feeds[0].stream))?.pending ?? 0) > 0 })
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let redisPID = try #require(server.pid)
+        kill(redisPID, SIGSTOP)
+        defer { kill(redisPID, SIGCONT) }
+        worker.kill(signal: SIGTERM)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(worker.isRunning, "the drain waits for the frozen Redis")
+        let sent = ContinuousClock.now
+        worker.kill(signal: second)
+        let status = await worker.waitForExit(timeout: .seconds(10))
+        let took = ContinuousClock.now - sent
+        #expect(status == 128 + second, "\(worker.stderr.suffix(500))")
+        #expect(took < .milliseconds(500), "exited \(took) after the second signal")
+        if output == .files {
+            // The first signal was handled as before: logged, the drain begun.
+            #expect(jsonLogLines(worker.stderr).contains { $0["msg"] == "signal received: draining" })
+        }
     }
 }

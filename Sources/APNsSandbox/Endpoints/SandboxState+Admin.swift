@@ -11,12 +11,13 @@ import Foundation
 /// | `GET /sandbox/deliveries?limit=N` | 200 `{"deliveries":[…]}`, the newest N (default 100), oldest first |
 /// | `GET /sandbox/deliveries?since=S&limit=N` | 200 `{"deliveries":[…],"overwritten":M,"last":L}`: up to N (default 100) with a `sequence` above S, oldest first (page on with the last one's); M of those after S were already overwritten (the log keeps `--delivery-log` deliveries); L is the newest sequence number |
 /// | `GET /sandbox/stats` | 200 `SandboxStats.json` |
-/// | `GET /sandbox/faults` | 200 the faults in force (`SandboxFaults` as JSON) |
-/// | `POST /sandbox/faults` | body: `SandboxFaults` JSON (omitted keys take defaults; it replaces the faults) → 200 the new faults |
+/// | `GET /sandbox/faults` | 200 the faults in force (`SandboxFaults` as JSON, every key; unset ones `null`) |
+/// | `POST /sandbox/faults` | body: `SandboxFaults` JSON → 200 the faults now in force. It replaces the whole set: omitted keys take their defaults (off) |
+/// | `PATCH /sandbox/faults` | body: some `SandboxFaults` keys → 200 the faults now in force. Only the keys given change (`null`: back to the default); the others stay |
 /// | `POST /sandbox/unregister` | body `{"token":"<hex>","timestamp":<ms>}` (timestamp optional: now) → 200; the token answers 410 `Unregistered` |
 /// | `POST /sandbox/tier` | body `{"token":"<hex>","tier":"standard"\|"frequent"}` → 200; the token's budget tier |
 ///
-/// Errors: 400 (bad body), 404 (unknown path or nothing to show), 405 (wrong method), each with
+/// Errors: 400 (bad body, an unknown fault key: nothing changes), 404 (unknown path or nothing to show), 405 (wrong method), each with
 /// `{"error":"…"}`. Responses carry `content-type: application/json`.
 extension SandboxState {
     func handleAdmin(method: String, path: Substring, query: Substring?, body: [UInt8], nowMillis: Int64) -> SandboxResponse {
@@ -58,17 +59,31 @@ extension SandboxState {
             if let refused = require("GET") { return refused }
             return Self.adminJSON(stats.json)
         case ("faults", nil):
-            if let refused = require("GET", "POST") { return refused }
-            if method == "POST" {
-                let decoded: SandboxFaults
+            if let refused = require("GET", "POST", "PATCH") { return refused }
+            if method == "GET" { return Self.adminFaults(faults) }
+            guard case .object(let members)? = JSONValue.parse(body) else {
+                return Self.adminError(400, "the body must be a JSON object of faults (SandboxFaults keys)")
+            }
+            if let unknown = members.keys.sorted().first(where: { !SandboxFaults.keys.contains($0) }) {
+                return Self.adminError(400, "unknown fault '\(unknown.prefix(80))'; the faults are \(SandboxFaults.keys.sorted().joined(separator: ", "))")
+            }
+            if method == "PATCH" {
                 do {
-                    decoded = try JSONDecoder().decode(SandboxFaults.self, from: Data(body))
+                    return Self.adminFaults(try patchFaults(json: body))
+                } catch let problem as SandboxFaultsProblem {
+                    return Self.adminError(400, problem.description)
                 } catch {
                     return Self.adminError(400, "the body is not SandboxFaults JSON: \(error)")
                 }
-                if let problem = decoded.problem { return Self.adminError(400, problem) }
-                updateFaults(decoded)
             }
+            let decoded: SandboxFaults
+            do {
+                decoded = try JSONDecoder().decode(SandboxFaults.self, from: Data(body))
+            } catch {
+                return Self.adminError(400, "the body is not SandboxFaults JSON: \(error)")
+            }
+            if let problem = decoded.problem { return Self.adminError(400, problem) }
+            updateFaults(decoded)
             return Self.adminFaults(faults)
         case ("unregister", nil):
             if let refused = require("POST") { return refused }

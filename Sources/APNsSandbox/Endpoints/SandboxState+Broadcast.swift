@@ -132,6 +132,8 @@ extension SandboxStore {
         counters.delivered += 1
         counters.broadcasts += 1
         if !effect.displayed { counters.notDisplayed += 1 }
+        if effect.repeatedState { counters.repeatedStates += 1 }
+        if effect.repeatedAlert { counters.repeatedAlerts += 1 }
         return finish(Outcome(status: 200), effects: effects)
     }
 }

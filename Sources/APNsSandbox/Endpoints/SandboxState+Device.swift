@@ -135,6 +135,8 @@ extension SandboxStore {
         // Receipt times are taken before the lock, so a later push may carry an earlier time.
         if nowMicros > counters.lastDevicePushMicros { counters.lastDevicePushMicros = nowMicros }
         if !effect.displayed { counters.notDisplayed += 1 }
+        if effect.repeatedState { counters.repeatedStates += 1 }
+        if effect.repeatedAlert { counters.repeatedAlerts += 1 }
         if effect.overBudget { counters.overBudget += 1 }
         return finish(Outcome(status: 200), effects: effects)
     }

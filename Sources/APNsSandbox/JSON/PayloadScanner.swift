@@ -27,6 +27,10 @@ struct ScannedPayload: Sendable {
     var relevanceScore: Double?
     var inputPushToken: Bool
     var inputPushChannel: StringRef?
+    /// `JSONFingerprint`s of `content-state` and `alert` (what they mean, not how they are
+    /// spelled): how a device view tells a repeated state or alert.
+    var contentStateHash: UInt64?
+    var alertHash: UInt64?
 }
 
 /// Validates a push body and picks out its `aps` members in one pass, without building a tree.
@@ -69,8 +73,10 @@ enum PayloadScanner {
                 more = next
             }
             reader.skipWhitespace()
-            guard reader.atEnd, apsIsObject, let aps else { return nil }
-            return aps.payload()
+            guard reader.atEnd, apsIsObject, let aps, var payload = aps.payload() else { return nil }
+            payload.contentStateHash = payload.contentState.flatMap { JSONFingerprint.of(buffer, $0) }
+            payload.alertHash = payload.alert.flatMap { JSONFingerprint.of(buffer, $0) }
+            return payload
         }
     }
 

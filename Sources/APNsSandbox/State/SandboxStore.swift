@@ -58,12 +58,13 @@ struct SandboxStore {
         return s
     }
 
-    mutating func setFaults(_ new: SandboxFaults) {
+    /// Puts `new` in force; a seed restarts the fault sequence unless `restartingSequence` is false.
+    mutating func setFaults(_ new: SandboxFaults, restartingSequence: Bool = true) {
         faults = new.normalized()
         unregistered = Dictionary(faults.unregisteredTokens.compactMap { k, v in TokenKey(hex: k).map { ($0, v) } },
                                   uniquingKeysWith: { a, _ in a })
         expired = Set(faults.expiredTokens.compactMap { TokenKey(hex: $0) })
-        if let seed = new.seed { rng = SplitMix64(seed: seed) }
+        if restartingSequence, let seed = new.seed { rng = SplitMix64(seed: seed) }
     }
 
     mutating func markUnregistered(_ key: TokenKey, timestampMillis: Int64) {

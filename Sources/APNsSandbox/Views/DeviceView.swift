@@ -11,6 +11,16 @@ import ActivityCastCore
 /// budget are still shown (the device throttles them, delivering late rather than never) but
 /// counted in `overBudgetThisHour`/`overBudgetTotal` and flagged in the delivery log. A channel
 /// is held to the standard tier's budget: its broadcasts reach devices of any tier.
+///
+/// What a device was sent twice: `repeatedStates` counts updates and starts received while the
+/// activity is active that change nothing it shows — the content-state (compared as a JSON
+/// value: key order, whitespace and number spelling don't matter), the stale date and the
+/// relevance score are those it already showed (an update without a stale date or relevance
+/// score keeps the shown ones; a start sets both). An `end` is never counted: it ends the
+/// activity. `repeatedAlerts` counts alerts received that the view already received for the
+/// same event: the same `aps.timestamp` and the same alert as a JSON value, among the last
+/// `recentAlertsKept` alerts it received. Both compare `JSONFingerprint`s (64-bit hashes of the
+/// values), so no JSON is parsed under the sandbox's lock.
 public struct DeviceView: Sendable, Equatable {
     public enum Kind: String, Sendable, Equatable { case device, channel }
     public enum ActivityState: String, Sendable, Equatable { case active, ended }
@@ -49,6 +59,22 @@ public struct DeviceView: Sendable, Equatable {
     public var ignoredAfterEnd: Int
     /// Push-to-start pushes received (this token is a push-to-start token).
     public var startsReceived: Int
+    /// Updates and starts received that changed nothing the view showed (see above).
+    public var repeatedStates: Int
+    /// Alerts received again for an event whose alert the view had already received.
+    public var repeatedAlerts: Int
+    /// `JSONFingerprint` of the displayed content-state.
+    var contentStateHash: UInt64?
+    /// The last alerts received (oldest first): each one's event time and fingerprint.
+    var recentAlerts: [ReceivedAlert] = []
+    /// How many `recentAlerts` a view keeps: a re-sent alert arrives within a few pushes of the
+    /// first (a retry, a takeover of a batch), not after more events with alerts than this.
+    public static let recentAlertsKept = 8
+
+    struct ReceivedAlert: Sendable, Equatable {
+        var timestamp: Double
+        var hash: UInt64
+    }
 
     /// Budget tier (devices only) and its hourly priority-10 budget.
     public var tier: Tier?
@@ -71,6 +97,7 @@ public struct DeviceView: Sendable, Equatable {
         self.kind = kind; self.id = id; self.bundleID = bundleID; self.tier = tier; self.budgetPerHour = budgetPerHour
         state = .active; inputPushToken = false
         pushesReceived = 0; pushesDisplayed = 0; timestampRegressionsIgnored = 0; ignoredAfterEnd = 0; startsReceived = 0
+        repeatedStates = 0; repeatedAlerts = 0
         hourStartMillis = nowMillis; priority10ThisHour = 0; priority5ThisHour = 0; priority1ThisHour = 0
         startsThisHour = 0; overBudgetThisHour = 0; overBudgetTotal = 0; deleted = false
     }
@@ -83,6 +110,8 @@ public struct DeviceView: Sendable, Equatable {
     struct Effect {
         var displayed: Bool
         var overBudget: Bool
+        var repeatedState = false
+        var repeatedAlert = false
     }
 
     /// Applies one accepted push; `body` is the payload the ranges in `p` point into.
@@ -95,7 +124,14 @@ public struct DeviceView: Sendable, Equatable {
         pushesReceived += 1
         lastPushMillis = nowMillis
         lastEvent = p.event
-        if let alert = p.alert { lastAlertJSONBytes = RawJSON(source: body, range: alert) }
+        let repeatedState = repeatsShownState(p)
+        if repeatedState { repeatedStates += 1 }
+        var repeatedAlert = false
+        if let alert = p.alert {
+            lastAlertJSONBytes = RawJSON(source: body, range: alert)
+            repeatedAlert = noteAlert(p)
+            if repeatedAlert { repeatedAlerts += 1 }
+        }
         var overBudget = false
         if p.event == .start {
             // Push-to-start has its own budget, whatever the priority.
@@ -126,19 +162,20 @@ public struct DeviceView: Sendable, Equatable {
             attributesJSONBytes = p.attributes.map { RawJSON(source: body, range: $0) }
             inputPushToken = p.inputPushToken
             inputPushChannel = p.inputPushChannel?.string(in: body)
+            contentStateHash = p.contentStateHash
             pushesDisplayed += 1
-            return Effect(displayed: true, overBudget: overBudget)
+            return Effect(displayed: true, overBudget: overBudget, repeatedState: repeatedState, repeatedAlert: repeatedAlert)
         case .update, .end:
             if state == .ended {
                 ignoredAfterEnd += 1
-                return Effect(displayed: false, overBudget: overBudget)
+                return Effect(displayed: false, overBudget: overBudget, repeatedState: repeatedState, repeatedAlert: repeatedAlert)
             }
             if let shown = timestamp, p.timestamp < shown {
                 timestampRegressionsIgnored += 1
-                return Effect(displayed: false, overBudget: overBudget)
+                return Effect(displayed: false, overBudget: overBudget, repeatedState: repeatedState, repeatedAlert: repeatedAlert)
             }
             timestamp = p.timestamp
-            if let newState { contentStateJSONBytes = newState }
+            if let newState { contentStateJSONBytes = newState; contentStateHash = p.contentStateHash }
             if let stale = p.staleDate { staleDate = stale }
             if let score = p.relevanceScore { relevanceScore = score }
             if p.event == .end {
@@ -147,8 +184,25 @@ public struct DeviceView: Sendable, Equatable {
                 endedAtMillis = nowMillis
             }
             pushesDisplayed += 1
-            return Effect(displayed: true, overBudget: overBudget)
+            return Effect(displayed: true, overBudget: overBudget, repeatedState: repeatedState, repeatedAlert: repeatedAlert)
         }
+    }
+
+    /// Whether `p` (an update or a start) would change nothing the active activity shows.
+    private func repeatsShownState(_ p: ScannedPayload) -> Bool {
+        guard state == .active, p.event != .end, contentStateJSONBytes != nil, let shown = contentStateHash,
+              p.contentStateHash == shown, p.relevanceScore == relevanceScore || (p.event == .update && p.relevanceScore == nil)
+        else { return false }
+        return p.staleDate == staleDate || (p.event == .update && p.staleDate == nil)
+    }
+
+    /// Remembers `p`'s alert; whether the view had already received it for the same event.
+    private mutating func noteAlert(_ p: ScannedPayload) -> Bool {
+        guard let hash = p.alertHash else { return false }
+        if recentAlerts.contains(where: { $0.timestamp == p.timestamp && $0.hash == hash }) { return true }
+        if recentAlerts.count >= Self.recentAlertsKept { recentAlerts.removeFirst() }
+        recentAlerts.append(ReceivedAlert(timestamp: p.timestamp, hash: hash))
+        return false
     }
 
     /// The view as the admin API shows it.
@@ -158,6 +212,7 @@ public struct DeviceView: Sendable, Equatable {
             "pushesReceived": .int(Int64(pushesReceived)), "pushesDisplayed": .int(Int64(pushesDisplayed)),
             "timestampRegressionsIgnored": .int(Int64(timestampRegressionsIgnored)),
             "ignoredAfterEnd": .int(Int64(ignoredAfterEnd)), "startsReceived": .int(Int64(startsReceived)),
+            "repeatedStates": .int(Int64(repeatedStates)), "repeatedAlerts": .int(Int64(repeatedAlerts)),
             "budgetPerHour": .int(Int64(budgetPerHour)), "hourStartMillis": .int(hourStartMillis),
             "priority10ThisHour": .int(Int64(priority10ThisHour)), "priority5ThisHour": .int(Int64(priority5ThisHour)),
             "priority1ThisHour": .int(Int64(priority1ThisHour)), "startsThisHour": .int(Int64(startsThisHour)),

@@ -29,6 +29,10 @@ public struct SandboxStats: Sendable, Equatable {
     public var notDisplayed = 0
     /// Accepted priority-10 updates and starts past their budget.
     public var overBudget = 0
+    /// Accepted pushes that a device (or channel) view counted as a repeated state or a
+    /// repeated alert (`DeviceView.repeatedStates`, `repeatedAlerts`), summed over every view.
+    public var repeatedStates = 0
+    public var repeatedAlerts = 0
     /// Distinct provider tokens verified with ECDSA (each is verified once while cached).
     public var tokenVerifications = 0
 
@@ -46,6 +50,7 @@ public struct SandboxStats: Sendable, Equatable {
             "connectionResets": .int(Int64(connectionResets)), "goAways": .int(Int64(goAways)),
             "channelsCreated": .int(Int64(channelsCreated)), "channelsDeleted": .int(Int64(channelsDeleted)),
             "notDisplayed": .int(Int64(notDisplayed)), "overBudget": .int(Int64(overBudget)),
+            "repeatedStates": .int(Int64(repeatedStates)), "repeatedAlerts": .int(Int64(repeatedAlerts)),
             "tokenVerifications": .int(Int64(tokenVerifications)),
         ])
     }
