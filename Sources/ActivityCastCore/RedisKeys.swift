@@ -15,6 +15,9 @@ public struct RedisKeys: Sendable, Equatable {
 
     /// Hash `activity` → `ts device env tier broadcast token` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
     public func meta(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:meta" }
+    /// token → activity (hash): which activity of the key holds each token, so one token
+    /// registered by two devices (a reinstall, a restored backup) is stored, and pushed, once.
+    public func tokenOwners(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:by-token" }
     /// The key's broadcast channels (hash): `<env>` → `<id> <policy> <created ms>`, `<env>:fallback`
     /// 1 (Apple's channel limit), `want` 1 (a device on broadcast needs one: created at the next event).
     public func channels(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:channels" }

@@ -715,7 +715,7 @@ public final class Sender: Sendable {
     private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         _ = try await redis.pipeline(dead.map { d in
-            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key)], args: [d.row.activity, d.row.token, now])
+            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key)], args: [d.row.activity, d.row.token, now])
         })
         for d in dead {
             // A failed send, logged once: what APNs said, its apns-id, never the whole token.
@@ -865,6 +865,7 @@ public final class Sender: Sendable {
             RedisCommand("ZREM", keys.keysIndex, plan.key.description),
             RedisCommand("EXPIRE", keys.tokens(plan.key), keep),
             RedisCommand("EXPIRE", keys.meta(plan.key), keep),
+            RedisCommand("EXPIRE", keys.tokenOwners(plan.key), keep),
             RedisCommand("EXPIRE", startsKey(plan.key), keep),
             RedisCommand("EXPIRE", stateKey(plan.key), keep),
         ])
@@ -939,6 +940,7 @@ enum TokenScripts {
     static let forgetIfSame = RedisScript("""
     if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
     redis.call('HDEL', KEYS[1], ARGV[1])
+    if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
     -- A tombstone, so a late registration older than this can't bring the dead token back.
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' -')
     return 1

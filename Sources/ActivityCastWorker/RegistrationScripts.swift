@@ -97,15 +97,32 @@ enum RegistrationScripts {
     return 1
     """)
 
-    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, ts, meta, ttl.
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`. ARGV =
+    /// activity, token, ts, meta, ttl.
     /// Stores the activity's update token unless a newer token (or a newer unregister) for the
-    /// same activity is stored: tokens rotate, and the newest wins. Returns 1 or 0.
+    /// same activity is stored: tokens rotate, and the newest wins. A token is held by one
+    /// activity of the key: registered again under another (a second device id for the same
+    /// phone), the older registration gives it up (a tombstone in meta); an older one arriving
+    /// late is ignored. Returns 1 or 0.
     static let activityToken = RedisScript("""
+    local ts = tonumber(ARGV[3])
     local cur = redis.call('HGET', KEYS[2], ARGV[1])
     if cur then
       local t = tonumber(string.match(cur, '^%d+'))
-      if t and t > tonumber(ARGV[3]) then return 0 end
+      if t and t > ts then return 0 end
     end
+    local owner = redis.call('HGET', KEYS[3], ARGV[2])
+    if owner and owner ~= ARGV[1] and redis.call('HGET', KEYS[1], owner) == ARGV[2] then
+      local om = redis.call('HGET', KEYS[2], owner)
+      local ot = om and tonumber(string.match(om, '^%d+')) or 0
+      if ot > ts then return 0 end
+      redis.call('HDEL', KEYS[1], owner)
+      redis.call('HSET', KEYS[2], owner, ARGV[3] .. ' -')
+    end
+    local previous = redis.call('HGET', KEYS[1], ARGV[1])
+    if previous and previous ~= ARGV[2] and redis.call('HGET', KEYS[3], previous) == ARGV[1] then redis.call('HDEL', KEYS[3], previous) end
+    redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+    redis.call('EXPIRE', KEYS[3], ARGV[5])
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
     -- The token again at the end of meta: a fan-out reads everything it sends from meta alone.
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2])
@@ -114,14 +131,17 @@ enum RegistrationScripts {
     return 1
     """)
 
-    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, ts, ttl.
-    /// Removes the activity's token as of `ts`, leaving a tombstone in meta. Returns 1 or 0.
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`. ARGV =
+    /// activity, ts, ttl. Removes the activity's token as of `ts`, leaving a tombstone in meta.
+    /// Returns 1 or 0.
     static let forgetActivity = RedisScript("""
     local cur = redis.call('HGET', KEYS[2], ARGV[1])
     if cur then
       local t = tonumber(string.match(cur, '^%d+'))
       if t and t > tonumber(ARGV[2]) then return 0 end
     end
+    local token = redis.call('HGET', KEYS[1], ARGV[1])
+    if token and redis.call('HGET', KEYS[3], token) == ARGV[1] then redis.call('HDEL', KEYS[3], token) end
     redis.call('HDEL', KEYS[1], ARGV[1])
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' -')
     redis.call('EXPIRE', KEYS[2], ARGV[3])

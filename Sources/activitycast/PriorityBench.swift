@@ -82,8 +82,9 @@ struct PriorityBench: AsyncParsableCommand {
 
         let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         let keyB = ActivityKey(kind: .match, id: "pb\(run)-b")
-        // B's updates carry consecutive seconds from now on (each its own `aps.timestamp`).
-        var bSecond = Int64(Date().timeIntervalSince1970)
+        // B's updates carry consecutive seconds (each its own `aps.timestamp`), ending about now:
+        // a time far ahead of Redis's clock is refused (limits.max_future_ms).
+        var bSecond = Int64(Date().timeIntervalSince1970) - Int64(warmup + 2 * updates + 60)
         func nextB() -> Int64 { bSecond += 1; return bSecond * 1000 + 500 }
 
         // Key B: its channels (first event), then its audience.

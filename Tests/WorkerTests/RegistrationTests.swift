@@ -139,6 +139,36 @@ import TestSupport
         #expect(try await redis.command("HKEYS", settings.keys.device("d-1")) == .array([.bulk(Array("gone".utf8))]))
     }
 
+    /// One token registered under two activities of a key (the app reinstalled, a second device
+    /// id for the same phone): stored once, by the newest registration, whatever order the two
+    /// arrive in; unregistering the holder frees the token.
+    @Test func aTokenIsHeldByOneActivityOfItsKey() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        func apply(_ registration: Registration, _ ts: Int64) async throws {
+            let effects = registrar.effects(of: registration, timestampMillis: ts)
+            let replies = try await redis.pipeline(effects.first)
+            for reply in replies { _ = try reply.orThrow() }
+            if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
+        }
+        for (order, key) in [(false, "match:t1"), (true, "match:t2")] {
+            let k = try #require(ActivityKey(parsing: key))
+            let older = Registration.activityToken(device: "old-id", key: k, activity: "A", token: tokenA, settings: DeviceSettings())
+            let newer = Registration.activityToken(device: "new-id", key: k, activity: "B", token: tokenA, settings: DeviceSettings())
+            if order { try await apply(newer, 2000); try await apply(older, 1000) } else { try await apply(older, 1000); try await apply(newer, 2000) }
+            #expect(try await redis.command("HGETALL", settings.keys.tokens(k)) == .array([.bulk(Array("B".utf8)), .bulk(Array(tokenA.utf8))]), "\(key)")
+        }
+        // The holder unregisters: the token is free for another activity.
+        let k = try #require(ActivityKey(parsing: "match:t1"))
+        try await apply(.unregisterActivity(device: "new-id", key: k, activity: "B"), 3000)
+        #expect(try await redis.command("HLEN", settings.keys.tokenOwners(k)) == .integer(0))
+        try await apply(.activityToken(device: "c", key: k, activity: "C", token: tokenA, settings: DeviceSettings()), 4000)
+        #expect(try await redis.command("HGET", settings.keys.tokens(k), "C").string == tokenA)
+    }
+
     @Test func malformedEntriesBecomeDeadLettersWithTheirFields() async throws {
         let server = try await RedisServer()
         let redis = server.connection()
