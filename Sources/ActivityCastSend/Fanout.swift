@@ -1,5 +1,6 @@
 import ActivityCastCore
 import Foundation
+import Synchronization
 import RedisClient
 
 /// One slice of one fan-out: the tokens of `key` whose place in Redis's scan order of
@@ -422,6 +423,7 @@ extension Sender {
                   shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         var firstStep = firstStep
+        let markedAtTen = Mutex<Set<String>>([])
         var broadcast = broadcast
         let fan = fanKey(slice.key, slice.gen)
         let head: SliceHead
@@ -544,10 +546,14 @@ extension Sender {
                         // A batch sent again after a takeover (or a Redis restart) may have reached
                         // its devices: the state goes again without its alert.
                         let payload = group.priority == 10 && !resentBatch ? head.payload : head.payload5
-                        // A tier with a device sent at 10 keeps its token (`refundUnsent`).
+                        // A tier with a device sent at 10 keeps its token (`refundUnsent`): marked
+                        // once per slice on this worker.
                         let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
-                            let tiers = Set(delivered.map(\.tier.rawValue)).sorted()
-                            _ = try? await redis.send(.script(FanoutScripts.mark, keys: [fan], args: tiers.flatMap { ["s10:\($0)", "1"] }))
+                            let tiers = Set(delivered.map(\.tier.rawValue)).subtracting(markedAtTen.withLock { $0 })
+                            guard !tiers.isEmpty else { return }
+                            if (try? await redis.send(.script(FanoutScripts.mark, keys: [fan], args: tiers.sorted().flatMap { ["s10:\($0)", "1"] }))) != nil {
+                                markedAtTen.withLock { $0.formUnion(tiers) }
+                            }
                         }
                         try await sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
                                             rows: rows, kind: .token, entry: entry, summary: &summary, onDelivered: sentAtTen,
