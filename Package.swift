@@ -69,7 +69,7 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [

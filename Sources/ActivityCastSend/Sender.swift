@@ -769,9 +769,12 @@ public final class Sender: Sendable {
                 // skipped and counted; it can be started by a later event.
                 rows = try await withinStartBudget(rows)
                 // A follower on broadcast starts its activity on the key's channel
-                // (`input-push-channel`): the key gets one now if it has none.
-                for env in Set(rows.filter(\.onBroadcast).map(\.env)) where states[env] == ChannelRegistry.State.none {
-                    states[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: ChannelRegistry.State.none)
+                // (`input-push-channel`): the key gets its channels now if it has none (in every
+                // environment, as for a registration on broadcast: one key, one set of channels).
+                if rows.contains(where: \.onBroadcast) {
+                    for env in apns.environments where states[env] == ChannelRegistry.State.none {
+                        states[env] = try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: ChannelRegistry.State.none)
+                    }
                 }
                 var plain: [APNsEnvironment: [TokenRow]] = [:]
                 var onChannel: [APNsEnvironment: [TokenRow]] = [:]

@@ -1,4 +1,6 @@
 import ActivityCastCore
+import ActivityCastRoutes
+import ActivityCastSend
 import ActivityCastWorker
 import APNs
 import APNsCore
@@ -545,10 +547,7 @@ final class Bench: @unchecked Sendable {
         let final = try await sandbox.read()
 
         // The fan-out's own payload and priority, for h2load.
-        let fan = "\(settings.prefix):{\(key)}:fan:\(feed)/\(entry)"
-        let head = try await redis.send(RedisCommand("HMGET", fan, "p", "pri")).array ?? []
-        let payload = head.first?.bytes ?? []
-        let priority = head.count > 1 ? Int(head[1].string ?? "") ?? 10 : 10
+        let (payload, priority) = try await ownPayload(key, entry: entry)
         try await forget(key)
 
         var memory: [String] = []
@@ -571,6 +570,22 @@ final class Bench: @unchecked Sendable {
         return FanoutResult(seconds: seconds, rate: Double(n) / seconds, received: received, rejected: final.rejected - base.rejected,
                             loadSeconds: loadSeconds, drainSeconds: drain, peakRSSMiB: peak, memory: memory, cpu: load, busyCores: busy, steal: stolen,
                             threads: threads, sandboxBusiest: serverLoad?.busiestThread ?? 0, sandboxMicrosPerPush: serverLoad?.cpuPerRequest ?? 0, redis: delta, payload: payload, priority: priority)
+    }
+
+    /// The payload and priority the worker sent `entry` with: its fan-out record is gone once
+    /// the entry is acknowledged, so the event is planned again as the worker did (the routes,
+    /// the key's merged state) and built by the same `PushBuilder`.
+    func ownPayload(_ key: ActivityKey, entry: String) async throws -> (payload: [UInt8], priority: Int) {
+        let reply = try await redis.send(RedisCommand("XRANGE", feed, entry, entry))
+        guard let first = reply.array?.first, let raw = try StreamReplies.entry(first).fields else { throw CommandFailure("XRANGE \(feed) \(entry): gone") }
+        let fields = stride(from: 0, to: raw.count - 1, by: 2).map { RawField(name: raw[$0], value: raw[$0 + 1]) }
+        guard case .success(let decoded) = EntryDecoder(limits: settings.limits).decode(kind: .sports, fields: fields),
+              let routes = try settings.loadRoutes().routes(for: .sports),
+              case .success(let plan?) = routes.plan(entry: decoded, fields: fields),
+              let state = KeyStateScripts.read(try await redis.send(RedisCommand("HGETALL", "\(settings.prefix):{\(key)}:state"))) else {
+            throw CommandFailure("the measured event \(entry) could not be planned again for h2load's payload")
+        }
+        return (PushBuilder.payload(plan, contentState: state.contentState).encoded(), PushBuilder.priority(plan))
     }
 
     /// h2load with the fan-out's request: same headers, its payload, distinct device tokens

@@ -359,6 +359,8 @@ final class SoakTracker: Sendable {
         /// Events that got some of their broadcasts, and none.
         var partial = 0
         var missing = 0
+        /// The first few event numbers not complete, to look them up.
+        var incomplete: [Int] = []
         var publishFailure: String?
     }
 
@@ -439,6 +441,7 @@ final class SoakTracker: Sendable {
             var r = s.result
             r.partial = s.outstanding.values.filter { $0.receipts > 0 }.count
             r.missing = s.outstanding.count - r.partial
+            r.incomplete = Array(s.outstanding.keys.sorted().prefix(8))
             return r
         }
     }
@@ -700,7 +703,8 @@ struct SoakVerdict {
             ?? "the workers' stale counts unknown (no --worker-metrics), so none excused"
         judge("nothing lost", lost == 0 && deadLetters == 0,
               "\(lost) of \(result.sent) match.score events lost: \(result.missing) got no broadcast, \(result.partial) only some of theirs; \(staleText); "
-                  + "\(deadLetters) dead letters; \(result.complete) complete, \(result.extra) receipts beyond a score's own (states sent again) not counted")
+                  + "\(deadLetters) dead letters; \(result.complete) complete, \(result.extra) receipts beyond a score's own (states sent again) not counted"
+                  + (result.incomplete.isEmpty ? "" : "; incomplete, the first: \(result.incomplete.map(String.init).joined(separator: ", "))"))
     }
 
     /// The least-squares line through `points`; nil with fewer than 3.
