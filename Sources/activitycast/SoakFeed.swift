@@ -26,9 +26,10 @@ struct SoakEntry: Sendable {
 ///   moment (goal, red card, penalty; critical, with an alert) for the position half a round
 ///   away, so no two events of a match are closer than half a round (an event processed after a
 ///   newer one of its key is stale and would not be sent as itself). `endsPerMinute` matches end
-///   (`match.full_time`) and their position takes a new match: `match.scheduled` (its channels
-///   are made) and `match.started` (push-to-start to the followers of both teams) in its next
-///   turns, then scores.
+///   (`match.full_time`) and their position takes a new match: a viewer's registration on
+///   broadcast (so the key has channels even when every follower is out of push-to-start budget),
+///   `match.scheduled` (its channels are made) and `match.started` (push-to-start to the
+///   followers of both teams) in its next turns, then scores.
 /// - **Audience matches** (`audienceKeys`, besides the others): each has `audienceTokens`
 ///   activity tokens registered (a third on the broadcast channel, the rest per token, both
 ///   environments, both tiers) and gets an event every 5 s (a numbered score, then a clock tick).
@@ -62,7 +63,8 @@ struct SoakFeed {
         var riders: Int
     }
 
-    enum Phase { case scheduled, live, ended }
+    /// `viewer`: the new match's viewer on broadcast registers (its next turn schedules it).
+    enum Phase { case viewer, scheduled, live, ended }
 
     struct Match {
         var id: String
@@ -99,6 +101,7 @@ struct SoakFeed {
     private let tokenSeed: UInt64
     private(set) var nextNumber = 0
     private var serial = 0
+    private var viewers = 0
     private var matches: [Match] = []
     private var audiences: [Audience] = []
     private var tripList: [Trip] = []
@@ -164,13 +167,18 @@ struct SoakFeed {
         }
         for a in audiences.indices { out += audienceRegistrations(a) }
         // A viewer on broadcast for each match live from the start (its activity started by the
-        // app on the key's channel): a key nobody follows on broadcast has no channel. Matches
-        // that start later get theirs from their start (fans on broadcast).
-        for (i, m) in matches.enumerated() {
-            out.append(registration("activity.token", "device", "v\(i)", "key", "match:\(m.id)", "activity", "V\(i)",
-                                    "token", token(5, i, 0, 0), "env", env(i), "broadcast", "true"))
-        }
+        // app on the key's channel): a key nobody follows on broadcast has no channel, and every
+        // score is measured by its broadcasts. Matches that start later register theirs first
+        // (`viewer`): their followers may all be out of push-to-start budget.
+        for (i, m) in matches.enumerated() { out.append(viewer(i, m)) }
         return out
+    }
+
+    /// A device whose app started the match's activity on its channel (`broadcast`).
+    private mutating func viewer(_ slot: Int, _ m: Match) -> SoakEntry {
+        viewers += 1
+        return registration("activity.token", "device", "v\(slot)", "key", "match:\(m.id)", "activity", "V\(m.id)",
+                            "token", token(5, slot, viewers, 0), "env", env(slot), "broadcast", "true")
     }
 
     /// `match.scheduled` for every match live from the start (they are already under way: no
@@ -238,6 +246,9 @@ struct SoakFeed {
             return onMatch(p) { $0.score(&$1) }
         case .ended:
             matches[p] = newMatch()
+            matches[p].phase = .viewer
+            return viewer(p, matches[p])
+        case .viewer:
             matches[p].phase = .scheduled
             return scheduled(matches[p], kickoff: nowMillis + 60_000)
         case .scheduled:
@@ -273,9 +284,12 @@ struct SoakFeed {
             return audiences[a].step % 2 == 1 ? onAudience(a) { $0.score(&$1) } : onAudience(a) { $0.tick(&$1) }
         case .ended:
             audiences[a].match = newMatch()
-            audiences[a].match.phase = .scheduled
+            audiences[a].match.phase = .viewer
             for j in 0..<options.audienceTokens { audiences[a].generations[j] &+= 1 }
             for e in audienceRegistrations(a) { enqueue(e) }
+            return viewer(matches.count + a, audiences[a].match)
+        case .viewer:
+            audiences[a].match.phase = .scheduled
             return scheduled(audiences[a].match, kickoff: nowMillis + 60_000)
         case .scheduled:
             audiences[a].match.phase = .live
