@@ -572,7 +572,8 @@ extension Sender {
                 } else {
                     stats.slicesFinished.add(1, ordering: .relaxed)
                 }
-                if left <= 0 { await refundUnsent(slice.key, fan) }
+                // Only a fan-out with a tier at 10 can have spent a token (no round trip otherwise).
+                if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await refundUnsent(slice.key, fan) }
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case "done":

@@ -107,11 +107,7 @@ import TestSupport
         let settings = try testSettings(server)
         let ttl = 3600
         let registrar = Registrar(keys: settings.keys, activityTTLSeconds: ttl, deviceTTLSeconds: 30 * 86_400)
-        func apply(_ registration: Registration, _ ts: Int64) async throws {
-            let effects = registrar.effects(of: registration, timestampMillis: ts)
-            let replies = try await redis.pipeline(effects.first)
-            if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
-        }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
         let hour: Int64 = 3_600_000
         // 48 activities, one an hour; the app unregisters every other one ten minutes after it
         // started, and never says anything about the others.
@@ -148,12 +144,7 @@ import TestSupport
         defer { redis.close() }
         let settings = try testSettings(server)
         let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
-        func apply(_ registration: Registration, _ ts: Int64) async throws {
-            let effects = registrar.effects(of: registration, timestampMillis: ts)
-            let replies = try await redis.pipeline(effects.first)
-            for reply in replies { _ = try reply.orThrow() }
-            if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
-        }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
         for (order, key) in [(false, "match:t1"), (true, "match:t2")] {
             let k = try #require(ActivityKey(parsing: key))
             let older = Registration.activityToken(device: "old-id", key: k, activity: "A", token: tokenA, settings: DeviceSettings())
@@ -207,4 +198,12 @@ import TestSupport
         }
         #expect(stats.deadLettered == 3 && stats.acked == 3)
     }
+}
+
+/// Applies a registration's effects as the worker does (both phases); an error reply fails.
+func applied(_ registrar: Registrar, _ redis: RedisConnection, _ registration: Registration, _ ts: Int64) async throws {
+    let effects = registrar.effects(of: registration, timestampMillis: ts)
+    let replies = try await redis.pipeline(effects.first)
+    for reply in replies { _ = try reply.orThrow() }
+    if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
 }
