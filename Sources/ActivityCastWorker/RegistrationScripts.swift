@@ -45,17 +45,24 @@ enum RegistrationScripts {
     """)
 
     /// KEYS[1] = device hash. ARGV = ts, ttl seconds, then name/value pairs of the settings given.
-    /// Settings share one timestamp (`ts` field). Returns 1 if written, 0 if stale.
+    /// Each setting keeps the time it was set (`ts:<name>`; `ts` for hashes written before) and
+    /// takes the newest value given for it: a registration setting `env` doesn't make an older
+    /// one setting `broadcast` stale. Returns how many settings were written.
     static let deviceSettings = RedisScript("""
     local ts = tonumber(ARGV[1])
     local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
     if ts < gone then return 0 end
-    local cur = tonumber(redis.call('HGET', KEYS[1], 'ts') or '0')
-    if cur > ts then return 0 end
-    redis.call('HSET', KEYS[1], 'ts', ARGV[1])
-    for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    local before = tonumber(redis.call('HGET', KEYS[1], 'ts') or '0')
+    local n = 0
+    for i = 3, #ARGV, 2 do
+      local cur = tonumber(redis.call('HGET', KEYS[1], 'ts:' .. ARGV[i]) or before)
+      if cur <= ts then
+        redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1], 'ts:' .. ARGV[i], ARGV[1])
+        n = n + 1
+      end
+    end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
-    return 1
+    return n
     """)
 
     /// KEYS[1] = device hash. ARGV = ts, ttl seconds.
@@ -71,7 +78,7 @@ enum RegistrationScripts {
     local live = {}
     for i = 1, #all, 2 do
       local f, v = all[i], all[i + 1]
-      if f ~= 'gone' and f ~= 'ts' and f ~= 'env' and f ~= 'tier' and f ~= 'broadcast' then
+      if f ~= 'gone' and f ~= 'ts' and f ~= 'env' and f ~= 'tier' and f ~= 'broadcast' and string.sub(f, 1, 3) ~= 'ts:' then
         local t = tonumber(string.match(v, '^%d+')) or 0
         if t <= ts and not string.match(v, ' 0$') then table.insert(live, f) end
       end

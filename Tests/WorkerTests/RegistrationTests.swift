@@ -97,6 +97,39 @@ import TestSupport
         #expect(try await redis.command("SCARD", settings.keys.followers(ars)) == .integer(1))
     }
 
+    /// Each device setting holds the newest value given for it: a registration that sets one
+    /// setting does not make an older one that set another stale. (Two registrations of a device
+    /// applied out of order — by two workers, or in one batch — lost the older one's `broadcast`,
+    /// and the device got per-token pushes while on broadcast.)
+    @Test func deviceSettingsAreNewestPerSetting() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        func value(_ field: String) async throws -> String? { try await redis.command("HGET", settings.keys.device("d-1"), field).string }
+        let key = try #require(ActivityKey(parsing: "match:1"))
+        // The newer registration (env only) is applied first, the older (broadcast, tier) second.
+        try await apply(.activityToken(device: "d-1", key: key, activity: "A", token: tokenA, settings: DeviceSettings(env: .development)), 2000)
+        try await apply(.device(device: "d-1", settings: DeviceSettings(env: .production, tier: .frequent, broadcast: true)), 1000)
+        #expect(try await value("env") == "development", "the newer env stays")
+        #expect(try await value("broadcast") == "1", "the older registration's broadcast is the newest given")
+        #expect(try await value("tier") == "frequent")
+        // An older value of a setting that was set later is ignored; a newer one replaces it.
+        try await apply(.device(device: "d-1", settings: DeviceSettings(broadcast: false)), 500)
+        #expect(try await value("broadcast") == "1")
+        try await apply(.device(device: "d-1", settings: DeviceSettings(broadcast: false)), 3000)
+        #expect(try await value("broadcast") == "0")
+        // Unregistering the device still removes its token and leaves only its tombstone.
+        try await apply(.unregisterDevice(device: "d-1"), 4000)
+        #expect(try await redis.command("HEXISTS", settings.keys.tokens(key), "A") == .integer(0))
+        #expect(try await redis.command("HKEYS", settings.keys.device("d-1")) == .array([.bulk(Array("gone".utf8))]))
+        // A registration older than the unregister changes nothing.
+        try await apply(.device(device: "d-1", settings: DeviceSettings(broadcast: true)), 3500)
+        #expect(try await redis.command("HKEYS", settings.keys.device("d-1")) == .array([.bulk(Array("gone".utf8))]))
+    }
+
     /// A device that stays active for days registers an activity per match: its hash keeps the
     /// activities of one activity TTL, not every one it ever had, and unregistering the device
     /// still removes the tokens that are live.
