@@ -15,6 +15,12 @@ public struct RedisKeys: Sendable, Equatable {
 
     /// Hash `activity` → `ts device env tier broadcast token` of that activity's token (`ts -` once unregistered): `ac:{match:4711}:meta`.
     public func meta(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:meta" }
+    /// The key's per-token audience (hash): `activity` → its `meta` value, for every live
+    /// registration not on broadcast by its own `broadcast` flag, and `_` → `1` once the hash is
+    /// kept (a key registered before it existed has none: its audience is unknown). An event whose
+    /// every environment has a live channel and whose key has nobody here is one broadcast, no
+    /// fan-out: `ac:{match:4711}:direct`.
+    public func direct(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:direct" }
     /// token → activity (hash): which activity of the key holds each token, so one token
     /// registered by two devices (a reinstall, a restored backup) is stored, and pushed, once.
     public func tokenOwners(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:by-token" }

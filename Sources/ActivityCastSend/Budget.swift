@@ -431,11 +431,18 @@ public struct BudgetGuards: Sendable {
     public var fanout: String
     /// For a channel's budget: the key's channels hash and the environments to look in.
     public var channels: (key: String, environments: [String])?
+    /// For a tier's budget: the key's channels hash, the environments, and its per-token audience
+    /// (`RedisKeys.direct`). When that is kept and empty and every environment has a live channel,
+    /// nobody needs a per-token push: the answer is `none`, nothing spent or counted.
+    public var audience: (channels: String, environments: [String], direct: String)?
 
-    public init(state: String, fanout: String, channels: (key: String, environments: [String])? = nil) {
+    public init(state: String, fanout: String, channels: (key: String, environments: [String])? = nil,
+                audience: (channels: String, environments: [String], direct: String)? = nil) {
+        precondition(channels == nil || audience == nil, "a channel's guard or a tier's")
         self.state = state
         self.fanout = fanout
         self.channels = channels
+        self.audience = audience
     }
 }
 
@@ -496,6 +503,9 @@ public enum BudgetScripts {
     /// spent or counted, when the merge found a newer event (the state's `_ts` is past the
     /// event's) or refused this entry (`_rej`), when the fan-out recorded its broadcast (a
     /// redelivery keeps its decisions), or when the key has no live channel in those environments.
+    /// For a tier, KEYS[4] = the key's channels and KEYS[5] = its per-token audience
+    /// (`RedisKeys.direct`), ARGV[12] = the environments: {`none`, 0, now}, nothing spent or
+    /// counted, when that audience is kept and empty and every environment's channel is live.
     public static let decide = RedisScript(bucketLua + """
     local TOKEN = 3600000
     local kind, ms, now = ARGV[1], tonumber(ARGV[2]), clock(ARGV[3])
@@ -514,7 +524,16 @@ public enum BudgetScripts {
       if newest ~= nil and newest > ms then return {'skip', '0', fmt(now)} end
       if redis.call('HGET', KEYS[3], 'b') == '1' then return {'skip', '0', fmt(now)} end
       if entry ~= '' and redis.call('HGET', KEYS[2], '_rej') == entry then return {'skip', '0', fmt(now)} end
-      if #KEYS >= 4 then
+      if #KEYS >= 5 then
+        if redis.call('HLEN', KEYS[5]) == 1 and redis.call('HEXISTS', KEYS[5], '_') == 1 then
+          local all = true
+          for env in string.gmatch(ARGV[12] or '', '%S+') do
+            local v = redis.call('HGET', KEYS[4], env)
+            if not (v and string.match(v, '^%S+ %d+ %d+$')) then all = false break end
+          end
+          if all then return {'none', '0', fmt(now)} end
+        end
+      elseif #KEYS >= 4 then
         local live = false
         for env in string.gmatch(ARGV[12] or '', '%S+') do
           local v = redis.call('HGET', KEYS[4], env)
@@ -728,15 +747,29 @@ public enum BudgetScripts {
             if let channels = guards.channels {
                 keys.append(channels.key)
                 args.append(channels.environments.joined(separator: " "))
+            } else if let audience = guards.audience {
+                keys += [audience.channels, audience.direct]
+                args.append(audience.environments.joined(separator: " "))
             }
         }
         return .script(decide, keys: keys, args: args)
     }
 
-    /// A guarded decision's answer: nil when it was skipped (nothing spent).
-    public static func parseGuarded(_ reply: RESPValue) throws -> BudgetReply? {
-        if reply.array?.first?.string == "skip" { return nil }
-        return try parse(reply)
+    /// A guarded decision's answer.
+    public enum Guarded: Equatable, Sendable {
+        case decided(BudgetReply)
+        /// A guard said this event isn't decided here (nothing spent).
+        case skipped
+        /// A tier with nobody to reach per token (`BudgetGuards.audience`; nothing spent).
+        case noAudience
+    }
+
+    public static func parseGuarded(_ reply: RESPValue) throws -> Guarded {
+        switch reply.array?.first?.string {
+        case "skip": return .skipped
+        case "none": return .noAudience
+        default: return .decided(try parse(reply))
+        }
     }
 
     public static func parse(_ reply: RESPValue) throws -> BudgetReply {

@@ -30,7 +30,11 @@ extension Sender {
         let envs = apns.environments.map(\.rawValue)
         return guardedAudiences(plan).map { audience in
             var guards = BudgetGuards(state: stateKey(plan.key), fanout: fanKey(plan.key, entry))
-            if case .channel = audience { guards.channels = (channels.hashKey(plan.key), envs) }
+            if case .channel = audience {
+                guards.channels = (channels.hashKey(plan.key), envs)
+            } else {
+                guards.audience = (channels.hashKey(plan.key), envs, keys.direct(plan.key))
+            }
             return BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                                policy: configuration.budgets.audience(audience), ttlSeconds: configuration.stateTTLSeconds,
                                                guards: guards, shown: shown(plan, redelivered: redelivered))
@@ -48,18 +52,25 @@ extension Sender {
     /// stale for this event (a newer one was merged meanwhile, and carries its state); a channel
     /// skipped there while the tiers weren't had none live then (the key's first event made it
     /// since), and is decided now.
+    /// A tier with nobody to reach per token there (every device on a live channel) isn't
+    /// decided: `nobody` lists them. `tiersOnly`: the channel was decided already.
     /// Returns each audience's priority, and the audiences whose decision took a token (given
     /// back with `refund` if their push doesn't go out).
-    func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil) async throws
-        -> (priorities: AudiencePriorities, spent: [BudgetAudience]) {
-        guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), []) }
+    func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil, tiersOnly: Bool = false) async throws
+        -> (priorities: AudiencePriorities, spent: [BudgetAudience], nobody: Bool) {
+        guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), [], false) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
-        if channel { audiences.insert(.channel(plan.storagePolicy), at: 0) }
+        if channel, !tiersOnly { audiences.insert(.channel(plan.storagePolicy), at: 0) }
         var known: [BudgetAudience: BudgetReply] = [:]
         var skipped: Set<BudgetAudience> = []
+        var nobody: Set<BudgetAudience> = []
         if let decided {
             for (audience, reply) in zip(guardedAudiences(plan), decided) {
-                if let r = try BudgetScripts.parseGuarded(reply) { known[audience] = r } else { skipped.insert(audience) }
+                switch try BudgetScripts.parseGuarded(reply) {
+                case .decided(let r): known[audience] = r
+                case .skipped: skipped.insert(audience)
+                case .noAudience: nobody.insert(audience)
+                }
             }
             // The channel is decided first: when the standard tier, decided after it, passed the
             // guards they share (a newer `_ts` or a recorded `b` stays), the channel was skipped
@@ -67,7 +78,7 @@ extension Sender {
             if !skipped.contains(.tier(.standard)) { skipped.remove(.channel(plan.storagePolicy)) }
         }
         let policy = configuration.budgets
-        let ask = audiences.filter { known[$0] == nil && !skipped.contains($0) }
+        let ask = audiences.filter { known[$0] == nil && !skipped.contains($0) && !nobody.contains($0) }
         let asked = try await redis.pipeline(ask.map { audience in
             BudgetScripts.decideCommand(budgetKey: keys.budget(plan.key, audience), event: event, entry: entry, nowMillis: budgetNow(),
                                         policy: policy.audience(audience), ttlSeconds: configuration.stateTTLSeconds,
@@ -76,7 +87,7 @@ extension Sender {
         for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply) }
         var decisions: [BudgetAudience: BudgetDecision] = [:]
         var due: [any RedisArgument] = []
-        for audience in audiences {
+        for audience in audiences where !nobody.contains(audience) {
             // Skipped in the merge's round trip: a newer event carries this one's state.
             guard let decision = known[audience]?.decision else {
                 decisions[audience] = .stale
@@ -97,7 +108,7 @@ extension Sender {
             let reply = try await redis.send(RedisCommand("ZADD", [keys.budgetDue] + due))
             if let e = reply.errorMessage { throw RedisError(.server, "scheduling a coalesced state: \(e)") }
         }
-        return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true })
+        return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true }, !nobody.isEmpty)
     }
 
     /// A flush's fan-out found still under way when the key's next flush comes due. It has no

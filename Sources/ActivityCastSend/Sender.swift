@@ -341,7 +341,9 @@ public final class Sender: Sendable {
             let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
                 if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
             }
-            (priorities, spent) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty, decided: decided)
+            let nobody: Bool
+            (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
+                                                                  decided: decided)
             // A push at 5 carries no alert: an alert only makes sense at 10.
             if plan.alert != nil {
                 var quiet = plan
@@ -362,6 +364,14 @@ public final class Sender: Sendable {
                 } else {
                     live = try await broadcast(plan, cb, priority: cp, channels: channelsLive)
                     summary.broadcasts += live.count
+                    if nobody, live.count < channelsLive.count {
+                        // Every device was on a channel, and one channel's broadcast failed: its
+                        // devices get the state per token after all (`live` leaves them out).
+                        let tiers = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: true, tiersOnly: true)
+                        priorities.standard = tiers.priorities.standard
+                        priorities.frequent = tiers.priorities.frequent
+                        spent += tiers.spent
+                    }
                 }
             } else {
                 // The channel's state waits for its flush: its devices get nothing per token either.
@@ -715,7 +725,7 @@ public final class Sender: Sendable {
     private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         _ = try await redis.pipeline(dead.map { d in
-            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key)], args: [d.row.activity, d.row.token, now])
+            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)], args: [d.row.activity, d.row.token, now])
         })
         for d in dead {
             // A failed send, logged once: what APNs said, its apns-id, never the whole token.
@@ -868,6 +878,7 @@ public final class Sender: Sendable {
             RedisCommand("ZREM", keys.keysIndex, plan.key.description),
             RedisCommand("EXPIRE", keys.tokens(plan.key), keep),
             RedisCommand("EXPIRE", keys.meta(plan.key), keep),
+            RedisCommand("EXPIRE", keys.direct(plan.key), keep),
             RedisCommand("EXPIRE", keys.tokenOwners(plan.key), keep),
             RedisCommand("EXPIRE", startsKey(plan.key), keep),
             RedisCommand("EXPIRE", stateKey(plan.key), keep),
@@ -946,6 +957,7 @@ enum TokenScripts {
     if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
     -- A tombstone, so a late registration older than this can't bring the dead token back.
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' -')
+    redis.call('HDEL', KEYS[4], ARGV[1])
     return 1
     """)
 }

@@ -433,7 +433,7 @@ struct EntryProcessor: Sendable {
             }
             let counted = first.count
             if plan.event == .end {
-                first.append(RedisCommand("DEL", keys.tokens(plan.key), keys.meta(plan.key)))
+                first.append(RedisCommand("DEL", keys.tokens(plan.key), keys.meta(plan.key), keys.direct(plan.key)))
                 first.append(RedisCommand("ZREM", keys.keysIndex, plan.key.description))
             } else if plan.event != nil || decoded.type.hasSuffix(".scheduled") {
                 first.append(RedisCommand("ZADD", keys.keysIndex, "GT", decoded.timestampMillis, plan.key.description))

@@ -23,7 +23,7 @@ struct Registrar: Sendable {
         case let .activityToken(device, key, activity, token, settings):
             let meta = "\(device) \(settings.env?.rawValue ?? "-") \(settings.tier?.rawValue ?? "-") \(settings.broadcast.map { $0 ? "1" : "0" } ?? "-")"
             var first: [RedisCommand] = [
-                .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key)],
+                .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)],
                         args: [activity, token, ts, meta, activityTTLSeconds]),
                 activityField(device, ts, key, activity, live: true),
                 RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
@@ -61,7 +61,7 @@ struct Registrar: Sendable {
 
         case let .unregisterActivity(device, key, activity):
             return EntryEffects(first: [
-                .script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key)], args: [activity, ts, activityTTLSeconds]),
+                .script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)], args: [activity, ts, activityTTLSeconds]),
                 activityField(device, ts, key, activity, live: false),
             ], staleIfZero: 0)
 
@@ -82,7 +82,7 @@ struct Registrar: Sendable {
                     } else if field.hasPrefix("act:") {
                         let parts = field.dropFirst(4).split(separator: " ", maxSplits: 1)
                         if parts.count == 2, let key = ActivityKey(parsing: String(parts[0])) {
-                            cleanup.append(.script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key)],
+                            cleanup.append(.script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)],
                                                    args: [String(parts[1]), ts, ttl]))
                         }
                     }

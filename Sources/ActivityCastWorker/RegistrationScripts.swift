@@ -1,3 +1,4 @@
+import ActivityCastCore
 import RedisClient
 
 /// Lua scripts that apply registrations in timestamp order. Several workers apply registrations
@@ -104,14 +105,14 @@ enum RegistrationScripts {
     return 1
     """)
 
-    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`. ARGV =
-    /// activity, token, ts, meta, ttl.
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`, KEYS[4] =
+    /// `{key}:direct`. ARGV = activity, token, ts, meta, ttl.
     /// Stores the activity's update token unless a newer token (or a newer unregister) for the
     /// same activity is stored: tokens rotate, and the newest wins. A token is held by one
     /// activity of the key: registered again under another (a second device id for the same
     /// phone), the older registration gives it up (a tombstone in meta); an older one arriving
     /// late is ignored. Returns 1 or 0.
-    static let activityToken = RedisScript("""
+    static let activityToken = RedisScript(AudienceLayout.directLua + """
     local ts = tonumber(ARGV[3])
     local cur = redis.call('HGET', KEYS[2], ARGV[1])
     if cur then
@@ -125,6 +126,7 @@ enum RegistrationScripts {
       if ot > ts then return 0 end
       redis.call('HDEL', KEYS[1], owner)
       redis.call('HSET', KEYS[2], owner, ARGV[3] .. ' -')
+      redis.call('HDEL', KEYS[4], owner)
     end
     local previous = redis.call('HGET', KEYS[1], ARGV[1])
     if previous and previous ~= ARGV[2] and redis.call('HGET', KEYS[3], previous) == ARGV[1] then redis.call('HDEL', KEYS[3], previous) end
@@ -132,14 +134,17 @@ enum RegistrationScripts {
     redis.call('EXPIRE', KEYS[3], ARGV[5])
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
     -- The token again at the end of meta: a fan-out reads everything it sends from meta alone.
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2])
+    local value = ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
+    redis.call('HSET', KEYS[2], ARGV[1], value)
+    direct_keep(KEYS[2], KEYS[4], ARGV[1], value)
     redis.call('EXPIRE', KEYS[1], ARGV[5])
     redis.call('EXPIRE', KEYS[2], ARGV[5])
+    redis.call('EXPIRE', KEYS[4], ARGV[5])
     return 1
     """)
 
-    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`. ARGV =
-    /// activity, ts, ttl. Removes the activity's token as of `ts`, leaving a tombstone in meta.
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`, KEYS[4] =
+    /// `{key}:direct`. ARGV = activity, ts, ttl. Removes the activity's token as of `ts`, leaving a tombstone in meta.
     /// Returns 1 or 0.
     static let forgetActivity = RedisScript("""
     local cur = redis.call('HGET', KEYS[2], ARGV[1])
@@ -151,6 +156,7 @@ enum RegistrationScripts {
     if token and redis.call('HGET', KEYS[3], token) == ARGV[1] then redis.call('HDEL', KEYS[3], token) end
     redis.call('HDEL', KEYS[1], ARGV[1])
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' -')
+    redis.call('HDEL', KEYS[4], ARGV[1])
     redis.call('EXPIRE', KEYS[2], ARGV[3])
     return 1
     """)

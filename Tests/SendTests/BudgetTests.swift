@@ -420,9 +420,12 @@ import TestSupport
         let budget = "ac:{match:g}:budget:channel", state = "ac:{match:g}:state", fan = "ac:{match:g}:fan:s/1-0", channels = "ac:{match:g}:channels"
         let policy = BudgetPolicy.default.standard
         func decide(_ ms: Int64, channel: Bool) async throws -> BudgetReply? {
-            try BudgetScripts.parseGuarded(try await redis.send(BudgetScripts.decideCommand(
+            let reply = try BudgetScripts.parseGuarded(try await redis.send(BudgetScripts.decideCommand(
                 budgetKey: budget, event: .update(millis: ms, priority: .critical), entry: "s/1-0", nowMillis: 1_000_000, policy: policy,
                 ttlSeconds: 60, guards: BudgetGuards(state: state, fanout: fan, channels: channel ? (channels, ["development", "production"]) : nil))))
+            if case .decided(let r) = reply { return r }
+            #expect(reply == .skipped)
+            return nil
         }
         _ = try await redis.command("HSET", state, "_ts", "2000")
         #expect(try await decide(1000, channel: false) == nil, "an event older than the merged state's newest")
@@ -441,6 +444,38 @@ import TestSupport
         _ = try await redis.command("HSET", state, "_ts", "9000")
         #expect(try BudgetScripts.parse(try await redis.send(BudgetScripts.decideCommand(
             budgetKey: budget, event: .update(millis: 4000, priority: .critical), nowMillis: 1_000_000, policy: policy, ttlSeconds: 60))).decision == .priority10)
+    }
+
+    /// A tier's guard: nobody to reach per token — the key's per-token audience (`direct`) kept
+    /// and empty, and every environment's channel live — answers `none`, spending nothing; a
+    /// device off broadcast, a channel not live in one environment, or an audience not kept yet
+    /// (a key from before it was) decides as usual.
+    @Test func aTierWithNobodyOffBroadcastIsNotDecided() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let budget = "ac:{match:n}:budget:standard", state = "ac:{match:n}:state", fan = "ac:{match:n}:fan:s/1-0"
+        let channels = "ac:{match:n}:channels", direct = "ac:{match:n}:direct"
+        var ms: Int64 = 1000
+        func decide() async throws -> BudgetScripts.Guarded {
+            ms += 1000
+            return try BudgetScripts.parseGuarded(try await redis.send(BudgetScripts.decideCommand(
+                budgetKey: budget, event: .update(millis: ms, priority: .critical), entry: "s/1-0", nowMillis: 1_000_000,
+                policy: BudgetPolicy.default.standard, ttlSeconds: 60,
+                guards: BudgetGuards(state: state, fanout: fan, audience: (channels, ["development", "production"], direct)))))
+        }
+        func decided(_ g: BudgetScripts.Guarded) -> Bool { if case .decided = g { true } else { false } }
+        _ = try await redis.command("HSET", channels, "development", "c1 0 1700000000000", "production", "c2 0 1700000000000")
+        #expect(decided(try await decide()), "an audience not kept yet is unknown: decided")
+        _ = try await redis.command("HSET", direct, "_", "1", "A", "1000 a development standard 0 \(String(repeating: "a", count: 64))")
+        #expect(decided(try await decide()), "a device off broadcast")
+        _ = try await redis.command("HDEL", direct, "A")
+        let spent = BudgetScripts.state(fromHash: try await redis.command("HGETALL", budget))
+        #expect(try await decide() == .noAudience)
+        #expect(BudgetScripts.state(fromHash: try await redis.command("HGETALL", budget)) == spent, "nothing spent or counted")
+        _ = try await redis.command("HSET", channels, "production:fallback", "1")
+        _ = try await redis.command("HDEL", channels, "production")
+        #expect(decided(try await decide()), "a channel not live in one environment: its devices get per-token pushes")
     }
 
     // MARK: - Contention

@@ -167,6 +167,55 @@ extension SendTests {
     }
 }
 
+/// A key whose every device is on broadcast: each event is one broadcast per environment and
+/// nothing else — no fan-out, no tier's budget — until a broadcast fails, when its devices get
+/// the state per token.
+extension SendTests {
+    @Test func aKeyWhoseDevicesAreAllOnBroadcastCostsOneBroadcast() async throws {
+        // Room for two channels: this key's, one per environment.
+        let r = try await rig(["--max-channels", "2"])
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let t = now() - 100_000
+        let viewer = token("7a")
+        try await register(r, device: "v", key: "match:b1", activity: "V", token: viewer, ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        let p = r.settings.prefix
+        func exists(_ key: String) async throws -> Bool { try await r.redis.send(RedisCommand("EXISTS", key)).int == 1 }
+        // The first event makes the channel (the registration wanted it): decided before it
+        // existed, its tiers were asked and its fan-out found the device on the channel.
+        func fanouts() async throws -> [RESPValue] {
+            try await r.redis.pipeline([RedisCommand("HGET", "\(p):{match:b1}:gen", "name"), RedisCommand("HGETALL", "\(p):{match:b1}:budget:standard")])
+        }
+        try await score(r, "b1", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let before = try await fanouts()
+        for goal in 2...4 {
+            try await score(r, "b1", goal, 0, ts: t + Int64(goal) * 1000)
+            #expect(await eventually { await r.drainedAll() })
+        }
+        let channel = try #require(try await r.channelID("match:b1"))
+        #expect(state(try await r.channel(channel))["homeScore"] as? Int == 4)
+        #expect(try await r.device(viewer) == nil, "the device on the channel had a push per token")
+        let after = try await fanouts()
+        #expect(after == before, "a fan-out was made, or a tier's budget decided: \(before) → \(after)")
+        #expect(try await r.redis.send(RedisCommand("HGET", "\(p):{match:b1}:budget:channel", "p10")).string == "3", "the channel's budget: 3 at 10 after its first")
+
+        // The development channel disappears at APNs and another key takes the room it left: the
+        // next broadcast fails there, and the device (development) gets the state per token.
+        let (status, out, err) = try await runActivitycast(["channels", "delete", channel], redis: r.server, settings: r.sandbox.settings)
+        #expect(status == 0, "\(out) \(err)")
+        try await register(r, device: "c", key: "match:b2", activity: "C", token: token("7c"), ts: t + 3500, broadcast: true)
+        try await score(r, "b2", 1, 0, ts: t + 3600)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "b1", 5, 0, ts: t + 5000)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.device(viewer))["homeScore"] as? Int == 5, "the device whose broadcast failed never had the state")
+        #expect(await w.stop() == 0)
+    }
+}
+
 /// An alert is shown once.
 extension SendTests {
     /// Chaos: three workers, one SIGKILLed every 1.5 s (and another started), APNs answering 5 %

@@ -130,6 +130,42 @@ import TestSupport
         #expect(try await redis.command("HKEYS", settings.keys.device("d-1")) == .array([.bulk(Array("gone".utf8))]))
     }
 
+    /// `{key}:direct` holds the live registrations not on broadcast by their own flag, beside
+    /// `meta`, through registrations, rotations, a token taken over, unregisters and a key
+    /// registered before `direct` was kept (filled from `meta` once).
+    @Test func directHoldsTheLiveRegistrationsNotOnBroadcast() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        let key = try #require(ActivityKey(parsing: "match:d"))
+        func direct() async throws -> Set<String> {
+            Set(try await redis.command("HKEYS", settings.keys.direct(key)).array?.compactMap(\.string) ?? [])
+        }
+        let viewer = DeviceSettings(broadcast: true), plain = DeviceSettings(broadcast: false)
+        try await apply(.activityToken(device: "v", key: key, activity: "V", token: tokenA, settings: viewer), 1000)
+        #expect(try await direct() == ["_"], "kept, and nobody needs a per-token push")
+        try await apply(.activityToken(device: "p", key: key, activity: "P", token: tokenB, settings: plain), 1000)
+        try await apply(.activityToken(device: "u", key: key, activity: "U", token: String(repeating: "c", count: 64), settings: DeviceSettings()), 1000)
+        #expect(try await direct() == ["_", "P", "U"], "off broadcast, or left to the device's setting")
+        #expect(try await redis.command("HGET", settings.keys.direct(key), "P") == (try await redis.command("HGET", settings.keys.meta(key), "P")))
+        // The viewer moves off broadcast and back; P unregisters; U's token is taken by another activity.
+        try await apply(.activityToken(device: "v", key: key, activity: "V", token: tokenA, settings: plain), 2000)
+        #expect(try await direct() == ["_", "P", "U", "V"])
+        try await apply(.activityToken(device: "v", key: key, activity: "V", token: tokenA, settings: viewer), 3000)
+        try await apply(.unregisterActivity(device: "p", key: key, activity: "P"), 3000)
+        try await apply(.activityToken(device: "w", key: key, activity: "W", token: String(repeating: "c", count: 64), settings: viewer), 3000)
+        #expect(try await direct() == ["_"])
+        // A key registered before `direct` was kept: the next registration fills it from meta.
+        let old = try #require(ActivityKey(parsing: "match:old"))
+        _ = try await redis.command("HSET", settings.keys.meta(old), "A", "1000 a development standard - \(tokenA)", "B",
+                                    "1000 b development standard 1 \(tokenB)", "C", "1000 -")
+        try await apply(.activityToken(device: "d", key: old, activity: "D", token: String(repeating: "d", count: 64), settings: viewer), 2000)
+        #expect(Set(try await redis.command("HKEYS", settings.keys.direct(old)).array?.compactMap(\.string) ?? []) == ["_", "A"])
+    }
+
     /// A device that stays active for days registers an activity per match: its hash keeps the
     /// activities of one activity TTL, not every one it ever had, and unregistering the device
     /// still removes the tokens that are live.

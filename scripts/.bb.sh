@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Broadcast latency benchmark: builds in release mode, starts a private redis-server, the APNs
+# sandbox and N workers on free loopback ports, then runs `activitycast bench broadcast`: a steady
+# stream of match.score events (XADD) over many keys, each one's latency measured to the
+# sandbox's receipt of its broadcast. Everything it started is stopped by PID on exit.
+#
+#   bash scripts/bench-broadcast.sh [--workers N] [--events-per-second R] [--keys K] [--seconds D] [--runs X]
+#   (defaults: 1 worker, 2000 events/s, 1000 keys, 10 s, 3 runs; other arguments go to the bench)
+#   LOG_LEVEL=info bash scripts/bench-broadcast.sh   # workers log every plan and send (default: warning)
+#   BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # another build (e.g. an older commit's), not rebuilt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=1 rate=2000 keys=1000 seconds=10
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --events-per-second) rate=$2; args+=("$1" "$2"); shift 2 ;;
+    --keys) keys=$2; args+=("$1" "$2"); shift 2 ;;
+    --seconds) seconds=$2; args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+source scripts/lib.sh
+if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  status=$?
+  if [ "$status" -ne 0 ]; then
+    for f in "$work"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (last lines)"; tail -5 "$f"; }; done
+  fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_private_redis "$work"
+
+# The sandbox keeps every broadcast of a run (two per event: a channel per APNs environment) until
+# the bench has read them after the run.
+delivery_log=$(awk -v r="$rate" -v s="$seconds" -v k="$keys" 'BEGIN { n = int(2.5 * (r * s + k)); print (n < 10000 ? 10000 : n) }')
+export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
+export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="bench" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
+"$bin" sandbox --delivery-log "$delivery_log" >"$work/sandbox.log" 2>&1 &
+sandbox_pid=$!
+pids+=("$sandbox_pid")
+wait_for_sandbox "$work/sandbox.log"
+
+worker_args=()
+for i in $(seq "$workers"); do
+  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
+  pids+=("$!")
+  worker_args+=(--worker-pid "$!")
+done
+
+echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); $workers worker(s), log level ${LOG_LEVEL:-warning}"
+"$bin" bench broadcast --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"
+redis-cli -p "$redis_port" INFO commandstats > /tmp/cmdstats.txt; redis-cli -p "$redis_port" INFO stats | grep -E "total_commands|total_net" >> /tmp/cmdstats.txt
