@@ -64,7 +64,7 @@ struct EntryProcessor: Sendable {
 
     /// The hash holding, per pending entry of `stream` that failed, its last error (`<id>`)
     /// and how many redeliveries started processing it (`<id>#n`).
-    func errorsKey(_ stream: String) -> String { "\(keys.prefix):errors:\(stream)" }
+    func errorsKey(_ stream: String) -> String { keys.errors(stream) }
 
     /// Fleet-wide counters shown by `inspect`.
     var countersKey: String { keys.counters }
@@ -83,7 +83,7 @@ struct EntryProcessor: Sendable {
         var refusal: RedisRefusal?
     }
 
-    private enum Work {
+    enum Work {
         case ack
         case deadLetter(String, copyFields: Bool)
         case effects(EntryEffects, after: (@Sendable ([RESPValue]) -> Void)?)
@@ -153,222 +153,6 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?,
-                                baseline: GroupLoss.Baseline) async throws -> Outcome {
-        let errors = errorsKey(feed.stream)
-        // Redelivered entries: count this attempt before doing anything (so an entry that kills
-        // every worker that takes it still runs out of attempts), and fetch the last errors.
-        var lastErrors: [String: String] = [:]
-        var attempts: [String: Int64] = [:]
-        if redelivered {
-            var commands = entries.map { RedisCommand("HINCRBY", errors, "\($0.id)#n", 1) }
-            commands.append(RedisCommand("HMGET", [errors] + entries.map(\.id)))
-            commands.append(RedisCommand("EXPIRE", errors, 7 * 86_400))
-            let replies = try await redis.pipeline(commands)
-            for (entry, reply) in zip(entries, replies) {
-                if let message = reply.errorMessage {
-                    if let refusal = RedisRefusal(errorReply: message) { throw RedisError(.server, refusal.message) }
-                    throw RedisError(.server, "HINCRBY \(errors): \(message)")
-                }
-                attempts[entry.id] = reply.int ?? 1
-            }
-            for (entry, value) in zip(entries, replies[entries.count].array ?? []) {
-                if let s = value.string { lastErrors[entry.id] = s }
-            }
-        }
-
-        var work: [Work] = []
-        work.reserveCapacity(entries.count)
-        for entry in entries {
-            guard let fields = entry.fields else {
-                work.append(.ack)  // deleted from the stream while pending: nothing left to do
-                continue
-            }
-            let delivered = (attempts[entry.id] ?? 0) + 1
-            if delivered > Int64(settings.maxDeliveries) {
-                let last = lastErrors[entry.id].map { "last error: \($0)" }
-                    ?? "no error was recorded: the workers that took it stopped before finishing it (crash, kill or out of memory)"
-                work.append(.deadLetter("delivered \(delivered) times without a final outcome (max \(settings.maxDeliveries)); \(last)",
-                                        copyFields: entry.oversize == nil))
-                continue
-            }
-            if let big = entry.oversize {
-                let error = decoder.oversizeError(fields: big.fields, bytes: big.bytes, longValue: big.longValue)
-                work.append(.deadLetter(error.reason + " (too large to read: not copied)", copyFields: false))
-                continue
-            }
-            if let crashOn, fields.contains(crashOn) {
-                fatalError("failpoint ACTIVITYCAST_FAILPOINT_CRASH_ON: crashing on entry \(feed.stream)/\(entry.id)")
-            }
-            var raw: [RawField] = []
-            raw.reserveCapacity(fields.count / 2)
-            var i = 0
-            while i + 1 < fields.count { raw.append(RawField(name: fields[i], value: fields[i + 1])); i += 2 }
-            switch decoder.decode(kind: feed.kind, fields: raw) {
-            case .failure(let error):
-                work.append(.deadLetter(error.reason, copyFields: true))
-            case .success(let decoded):
-                work.append(handle(decoded, fields: raw, entryID: entry.id, stream: feed.stream))
-            }
-        }
-
-        // Phase 1: every entry's first commands and every dead letter, in one pipeline.
-        var commands: [RedisCommand] = []
-        var ranges: [Range<Int>] = []
-        for (entry, w) in zip(entries, work) {
-            let start = commands.count
-            switch w {
-            case .ack: break
-            case .deadLetter(let reason, let copy):
-                commands.append(deadLetterCommand(feed: feed, entry: entry, reason: reason, deliveries: (attempts[entry.id] ?? 0) + 1, copyFields: copy))
-            case .effects(let e, _): commands += e.first
-            case .send: break
-            }
-            ranges.append(start..<commands.count)
-        }
-        /// nil: done; else why not.
-        var outcome = [Failure?](repeating: nil, count: entries.count)
-        var second: [RedisCommand] = []
-        var secondRanges: [Range<Int>] = []
-        var deadLettered: [(entry: StreamEntry, reason: String)] = []
-        var stale = 0
-        if !commands.isEmpty {
-            let replies = try await redis.pipeline(commands)
-            for (index, w) in work.enumerated() {
-                let mine = Array(replies[ranges[index]])
-                let start = second.count
-                defer { secondRanges.append(start..<second.count) }
-                if let bad = mine.lazy.compactMap(\.errorMessage).first {
-                    outcome[index] = Failure(bad)
-                    continue
-                }
-                switch w {
-                case .deadLetter(let reason, _):
-                    deadLettered.append((entries[index], reason))
-                case .effects(let e, let after):
-                    if let s = e.staleIfZero, mine.count > s, mine[s] == .integer(0) { stale += 1 }
-                    after?(mine)
-                    if let next = e.second { second += next(mine) }
-                case .ack, .send: break
-                }
-            }
-        } else {
-            secondRanges = Array(repeating: 0..<0, count: entries.count)
-        }
-
-        // Phase 2: writes that depended on a phase-1 script accepting the registration.
-        if !second.isEmpty {
-            let replies = try await redis.pipeline(second)
-            for index in entries.indices where outcome[index] == nil {
-                if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { outcome[index] = Failure(bad) }
-            }
-        }
-
-        // The pushes: one key's events in order, different keys side by side.
-        let sends = work.indices.compactMap { i -> (Int, Plan)? in
-            if case .send(let plan) = work[i], outcome[i] == nil { return (i, plan) }
-            return nil
-        }
-        // Finished fan-out records of entries acknowledged below: they go after the acknowledgement.
-        var records: [String] = []
-        if let sender, !sends.isEmpty {
-            for (index, result) in await send(sends, sender: sender, stream: feed.stream, entries: entries, redelivered: redelivered, order: order) {
-                switch result {
-                case .success(.done(let summary)):
-                    if let record = summary.finishedRecord { records.append(record) }
-                case .success(.handedOff):
-                    // Other workers are sending its slices; the last of them acknowledges it.
-                    outcome[index] = .handedOff
-                case .success(.rejected(let reason)):
-                    // Too large to send: a dead letter like any entry that can't be processed.
-                    let reply = try await redis.pipeline([deadLetterCommand(feed: feed, entry: entries[index], reason: reason,
-                                                                            deliveries: (attempts[entries[index].id] ?? 0) + 1, copyFields: true)])[0]
-                    if let e = reply.errorMessage { outcome[index] = Failure(e) } else { deadLettered.append((entries[index], reason)) }
-                case .failure(let error):
-                    if let r = Self.refusal(of: error) { outcome[index] = .refused(r) }
-                    else { outcome[index] = .own("sending failed: \(error)") }
-                }
-            }
-        }
-
-        // Acknowledge what is final; remember why the entry's own failures happened. A refusal is
-        // Redis's state, not the entry's: nothing is recorded and its attempt is given back.
-        var ackIDs: [String] = []
-        var failures: [any RedisArgument] = []
-        var refunds: [RedisCommand] = []
-        var refusal: RedisRefusal?
-        var ownFailures = 0
-        var handedOff = 0
-        for (index, entry) in entries.enumerated() {
-            switch outcome[index] {
-            case nil:
-                ackIDs.append(entry.id)
-            case .refused(let r)?:
-                refusal = refusal ?? r
-                if redelivered { refunds.append(AttemptScripts.refund(errors, entry.id)) }
-            case .handedOff?:
-                // Not a failure: a fan-out in progress doesn't use up the entry's attempts.
-                handedOff += 1
-                if redelivered { refunds.append(AttemptScripts.refund(errors, entry.id)) }
-            case .own(let message)?:
-                ownFailures += 1
-                failures += [entry.id, String(message.prefix(300))]
-            }
-        }
-        let counters = stats.stream(feed.stream)
-        var finals: [RedisCommand] = []
-        if !ackIDs.isEmpty { finals.append(.xack(stream: feed.stream, group: settings.group, ids: ackIDs)) }
-        if !failures.isEmpty {
-            finals.append(RedisCommand("HSET", [errors] + failures))
-            finals.append(RedisCommand("EXPIRE", errors, 7 * 86_400))
-        }
-        if redelivered, !ackIDs.isEmpty {
-            finals.append(RedisCommand("HDEL", [errors] + ackIDs.flatMap { [$0, "\($0)#n"] }))
-        }
-        if stale > 0 { finals.append(RedisCommand("HINCRBY", countersKey, "registrations_stale", stale)) }
-        finals += refunds
-        if !finals.isEmpty {
-            let replies = try await redis.pipeline(finals)
-            if !ackIDs.isEmpty {
-                if let message = replies[0].errorMessage {
-                    // Not acknowledged: the entries stay pending and are done again (idempotently).
-                    if let r = RedisRefusal(errorReply: message) { refusal = refusal ?? r } else {
-                        logger.warning("acknowledging entries failed", metadata: ["stream": "\(feed.stream)", "count": "\(ackIDs.count)", "error": "\(message)"])
-                    }
-                    ackIDs = []
-                } else {
-                    let n = Int(replies[0].int ?? 0)
-                    counters?.acked.add(n, ordering: .relaxed)
-                    // After the acknowledgement's answer (never beside it: until then a record is
-                    // what tells a redelivery the fan-out is over). One command each: another slot each.
-                    if !records.isEmpty { _ = try? await redis.pipeline(records.map { RedisCommand("UNLINK", $0) }) }
-                    if n < ackIDs.count {
-                        counters?.ackMissed.add(ackIDs.count - n, ordering: .relaxed)
-                        await groupLoss.explainMissedAcknowledgements(stream: feed.stream, group: settings.group, missed: ackIDs.count - n,
-                                                                      acknowledged: ackIDs.count, since: baseline, redis: redis, logger: logger)
-                    }
-                }
-            }
-        }
-        // Counted and logged only now that the dead letter is written (and its entry acknowledged).
-        if !ackIDs.isEmpty {
-            counters?.stale.add(stale, ordering: .relaxed)
-            for (entry, reason) in deadLettered {
-                counters?.deadLettered.add(1, ordering: .relaxed)
-                logger.warning("dead letter", metadata: ["entry": "\(feed.stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
-            }
-        }
-        if ownFailures > 0 {
-            counters?.failed.add(ownFailures, ordering: .relaxed)
-            let first = outcome.lazy.compactMap { if case .own(let m)? = $0 { return m } else { return nil } }.first ?? ""
-            logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(ownFailures)", "error": "\(first)"])
-        }
-        if refusal != nil {
-            counters?.refused.add(entries.count - ackIDs.count - ownFailures - handedOff, ordering: .relaxed)
-        }
-        return Outcome(finished: ackIDs.count, refusal: refusal)
-    }
-
     /// Redis refusing work behind a send's failure: a `RedisError`'s, or one the send path quotes
     /// (`fan-out create: unexpected reply OOM command not allowed …`).
     static func refusal(of error: Error) -> RedisRefusal? {
@@ -379,7 +163,7 @@ struct EntryProcessor: Sendable {
 
     /// Why an entry's commands failed: Redis refusing work (not the entry's fault), or an error
     /// about the entry's own data.
-    private enum Failure {
+    enum Failure {
         case refused(RedisRefusal)
         case own(String)
         /// Not final yet, through no failure: its fan-out's slices are under way.
@@ -390,7 +174,7 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    private func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
+    func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
         // A time far ahead of the clock would make every later event (or registration) of its key
         // older than it, ignored as stale: the activity frozen, the end never shown.
         if let added = entryID.split(separator: "-").first.flatMap({ Int64($0) }),
@@ -452,7 +236,7 @@ struct EntryProcessor: Sendable {
 
     /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
     /// concurrently. Returns each entry's result.
-    private func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,
+    func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,
                       order: UInt64?) async -> [(Int, Result<SendOutcome, Error>)] {
         if redelivered, let pauseRedelivered { try? await Task.sleep(for: pauseRedelivered) }
         // Places in the keys' lines first, in the order the batches were read (see `ReadOrder`).
@@ -506,7 +290,7 @@ struct EntryProcessor: Sendable {
     /// `XADD` of a dead letter: the reason and where the entry came from, and a copy of its
     /// fields capped at the schema's limits (`f:<name>`; `truncated` says what was left out).
     /// The stream is trimmed to about `streams.dead_letter_max_len` entries.
-    private func deadLetterCommand(feed: Settings.Feed, entry: StreamEntry, reason: String, deliveries: Int64, copyFields: Bool) -> RedisCommand {
+    func deadLetterCommand(feed: Settings.Feed, entry: StreamEntry, reason: String, deliveries: Int64, copyFields: Bool) -> RedisCommand {
         var args: [any RedisArgument] = [settings.deadLetterStream, "MAXLEN", "~", settings.deadLetterMaxLength, "*",
                                           "reason", String(reason.prefix(1000)), "stream", feed.stream, "id", entry.id,
                                           "deliveries", deliveries, "consumer", consumer,
