@@ -26,7 +26,7 @@ final class SliceTaker: Sendable {
     private let wakes: AsyncStream<Void>
 
     var stream: String { settings.keys.slices }
-    var errorsKey: String { "\(settings.prefix):errors:\(stream)" }
+    var errorsKey: String { settings.keys.errors(stream) }
 
     init(settings: Settings, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal, stats: WorkerStats) {
         self.settings = settings
@@ -144,7 +144,7 @@ final class SliceTaker: Sendable {
 
     private func process(_ entry: StreamEntry, redelivered: Bool) async {
         guard let fields = entry.fields else {
-            _ = try? await redis.pipeline([.xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id)])
+            await finish(entry)
             return
         }
         guard let slice = SliceRef(fields: fields) else {
@@ -170,11 +170,7 @@ final class SliceTaker: Sendable {
                 stats.stream(stream)?.acked.add(1, ordering: .relaxed)
             case .paused:
                 // The rest of the slice goes back to the stream for another worker, now.
-                _ = try await redis.pipeline([
-                    RedisCommand("XADD", [stream, "*"] + slice.fields),
-                    .xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id),
-                    RedisCommand("HDEL", errorsKey, entry.id, "\(entry.id)#n"),
-                ])
+                _ = try await redis.pipeline([RedisCommand("XADD", [stream, "*"] + slice.fields)] + acknowledgement(entry).commands)
             case .busy:
                 // Another worker has a batch of it in flight: not this delivery's failure.
                 if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
@@ -182,16 +178,17 @@ final class SliceTaker: Sendable {
         } catch {
             stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             logger.warning("slice left pending after a failure", metadata: ["slice": "\(slice)", "error": "\(error)"])
-            _ = try? await redis.pipeline([RedisCommand("HSET", errorsKey, entry.id, String("\(error)".prefix(300))),
-                                           RedisCommand("EXPIRE", errorsKey, 7 * 86_400)])
+            _ = try? await redis.pipeline(Acknowledgement.failures(settings.keys, stream: stream, [(entry.id, "\(error)")]))
         }
     }
 
+    /// A slice entry is read once: acknowledged, it is deleted too.
+    private func acknowledgement(_ entry: StreamEntry) -> Acknowledgement {
+        Acknowledgement(stream: stream, group: settings.group, ids: [entry.id], keys: settings.keys, delete: true)
+    }
+
     private func finish(_ entry: StreamEntry) async {
-        _ = try? await redis.pipeline([
-            .xack(stream: stream, group: settings.group, ids: [entry.id]), RedisCommand("XDEL", stream, entry.id),
-            RedisCommand("HDEL", errorsKey, entry.id, "\(entry.id)#n"),
-        ])
+        _ = try? await acknowledgement(entry).run(redis)
     }
 
     private func deadLetter(_ entry: StreamEntry, reason: String, slice: SliceRef?) async {
