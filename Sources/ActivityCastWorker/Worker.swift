@@ -183,6 +183,80 @@ public final class Worker: Sendable {
     /// Runs until `requestStop()`; returns the counters. Throws `StartError` when Redis rejects
     /// the worker's credentials or permissions at start: waiting would not help.
     public func run() async throws -> WorkerStats.Snapshot {
+        try await start()
+        // Wake-ups, not a queue: the loop reads them only while it waits (at the in-flight bound,
+        // or draining), and re-checks the counts itself. Unbounded, every batch's completion stayed
+        // buffered while the loop didn't wait: about 4 MB in 4 minutes at 2,000 events/s (the
+        // soak's RSS creep, found with jemalloc's heap profile).
+        let (completions, completed) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        var iterator = completions.makeAsyncIterator()
+        // A stop request wakes the loop wherever it waits.
+        stop.onStop { [sender, sliceSender] in
+            sender?.beginStopping()
+            sliceSender?.beginStopping()
+            completed.yield(-1)
+        }
+        // Wakes the loop every second while it waits for batches at the in-flight bound, so that
+        // liveness sees a loop that waits, not one that hangs (batches can take up to the
+        // visibility timeout while Redis is away).
+        // (Only then: the loop reads the stream only while it waits there, and ticks would pile up.)
+        let ticker = Task { [stop, maxInFlight = settings.maxInFlight] in
+            while !stop.isStopped {
+                try? await Task.sleep(for: .seconds(1))
+                if Task.isCancelled { break }
+                if self.inFlight.load(ordering: .relaxed) >= maxInFlight { completed.yield(0) }
+            }
+        }
+        defer { ticker.cancel() }
+        let sliceLoop = slices.map { taker in Task { await taker.run() } }
+        let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
+
+        // Entries this consumer read before a restart (a configured, stable consumer name).
+        for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
+            _ = await stop.race { await self.drainOwnPending(feed) }
+            noteProgress()
+        }
+        var chores = Chores()
+        while !isStopping {
+            // Back-pressure: wait for batches to finish while the bound is reached.
+            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil { noteProgress() }
+            if isStopping { break }
+            noteProgress()
+            await chores.runDue(self)
+            let healthy = settings.inputStreams.filter { !isBroken($0.stream) }
+            if healthy.isEmpty {
+                await stop.sleep(for: min(settings.claimInterval, .seconds(1)))
+                noteProgress()
+                continue
+            }
+            guard let result = await read(healthy) else { break }
+            noteProgress()
+            switch result {
+            case .success(let reads):
+                groupLoss.noteRead()
+                // After a reconnect: which Redis process serves the worker now (`GroupLoss`).
+                if groupLoss.needsObservation { await groupLoss.observe(redis) }
+                conditions.clear("read", "reading streams again")
+                dispatch(reads, healthy: healthy, completed: completed)
+            case .failure(let error):
+                await readFailed(error, streams: healthy)
+                noteProgress()
+            }
+        }
+        await drain(&iterator, completed: completed)
+        await sliceLoop?.value
+        await flushLoop?.value
+        await slices?.drain(until: drainDeadline)
+        if inFlight.load(ordering: .relaxed) > 0 {
+            logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
+        }
+        let snapshot = stats.snapshot
+        logger.info("worker stopped", metadata: stoppedMetadata(snapshot))
+        return snapshot
+    }
+
+    /// Says what the worker reads and checks what it needs before it takes any entry.
+    private func start() async throws {
         logger.info("worker starting", metadata: [
             "consumer": "\(consumer)", "group": "\(settings.group)", "redis": "\(settings.redisURL)",
             "streams": "\(settings.inputStreams.map { "\($0.kind.rawValue)=\($0.stream)" }.joined(separator: ","))",
@@ -198,165 +272,118 @@ public final class Worker: Sendable {
         await ensureGroups()
         await groupLoss.observe(redis)
         noteProgress()
+    }
 
-        // Wake-ups, not a queue: the loop reads them only while it waits (at the in-flight bound,
-        // or draining), and re-checks the counts itself. Unbounded, every batch's completion stayed
-        // buffered while the loop didn't wait: about 4 MB in 4 minutes at 2,000 events/s (the
-        // soak's RSS creep, found with jemalloc's heap profile).
-        let (completions, completed) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        var iterator = completions.makeAsyncIterator()
-        // A stop request wakes the loop wherever it waits.
-        stop.onStop { [sender, sliceSender] in
-            sender?.beginStopping()
-            sliceSender?.beginStopping()
-            completed.yield(-1)
-        }
+    /// What the read loop does on a schedule between reads: claim idle entries (and probe broken
+    /// streams, delete due channels) every claim interval, trim streams every retention interval.
+    private struct Chores {
         var nextClaim = ContinuousClock.now
         var nextTrim = ContinuousClock.now
 
-        // Wakes the loop every second while it waits for batches at the in-flight bound, so that
-        // liveness sees a loop that waits, not one that hangs (batches can take up to the
-        // visibility timeout while Redis is away).
-        // (Only then: the loop reads the stream only while it waits there, and ticks would pile up.)
-        let ticker = Task { [stop, maxInFlight = settings.maxInFlight] in
-            while !stop.isStopped {
-                try? await Task.sleep(for: .seconds(1))
-                if Task.isCancelled { break }
-                if self.inFlight.load(ordering: .relaxed) >= maxInFlight { completed.yield(0) }
-            }
-        }
-        defer { ticker.cancel() }
-
-        let sliceLoop = slices.map { taker in Task { await taker.run() } }
-        let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
-
-        // Entries this consumer read before a restart (a configured, stable consumer name).
-        for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
-            _ = await stop.race { await self.drainOwnPending(feed) }
-            noteProgress()
-        }
-
-        while !isStopping {
-            // Back-pressure: wait for batches to finish while the bound is reached.
-            while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil { noteProgress() }
-            if isStopping { break }
-            noteProgress()
-
+        mutating func runDue(_ worker: Worker) async {
+            let settings = worker.settings, stop = worker.stop
             if ContinuousClock.now >= nextClaim {
-                _ = await stop.race { await self.claimIdle() }
-                await probeBrokenStreams()
-                if let sender {
+                _ = await stop.race { await worker.claimIdle() }
+                await worker.probeBrokenStreams()
+                if let sender = worker.sender {
                     // Channels whose activity ended and whose dismissal window passed.
                     _ = await stop.race { try? await sender.deleteDueChannels() }
                 }
                 nextClaim = ContinuousClock.now + settings.claimInterval
             }
-            if let trimmer, let every = settings.retention.interval, ContinuousClock.now >= nextTrim {
+            if let trimmer = worker.trimmer, let every = settings.retention.interval, ContinuousClock.now >= nextTrim {
                 _ = await stop.race { await trimmer.trimOnce() }
                 nextTrim = ContinuousClock.now + every
             }
-            let healthy = settings.inputStreams.filter { !isBroken($0.stream) }
-            if healthy.isEmpty {
-                await stop.sleep(for: min(settings.claimInterval, .seconds(1)))
-                noteProgress()
-                continue
-            }
-            let room = settings.maxInFlight - inFlight.load(ordering: .relaxed)
-            let count = max(1, min(settings.batchSize, room / healthy.count))
-            let reader = self.reader, group = settings.group, consumer = self.consumer, block = settings.block
-            let limits = processor.readLimits
-            let read = Task { () -> Result<[StreamRead], Error> in
-                do {
-                    let reply = try await reader.pipeline([.xreadgroup(group: group, consumer: consumer, count: count, block: block,
-                                                                       streams: healthy.map { ($0.stream, ">") })],
-                                                          blocking: block, limits: limits)[0]
-                    return .success(try StreamReplies.read(reply))
-                } catch {
-                    return .failure(error)
-                }
-            }
-            var result = await stop.race { await read.value }
-            if result == nil {
-                // Stopping with a read in flight: what it delivers is this worker's to finish, so
-                // wait for it (it returns within `block`) — unless Redis is frozen past the deadline.
-                result = await StopSignal.within((stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)) { await read.value }
-            }
-            guard let result else { break }
-            noteProgress()
-            let reads: [StreamRead]
-            switch result {
-            case .success(let r):
-                reads = r
-                groupLoss.noteRead()
-                // After a reconnect: which Redis process serves the worker now (`GroupLoss`).
-                if groupLoss.needsObservation { await groupLoss.observe(redis) }
-                conditions.clear("read", "reading streams again")
-            case .failure(let error):
-                await readFailed(error, streams: healthy)
-                noteProgress()
-                continue
-            }
-            for read in reads where !read.entries.isEmpty {
-                guard let feed = healthy.first(where: { $0.stream == read.stream }) else { continue }
-                let n = read.entries.count
-                inFlight.add(n, ordering: .relaxed)
-                stats.stream(feed.stream)?.read.add(n, ordering: .relaxed)
-                if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
-                let processor = self.processor
-                let retryUntil = ContinuousClock.now + settings.visibilityTimeout
-                let order = processor.readOrder.number()
-                Task {
-                    let started = ContinuousClock.now
-                    let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil, order: order)
-                    self.noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
-                    self.inFlight.subtract(n, ordering: .relaxed)
-                    completed.yield(n)
-                }
-            }
         }
+    }
 
-        // Drain: finish what is in flight, within the deadline counted from the stop request.
-        // A little before the deadline, so that the process has exited by then.
-        let deadline = (stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)
-        logger.info("stopping: finishing entries in flight", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
-        if inFlight.load(ordering: .relaxed) > 0 {
-            let timer = Task {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                completed.yield(-1)
+    /// One `XREADGROUP` of the healthy streams, as many entries as the in-flight bound leaves
+    /// room for. nil: stopping, and Redis didn't answer before the deadline.
+    private func read(_ healthy: [Settings.Feed]) async -> Result<[StreamRead], Error>? {
+        let room = settings.maxInFlight - inFlight.load(ordering: .relaxed)
+        let count = max(1, min(settings.batchSize, room / healthy.count))
+        let reader = self.reader, group = settings.group, consumer = self.consumer, block = settings.block
+        let limits = processor.readLimits
+        let read = Task { () -> Result<[StreamRead], Error> in
+            do {
+                let reply = try await reader.pipeline([.xreadgroup(group: group, consumer: consumer, count: count, block: block,
+                                                                   streams: healthy.map { ($0.stream, ">") })],
+                                                      blocking: block, limits: limits)[0]
+                return .success(try StreamReplies.read(reply))
+            } catch {
+                return .failure(error)
             }
-            while inFlight.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline, await iterator.next() != nil {}
-            timer.cancel()
         }
-        await sliceLoop?.value
-        await flushLoop?.value
-        await slices?.drain(until: deadline)
-        if inFlight.load(ordering: .relaxed) > 0 {
-            logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
+        if let result = await stop.race({ await read.value }) { return result }
+        // Stopping with a read in flight: what it delivers is this worker's to finish, so wait for
+        // it (it returns within `block`) — unless Redis is frozen past the deadline.
+        return await StopSignal.within(drainDeadline) { await read.value }
+    }
+
+    /// Each stream's batch goes to the processor on its own task.
+    private func dispatch(_ reads: [StreamRead], healthy: [Settings.Feed], completed: AsyncStream<Int>.Continuation) {
+        for read in reads where !read.entries.isEmpty {
+            guard let feed = healthy.first(where: { $0.stream == read.stream }) else { continue }
+            let n = read.entries.count
+            inFlight.add(n, ordering: .relaxed)
+            stats.stream(feed.stream)?.read.add(n, ordering: .relaxed)
+            if let last = read.entries.last?.id { advancePosition(feed.stream, to: last) }
+            let processor = self.processor
+            let retryUntil = ContinuousClock.now + settings.visibilityTimeout
+            let order = processor.readOrder.number()
+            Task {
+                let started = ContinuousClock.now
+                let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil, order: order)
+                self.noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
+                self.inFlight.subtract(n, ordering: .relaxed)
+                completed.yield(n)
+            }
         }
-        let snapshot = stats.snapshot
+    }
+
+    /// When a stopping worker gives up on what is in flight: a little before the shutdown deadline
+    /// (counted from the stop request), so that the process has exited by then.
+    private var drainDeadline: ContinuousClock.Instant {
+        (stop.stoppedAt ?? .now) + settings.shutdownDeadline - min(.milliseconds(100), settings.shutdownDeadline / 10)
+    }
+
+    /// Drain: finish what is in flight, within the deadline.
+    private func drain(_ iterator: inout AsyncStream<Int>.Iterator, completed: AsyncStream<Int>.Continuation) async {
+        logger.info("stopping: finishing entries in flight", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
+        guard inFlight.load(ordering: .relaxed) > 0 else { return }
+        let deadline = drainDeadline
+        let timer = Task {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            completed.yield(-1)
+        }
+        while inFlight.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline, await iterator.next() != nil {}
+        timer.cancel()
+    }
+
+    /// The counters a stopped worker logs.
+    private func stoppedMetadata(_ snapshot: WorkerStats.Snapshot) -> Logger.Metadata {
         var metadata: Logger.Metadata = [
             "read": "\(snapshot.read)", "acked": "\(snapshot.acked)", "ack_missed": "\(snapshot.ackMissed)",
             "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "refused": "\(snapshot.refused)",
             "claimed": "\(snapshot.claimed)", "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
         ]
-        if let sends = sender?.stats {
-            // Requests by kind and outcome (`token ok=17,token Unregistered=1`), and what they caused.
-            metadata["pushes"] = "\(sends.byOutcome.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
-            metadata["tokens_forgotten"] = "\(sends.tokensForgotten.load(ordering: .relaxed))"
-            metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
-            metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
-            metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
-            metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
-            metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
-            metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
-            metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
-            metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
-            metadata["rate_waits"] = "\(sends.rateWaits.load(ordering: .relaxed))"
-            // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
-            metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
-        }
-        logger.info("worker stopped", metadata: metadata)
-        return snapshot
+        guard let sends = sender?.stats else { return metadata }
+        // Requests by kind and outcome (`token ok=17,token Unregistered=1`), and what they caused.
+        metadata["pushes"] = "\(sends.byOutcome.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
+        metadata["tokens_forgotten"] = "\(sends.tokensForgotten.load(ordering: .relaxed))"
+        metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
+        metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
+        metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
+        metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
+        metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
+        metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
+        metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
+        metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
+        metadata["rate_waits"] = "\(sends.rateWaits.load(ordering: .relaxed))"
+        // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
+        metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
+        return metadata
     }
 
     // MARK: Start
