@@ -301,7 +301,10 @@ import TestSupport
     func listeningSockets(of pid: Int32) throws -> Int {
         var listening: Set<String> = []
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            // Read to the end: `String(contentsOfFile:)` reads a procfs file's first page only
+            // (its size says 0), which missed the socket once a busy machine had ~30 others.
+            guard let data = FileHandle(forReadingAtPath: table)?.readDataToEndOfFile() else { continue }
+            let text = String(decoding: data, as: UTF8.self)
             for line in text.split(separator: "\n").dropFirst() {
                 let f = line.split(separator: " ")
                 if f.count > 9, f[3] == "0A" { listening.insert(String(f[9])) }
