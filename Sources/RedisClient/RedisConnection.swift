@@ -57,7 +57,10 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ commands: [RedisCommand], blocking: Duration = .zero, limits: RESPDecoder.Limits? = nil) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
         var bytes: [UInt8] = []
-        for command in commands { RESPEncoder.append(command.arguments, to: &bytes) }
+        for command in commands {
+            command.checkKeys()
+            RESPEncoder.append(command.arguments, to: &bytes)
+        }
         var replies = try await submit(bytes: bytes, count: commands.count, extra: blocking, limits: limits)
 
         // A flushed or restarted Redis forgets scripts: send the source for those that missed.
