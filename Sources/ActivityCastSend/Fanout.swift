@@ -82,30 +82,6 @@ struct FanoutPrior {
     }
 }
 
-/// What `FanoutScripts.create` said.
-enum FanoutCreation {
-    case new(slices: Int, tokens: Int)
-    case exists(left: Int, slices: Int, broadcastDone: Bool, queued: Bool)
-    case older
-    /// The key has no tokens: no record was written.
-    case none
-
-    init(_ reply: RESPValue) throws {
-        guard let parts = reply.array, let status = parts.first?.string else {
-            throw SendFailure("fan-out create: unexpected reply \(reply.errorMessage ?? "")")
-        }
-        func int(_ i: Int) -> Int { i < parts.count ? Int(parts[i].int ?? 0) : 0 }
-        switch status {
-        case "new": self = .new(slices: max(1, int(1)), tokens: int(2))
-        case "exists": self = .exists(left: int(1), slices: max(1, int(2)), broadcastDone: parts.count > 3 && parts[3].string == "1",
-                                      queued: parts.count > 4 && parts[4].string == "1")
-        case "older": self = .older
-        case "none": self = .none
-        default: throw SendFailure("fan-out create: unexpected status \(status)")
-        }
-    }
-}
-
 /// How taking a slice ended.
 public enum SliceResult: Sendable, Equatable {
     /// The slice has its final outcome (sent, or superseded); `left` slices of its fan-out remain.
@@ -136,8 +112,8 @@ extension Sender {
     public func abandonSlice(_ slice: SliceRef, reason: String) async throws {
         let fan = fanKey(slice.key, slice.gen)
         let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
-        let left = try await redis.send(.script(FanoutScripts.abandon, keys: [fan, inflightKey(slice.key)], args: [slice.gen, slice.index, 3600]))
-        guard let n = left.int, n >= 0 else { return }
+        let reply = try await redis.send(FanoutAbandon(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index).command)
+        guard case .abandoned(let n) = try FanoutAbandonReply(reply) else { return }
         try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
         let e = entry.array ?? []
@@ -198,21 +174,20 @@ extension Sender {
         let byTier = tiers.standard != tiers.frequent
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
-        let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
+        let inflight = inflightKey(slice.key), lease = configuration.leaseMillis
         // A lease that is gone (it ended and a newer fan-out's step dropped it, or the slice ended
         // as superseded) is not renewed: the batch's retries would reach devices after the newer
         // fan-out's state, so the batch stops here (the slice's next step decides what is left).
         // Extends the lease to `extra` past now, only while it still exists: false once it is gone.
         let renew: @Sendable (Duration) async throws -> Bool = { [redis] extra in
             let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + extra.milliseconds
-            let kept = try await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
-            if let message = kept.errorMessage { throw RedisError(.server, "renewing a slice's lease: \(message)") }
-            return kept.int == 1
+            let kept = try await redis.send(FanoutRenew(inflightKey: inflight, gen: slice.gen, slice: slice.index, leaseEndMillis: until).command)
+            return try FanoutRenewReply(kept) == .renewed
         }
         let renewLease: (Duration) async throws -> Void = { wait in
             guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
         }
-        var confirm = ""
+        var confirm: FanoutBatchRange?
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
         while true {
@@ -223,39 +198,25 @@ extension Sender {
             } else {
                 reply = try await redis.send(stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
             }
-            guard let parts = reply.array, parts.count >= 2, let status = parts[0].string else {
-                throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
-            }
-            let left = Int(parts[1].int ?? 0)
-            if !confirm.isEmpty, let counter = attempts {
+            let step = try FanoutStepReply(reply)
+            let left = step.left
+            if confirm != nil, let counter = attempts {
                 // A batch of this delivery was confirmed: it made progress.
                 attempts = nil
                 _ = try? await redis.send(RedisCommand("HDEL", counter.key, counter.field))
             }
-            switch status {
-            case "send":
-                guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }
+            switch step {
+            case .send(_, let range, let resent, let seen, let triples):
                 confirm = range
                 waitedSince = nil
-                width = parts.count > 4 ? parts[4].int ?? 0 : 0
-                let chunks = parts.count > 5 ? parts[5].array ?? [] : []
-                var triples: [(activity: String, meta: [UInt8])] = []
-                for chunk in chunks {
-                    let pairs = chunk.array ?? []
-                    triples.reserveCapacity(triples.count + pairs.count / 2)
-                    var i = 0
-                    while i + 1 < pairs.count {
-                        triples.append((pairs[i].string ?? "", pairs[i + 1].bytes ?? []))
-                        i += 2
-                    }
-                }
-                let resentBatch = (parts[3].int ?? 0) > 0
-                if let resent = parts[3].int, resent > 0 {
+                width = seen
+                let resentBatch = resent != .fresh
+                if resentBatch {
                     // A worker stopped with this batch in flight (1), or the slice started again after
                     // a Redis restart (2): APNs may already have had some of it.
                     stats.tokensResent.add(triples.count, ordering: .relaxed)
                     _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
-                    if resent == 1 {
+                    if resent == .afterTakeover {
                         logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
                     }
                 }
@@ -301,7 +262,7 @@ extension Sender {
                         let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
                             let tiers = Set(delivered.map(\.tier.rawValue)).subtracting(markedAtTen.withLock { $0 })
                             guard !tiers.isEmpty else { return }
-                            if (try? await redis.send(.script(FanoutScripts.mark, keys: [fan], args: tiers.sorted().flatMap { ["s10:\($0)", "1"] }))) != nil {
+                            if (try? await redis.send(FanoutMark(record: fan, .sentAtTen(tiers: tiers.sorted())).command)) != nil {
                                 markedAtTen.withLock { $0.formUnion(tiers) }
                             }
                         }
@@ -315,8 +276,8 @@ extension Sender {
                     broadcast = nil
                     groups = grouped(onChannel.lazy.filter { !live.contains($0.env) })
                 }
-            case "finished", "superseded":
-                if status == "superseded" {
+            case .finished, .superseded:
+                if case .superseded = step {
                     stats.slicesSuperseded.add(1, ordering: .relaxed)
                     _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_superseded", 1))
                 } else {
@@ -326,10 +287,10 @@ extension Sender {
                 if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await refundUnsent(slice.key, fan) }
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
-            case "done":
+            case .done:
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
-            case "relaid":
+            case .relaid:
                 // Redis restarted since the fan-out began (a new hash seed, so another scan order):
                 // every slice starts again. This one goes on here; the others are queued again, and
                 // `q` set once they are (else the entry's next delivery queues them).
@@ -338,38 +299,36 @@ extension Sender {
                 commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
                 let replies = try await redis.pipeline(commands)
                 if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
-                confirm = ""
-            case "gone":
+                confirm = nil
+            case .gone:
                 return .gone
-            case "paused":
+            case .paused:
                 return .paused
-            case "busy":
+            case .busy:
                 return .busy
-            case "wait":
+            case .wait:
                 // An older fan-out of the key still has a batch in flight: it ends within its lease.
                 let since = waitedSince ?? .now
                 waitedSince = since
                 if ContinuousClock.now - since > .milliseconds(configuration.leaseMillis * 2) { return .busy }
                 try await Task.sleep(for: .milliseconds(2))
-            default:
-                throw SendFailure("slice step: unexpected status \(status)")
             }
         }
     }
 
     /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
-    /// last batch's range, or '') and asks for `want` more tokens (0: stop here).
-    func stepCommand(_ slice: SliceRef, want: Int, confirm: String = "", width: Int64 = 0) -> RedisCommand {
-        .script(FanoutScripts.step, keys: [genKey(slice.key), fanKey(slice.key, slice.gen), inflightKey(slice.key), keys.meta(slice.key)],
-                args: [slice.gen, slice.index, slice.count, want, Int64(Date().timeIntervalSince1970 * 1000), configuration.leaseMillis,
-                       confirm, 3600, width])
+    /// last batch's range, or nil) and asks for `want` more tokens (0: stop here).
+    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatchRange? = nil, width: Int64 = 0) -> RedisCommand {
+        FanoutStepCall(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index, slices: slice.count, want: want,
+                       nowMillis: Int64(Date().timeIntervalSince1970 * 1000), leaseMillis: configuration.leaseMillis, confirm: confirm,
+                       keepSeconds: 3600, width: width).command
     }
 
     /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream,
     /// and records that they are (`q`): commands for one pipeline.
     func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
         (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [.script(FanoutScripts.mark, keys: [fanKey(key, gen)], args: ["q", 1])]
+            + [FanoutMark(record: fanKey(key, gen), .queued).command]
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

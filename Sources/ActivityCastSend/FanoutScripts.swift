@@ -1,3 +1,4 @@
+import ActivityCastCore
 import RedisClient
 
 /// The Redis side of fan-outs. Per key, in its hash slot:
@@ -248,4 +249,387 @@ public enum FanoutScripts {
     -- so nothing else is read per token.
     return {'send', left, range, resent, est or hint, chunks}
     """)
+}
+
+// MARK: - The keys
+
+/// The keys of one activity key's fan-outs, all in its hash slot (`{key}`), so a script that
+/// declares them can run on any Redis Cluster node that owns the key.
+public struct FanoutKeys: Sendable, Equatable {
+    /// `<prefix>:{key}:gen`: the key's newest fan-out (`name`, `millis`).
+    public var gen: String
+    /// `<prefix>:{key}:inflight`: the leases of the batches in flight.
+    public var inflight: String
+    /// `<prefix>:{key}:meta`: the key's registrations, the audience a fan-out scans.
+    public var meta: String
+    /// `<prefix>:{key}:fan:`: before a fan-out's name, its record.
+    public var fanPrefix: String
+
+    public init(_ keys: RedisKeys, _ key: ActivityKey) {
+        gen = "\(keys.prefix):{\(key)}:gen"
+        inflight = "\(keys.prefix):{\(key)}:inflight"
+        meta = keys.meta(key)
+        fanPrefix = "\(keys.prefix):{\(key)}:fan:"
+    }
+
+    /// The record of the fan-out named `gen`.
+    public func fan(_ gen: String) -> String { fanPrefix + gen }
+}
+
+// MARK: - The calls
+
+/// A batch's place in its slice's range of the scan order: `[from, to)` of `SliceMath` places
+/// (`to` may pass the slice's end: the last batch of a slice ends at the next cursor the scan
+/// met). The step script hands it out as `"<from> <to>"` and takes the same text back to confirm
+/// it; Lua prints these integers (below 2^33) in full, so `description` is that text.
+public struct FanoutBatchRange: Hashable, Sendable, CustomStringConvertible {
+    public var from: UInt64
+    public var to: UInt64
+
+    public init(from: UInt64, to: UInt64) {
+        self.from = from
+        self.to = to
+    }
+
+    /// From the script's text; nil when it isn't two places.
+    public init?(_ text: String) {
+        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 2, let from = UInt64(parts[0]), let to = UInt64(parts[1]) else { return nil }
+        self.init(from: from, to: to)
+    }
+
+    public var description: String { "\(from) \(to)" }
+}
+
+/// `FanoutScripts.create`: a fan-out of an event (or a budget flush) for one key, or the one of
+/// that name already there.
+public struct FanoutCreate: Sendable {
+    public var keys: FanoutKeys
+    /// The fan-out's name (`<stream>/<entry id>` of its event; `flush:<tier>:<state ms>:<now ms>`).
+    public var gen: String
+    /// The time of the state it sends (the event's): an older one than the key's newest is refused.
+    public var millis: Int64
+    /// Tokens per slice (about), and the most slices (`SliceMath`).
+    public var sliceSize: Int
+    public var maxSlices: Int
+    /// How long the record and the key's `gen` live (s).
+    public var ttlSeconds: Int
+    /// The push at 10 (with its alert), and at 5 when it differs (without it).
+    public var payload: [UInt8]
+    public var quiet: [UInt8]
+    /// The highest priority of any tier (`pri`), and each tier's (`AudiencePriorities.encodedTiers`).
+    public var priority: Int
+    public var tiers: String
+    /// The environments whose channel had the push (their devices get nothing per token).
+    public var live: [APNsEnvironment]
+    /// The entry to acknowledge once every slice is final ('' for a flush: its record goes then).
+    public var stream: String
+    public var entryID: String
+    /// A flush yields to a fan-out of the same time under way (it may be another audience's, whose
+    /// devices it would otherwise take over).
+    public var flush: Bool
+    /// The broadcast isn't answered yet: `b` 0 (the caller records it, and the final `live`).
+    public var broadcastPending: Bool
+    /// The key's fan hashes' prefix (`FanoutKeys.fanPrefix`), for the flush's look at the newest one.
+    public var fanPrefix: String { keys.fanPrefix }
+
+    public init(keys: FanoutKeys, gen: String, millis: Int64, sliceSize: Int, maxSlices: Int = SliceMath.maxSlices, ttlSeconds: Int,
+                payload: [UInt8], quiet: [UInt8], priority: Int, tiers: String, live: [APNsEnvironment], stream: String,
+                entryID: String, flush: Bool, broadcastPending: Bool) {
+        self.keys = keys
+        self.gen = gen
+        self.millis = millis
+        self.sliceSize = sliceSize
+        self.maxSlices = maxSlices
+        self.ttlSeconds = ttlSeconds
+        self.payload = payload
+        self.quiet = quiet
+        self.priority = priority
+        self.tiers = tiers
+        self.live = live
+        self.stream = stream
+        self.entryID = entryID
+        self.flush = flush
+        self.broadcastPending = broadcastPending
+    }
+
+    public var command: RedisCommand {
+        .script(FanoutScripts.create, keys: [keys.gen, keys.fan(gen), keys.meta], args: [
+            gen, millis, sliceSize, maxSlices, ttlSeconds, payload, priority, live.map(\.rawValue).joined(separator: " "), stream, entryID,
+            quiet == payload ? [] : quiet, tiers, flush ? "1" : "0", fanPrefix, broadcastPending ? "0" : "1",
+        ])
+    }
+}
+
+/// What `FanoutScripts.create` answered.
+public enum FanoutCreateReply: Equatable, Sendable {
+    /// Created with `slices` slices for an audience of `tokens` registrations.
+    case new(slices: Int, tokens: Int)
+    /// It exists (the entry delivered again): `left` slices without a final outcome (0: over, or
+    /// its record is gone), whether its broadcast is recorded (`b`) and its slices queued (`q`).
+    case exists(left: Int, slices: Int, broadcastDone: Bool, queued: Bool)
+    /// A newer fan-out of the key is under way (or, for a flush, one of the same time; or this one
+    /// was superseded before and is never started again).
+    case older
+    /// The key has no tokens: the fan-out is named the key's newest, and no record is written.
+    case none
+
+    public init(_ reply: RESPValue) throws {
+        if let e = reply.errorMessage { throw RedisError(.server, "fan-out create: \(e)") }
+        guard let parts = reply.array, let status = parts.first?.string else {
+            throw RedisError(.unexpectedReply, "fan-out create: unexpected reply \(reply)")
+        }
+        func int(_ i: Int) -> Int { i < parts.count ? Int(parts[i].int ?? 0) : 0 }
+        switch status {
+        case "new": self = .new(slices: max(1, int(1)), tokens: int(2))
+        case "exists": self = .exists(left: int(1), slices: max(1, int(2)), broadcastDone: parts.count > 3 && parts[3].string == "1",
+                                      queued: parts.count > 4 && parts[4].string == "1")
+        case "older": self = .older
+        case "none": self = .none
+        default: throw RedisError(.unexpectedReply, "fan-out create: unexpected status \(status)")
+        }
+    }
+}
+
+/// `FanoutScripts.step`: one step of one slice — confirm the caller's last batch, hand out the next.
+public struct FanoutStepCall: Sendable {
+    public var keys: FanoutKeys
+    public var gen: String
+    /// The slice, and the fan-out's slice count (0: the record's, for a step pipelined behind the
+    /// create that decides it).
+    public var slice: Int
+    public var slices: Int
+    /// Tokens to hand out (about: a batch ends with the scan call that reaches it); 0: confirm
+    /// only, the caller stops here (`paused`).
+    public var want: Int
+    /// The caller's clock (ms): leases are compared with it.
+    public var nowMillis: Int64
+    /// How long the batch handed out is the caller's.
+    public var leaseMillis: Int
+    /// The caller's last batch, sent: recorded as done. nil: none.
+    public var confirm: FanoutBatchRange?
+    /// How long the record is kept once over (s), for its entry's acknowledgement.
+    public var keepSeconds: Int
+    /// The bucket width the caller's last `send` saw (0: none), so the scan starts wide.
+    public var width: Int64
+
+    public init(keys: FanoutKeys, gen: String, slice: Int, slices: Int, want: Int, nowMillis: Int64, leaseMillis: Int,
+                confirm: FanoutBatchRange? = nil, keepSeconds: Int = 3600, width: Int64 = 0) {
+        self.keys = keys
+        self.gen = gen
+        self.slice = slice
+        self.slices = slices
+        self.want = want
+        self.nowMillis = nowMillis
+        self.leaseMillis = leaseMillis
+        self.confirm = confirm
+        self.keepSeconds = keepSeconds
+        self.width = width
+    }
+
+    public var command: RedisCommand {
+        .script(FanoutScripts.step, keys: [keys.gen, keys.fan(gen), keys.inflight, keys.meta], args: [
+            gen, slice, slices, want, nowMillis, leaseMillis, confirm?.description ?? "", keepSeconds, width,
+        ])
+    }
+}
+
+/// Why a batch handed out may have reached its devices before.
+public enum FanoutResent: Int, Sendable, Equatable {
+    /// It is new.
+    case fresh = 0
+    /// Its worker stopped with it in flight (the lease ended): APNs may have had some of it.
+    case afterTakeover = 1
+    /// The slice started again after a Redis restart: any token may have had this state.
+    case afterRestart = 2
+}
+
+/// What `FanoutScripts.step` answered.
+public enum FanoutStepReply: Sendable {
+    /// A batch to send (`range`, to confirm at the next step), `resent` when it may have gone out
+    /// before; `width` the bucket width seen (for the next step); `rows` each token's registration
+    /// (`{key}:meta` value, ending with the token). `left`: slices of the fan-out not final.
+    case send(left: Int, range: FanoutBatchRange, resent: FanoutResent, width: Int64, rows: [(activity: String, meta: [UInt8])])
+    /// This call ended the slice (the confirmed batch was its last, or nothing was left).
+    case finished(left: Int)
+    /// The slice had ended before.
+    case done(left: Int)
+    /// A newer fan-out is the key's: this slice ended without sending.
+    case superseded(left: Int)
+    /// Another worker's batch of this slice is in flight, its lease ending in `msLeft`.
+    case busy(msLeft: Int64)
+    /// An older fan-out's batch is in flight: this one waits (within that lease).
+    case wait(left: Int)
+    /// The fan-out is over and cleared (or never had a record).
+    case gone
+    /// Redis restarted since the fan-out began: every slice starts again (`slices` of them; the
+    /// caller queues the others again, and goes on with this one without a confirm).
+    case relaid(slices: Int)
+    /// `want` 0: confirmed, nothing handed out.
+    case paused(left: Int)
+
+    /// Slices of the fan-out not final, as the reply says (`relaid`: all; `busy`, `gone`: 0).
+    public var left: Int {
+        switch self {
+        case .send(let left, _, _, _, _), .finished(let left), .done(let left), .superseded(let left), .wait(let left), .paused(let left): left
+        case .relaid(let slices): slices
+        case .busy, .gone: 0
+        }
+    }
+
+    public init(_ reply: RESPValue) throws {
+        if let e = reply.errorMessage { throw RedisError(.server, "fan-out step: \(e)") }
+        guard let parts = reply.array, parts.count >= 2, let status = parts[0].string, let second = parts[1].int else {
+            throw RedisError(.unexpectedReply, "fan-out step: unexpected reply \(reply)")
+        }
+        let left = Int(second)
+        switch status {
+        case "send":
+            guard parts.count >= 6, let text = parts[2].string, let range = FanoutBatchRange(text),
+                  let resent = parts[3].int.flatMap({ FanoutResent(rawValue: Int($0)) }), let width = parts[4].int, let chunks = parts[5].array else {
+                throw RedisError(.unexpectedReply, "fan-out step: a send without its batch: \(String(describing: reply).prefix(300))")
+            }
+            // The scan's own replies, as they came: activity, meta, activity, meta, …
+            var rows: [(activity: String, meta: [UInt8])] = []
+            for chunk in chunks {
+                guard let pairs = chunk.array, pairs.count % 2 == 0 else { throw RedisError(.unexpectedReply, "fan-out step: a batch's chunk: \(String(describing: chunk).prefix(300))") }
+                rows.reserveCapacity(rows.count + pairs.count / 2)
+                var i = 0
+                while i + 1 < pairs.count {
+                    rows.append((pairs[i].string ?? "", pairs[i + 1].bytes ?? []))
+                    i += 2
+                }
+            }
+            self = .send(left: left, range: range, resent: resent, width: width, rows: rows)
+        case "finished": self = .finished(left: left)
+        case "done": self = .done(left: left)
+        case "superseded": self = .superseded(left: left)
+        case "busy": self = .busy(msLeft: Int64(left))
+        case "wait": self = .wait(left: left)
+        case "gone": self = .gone
+        case "relaid": self = .relaid(slices: left)
+        case "paused": self = .paused(left: left)
+        default: throw RedisError(.unexpectedReply, "fan-out step: unexpected status \(status)")
+        }
+    }
+}
+
+/// `FanoutScripts.abandon`: a slice whose attempts ran out gets its final outcome unsent.
+public struct FanoutAbandon: Sendable {
+    public var keys: FanoutKeys
+    public var gen: String
+    public var slice: Int
+    /// How long the record is kept once over (s).
+    public var keepSeconds: Int
+
+    public init(keys: FanoutKeys, gen: String, slice: Int, keepSeconds: Int = 3600) {
+        self.keys = keys
+        self.gen = gen
+        self.slice = slice
+        self.keepSeconds = keepSeconds
+    }
+
+    public var command: RedisCommand {
+        .script(FanoutScripts.abandon, keys: [keys.fan(gen), keys.inflight], args: [gen, slice, keepSeconds])
+    }
+}
+
+/// What `FanoutScripts.abandon` answered.
+public enum FanoutAbandonReply: Equatable, Sendable {
+    /// The slice is final now; `left` slices of the fan-out are not.
+    case abandoned(left: Int)
+    /// It was final already (or the record is gone): nothing changed.
+    case alreadyFinal
+
+    public init(_ reply: RESPValue) throws {
+        if let e = reply.errorMessage { throw RedisError(.server, "fan-out abandon: \(e)") }
+        guard let n = reply.int else { throw RedisError(.unexpectedReply, "fan-out abandon: unexpected reply \(reply)") }
+        self = n < 0 ? .alreadyFinal : .abandoned(left: Int(n))
+    }
+}
+
+/// `FanoutScripts.renew`: a batch's lease extended (never shortened) while it is still there.
+public struct FanoutRenew: Sendable {
+    public var inflightKey: String
+    public var gen: String
+    public var slice: Int
+    /// The lease's new end (ms, the caller's clock).
+    public var leaseEndMillis: Int64
+
+    public init(inflightKey: String, gen: String, slice: Int, leaseEndMillis: Int64) {
+        self.inflightKey = inflightKey
+        self.gen = gen
+        self.slice = slice
+        self.leaseEndMillis = leaseEndMillis
+    }
+
+    /// The batch's member in `{key}:inflight`.
+    public var member: String { "\(gen)|\(slice)" }
+
+    public var command: RedisCommand { .script(FanoutScripts.renew, keys: [inflightKey], args: [member, leaseEndMillis]) }
+}
+
+/// What `FanoutScripts.renew` answered.
+public enum FanoutRenewReply: Equatable, Sendable {
+    case renewed
+    /// The lease is gone (confirmed, taken over, or dropped once it ended): the batch isn't the caller's.
+    case gone
+
+    public init(_ reply: RESPValue) throws {
+        if let e = reply.errorMessage { throw RedisError(.server, "renewing a slice's lease: \(e)") }
+        switch reply.int {
+        case 1: self = .renewed
+        case 0: self = .gone
+        default: throw RedisError(.unexpectedReply, "renewing a slice's lease: unexpected reply \(reply)")
+        }
+    }
+}
+
+/// `FanoutScripts.mark`: fields of a fan-out's record set, only while it exists.
+public struct FanoutMark: Sendable {
+    public enum Field: Sendable, Equatable {
+        /// `b` 1 and `live`: the broadcast is answered, delivered in these environments.
+        case broadcast(live: [APNsEnvironment])
+        /// `q` 1: slices 1…n-1 are on the slices stream.
+        case queued
+        /// `spent`: the tiers (raw values) whose budget decision took a token; none once settled.
+        case spent(tiers: [String])
+        /// `s10:<tier>` 1: a device of each of these tiers (raw values) was sent the push at 10.
+        case sentAtTen(tiers: [String])
+    }
+
+    public var record: String
+    public var field: Field
+
+    public init(record: String, _ field: Field) {
+        self.record = record
+        self.field = field
+    }
+
+    public var command: RedisCommand {
+        let args: [any RedisArgument]
+        switch field {
+        case .broadcast(let live): args = ["b", 1, "live", live.map(\.rawValue).joined(separator: " ")]
+        case .queued: args = ["q", 1]
+        case .spent(let tiers): args = ["spent", tiers.joined(separator: " ")]
+        case .sentAtTen(let tiers): args = tiers.flatMap { ["s10:\($0)", "1"] }
+        }
+        return .script(FanoutScripts.mark, keys: [record], args: args)
+    }
+}
+
+/// What `FanoutScripts.mark` answered.
+public enum FanoutMarkReply: Equatable, Sendable {
+    case marked
+    /// The record is gone (finished and deleted meanwhile): nothing was written.
+    case gone
+
+    public init(_ reply: RESPValue) throws {
+        if let e = reply.errorMessage { throw RedisError(.server, "marking a fan-out: \(e)") }
+        switch reply.int {
+        case 1: self = .marked
+        case 0: self = .gone
+        default: throw RedisError(.unexpectedReply, "marking a fan-out: unexpected reply \(reply)")
+        }
+    }
 }
