@@ -40,11 +40,12 @@ public enum FanoutScripts {
     end
     """
 
-    /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
+    /// KEYS: gen hash (`{key}:gen`), fan hash, meta, and for a flush that read a newest fan-out
+    /// of the key, that one's fan hash. ARGV: gen, millis, slice size, max slices,
     /// ttl s, payload, priority, live envs, stream, entry id, payload at 5 ('' when the same),
     /// the tiers' priorities (`AudiencePriorities.encodedTiers`), '1' for a flush (yields to a
-    /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`),
-    /// `b` ('0': the broadcast isn't answered yet; the caller records it and the final `live`).
+    /// fan-out of the same time under way), the key's newest fan-out as the flush read it ('' for
+    /// none), `b` ('0': the broadcast isn't answered yet; the caller records it and the final `live`).
     /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'} | {'none'} (the key has
     /// no tokens: the fan-out is named the key's newest, and no record is written).
     public static let create = RedisScript(common + """
@@ -57,9 +58,13 @@ public enum FanoutScripts {
     end
     if cur[2] and tonumber(ARGV[2]) < tonumber(cur[2]) then return {'older'} end
     -- A flush (ARGV[13] = '1') yields to a fan-out of the same time still under way: it may be
-    -- another audience's, whose devices it would otherwise take over.
+    -- another audience's, whose devices it would otherwise take over. Only declared keys are
+    -- read (Redis Cluster): the caller names the newest fan-out it read (ARGV[14], its record
+    -- KEYS[4]); one that became the newest since is not looked at, and the flush yields to it
+    -- (it is due again shortly).
     if ARGV[13] == '1' and cur[1] and cur[2] and tonumber(ARGV[2]) <= tonumber(cur[2]) then
-      local running = tonumber(redis.call('HGET', ARGV[14] .. cur[1], 'left') or '0')
+      if cur[1] ~= ARGV[14] or not KEYS[4] then return {'older'} end
+      local running = tonumber(redis.call('HGET', KEYS[4], 'left') or '0')
       if running > 0 then return {'older'} end
     end
     -- This fan-out began before and another has been the key's newest since (its entry, claimed
@@ -328,14 +333,16 @@ public struct FanoutCreate: Sendable {
     /// A flush yields to a fan-out of the same time under way (it may be another audience's, whose
     /// devices it would otherwise take over).
     public var flush: Bool
+    /// A flush: the key's newest fan-out as the caller read it (`{key}:gen`'s `name`) before
+    /// deciding; nil when there was none. The script reads that one's record (declared), and
+    /// yields to any other that is the newest by then.
+    public var newest: String?
     /// The broadcast isn't answered yet: `b` 0 (the caller records it, and the final `live`).
     public var broadcastPending: Bool
-    /// The key's fan hashes' prefix (`FanoutKeys.fanPrefix`), for the flush's look at the newest one.
-    public var fanPrefix: String { keys.fanPrefix }
 
     public init(keys: FanoutKeys, gen: String, millis: Int64, sliceSize: Int, maxSlices: Int = SliceMath.maxSlices, ttlSeconds: Int,
                 payload: [UInt8], quiet: [UInt8], priority: Int, tiers: String, live: [APNsEnvironment], stream: String,
-                entryID: String, flush: Bool, broadcastPending: Bool) {
+                entryID: String, flush: Bool, newest: String? = nil, broadcastPending: Bool) {
         self.keys = keys
         self.gen = gen
         self.millis = millis
@@ -350,13 +357,22 @@ public struct FanoutCreate: Sendable {
         self.stream = stream
         self.entryID = entryID
         self.flush = flush
+        self.newest = newest
         self.broadcastPending = broadcastPending
     }
 
+    /// Every key the script reads or writes: the key's `gen`, this fan-out's record, the audience,
+    /// and for a flush the record of the newest fan-out it read.
+    public var declaredKeys: [String] {
+        var declared = [keys.gen, keys.fan(gen), keys.meta]
+        if flush, let newest { declared.append(keys.fan(newest)) }
+        return declared
+    }
+
     public var command: RedisCommand {
-        .script(FanoutScripts.create, keys: [keys.gen, keys.fan(gen), keys.meta], args: [
+        .script(FanoutScripts.create, keys: declaredKeys, args: [
             gen, millis, sliceSize, maxSlices, ttlSeconds, payload, priority, live.map(\.rawValue).joined(separator: " "), stream, entryID,
-            quiet == payload ? [] : quiet, tiers, flush ? "1" : "0", fanPrefix, broadcastPending ? "0" : "1",
+            quiet == payload ? [] : quiet, tiers, flush ? "1" : "0", flush ? newest ?? "" : "", broadcastPending ? "0" : "1",
         ])
     }
 }

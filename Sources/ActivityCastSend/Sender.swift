@@ -487,15 +487,16 @@ public final class Sender: Sendable {
     /// made of round trips; the step finds nothing to take when the creation didn't happen), and
     /// queues slices 1…n-1. `also`: commands for the same round trip.
     /// `broadcastPending`: the broadcast isn't answered yet: `b` is not recorded, and slices 1…n-1
-    /// are left for the caller to queue once `live` is final.
+    /// are left for the caller to queue once `live` is final. `newest`: a flush's read of the key's
+    /// newest fan-out (`FanoutCreate.newest`).
     func createFanout(key: ActivityKey, gen: String, millis: Int64, payload: [UInt8], quiet: [UInt8], tiers: AudiencePriorities,
-                      live: [APNsEnvironment], entry: String, flush: Bool, broadcastPending: Bool = false,
+                      live: [APNsEnvironment], entry: String, flush: Bool, newest: String? = nil, broadcastPending: Bool = false,
                       also: [RedisCommand] = []) async throws -> FanoutStart {
         let (stream, entryID) = Self.split(entry: entry)
         let commands = [FanoutCreate(keys: fanoutKeys(key), gen: gen, millis: millis, sliceSize: configuration.sliceSize,
                                      ttlSeconds: configuration.stateTTLSeconds, payload: payload, quiet: quiet,
                                      priority: max(tiers.standard ?? 0, tiers.frequent ?? 0), tiers: tiers.encodedTiers, live: live, stream: stream,
-                                     entryID: entryID, flush: flush, broadcastPending: broadcastPending).command] + also + [
+                                     entryID: entryID, flush: flush, newest: newest, broadcastPending: broadcastPending).command] + also + [
             // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
             stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0), want: stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
         ]
