@@ -98,7 +98,8 @@ public struct FanoutModel: Equatable, Sendable {
         }
     }
 
-    /// Where a step scans: from `from` within the slice's range `[lo, hi)`, for about `want` tokens.
+    /// Where a step scans: from `from` up to `hi` (the slice's end, or a lost batch's when it is
+    /// taken over) within the slice's range from `lo`, for about `want` tokens (`Int.max`: all).
     public struct Scan: Equatable, Sendable {
         public var from: UInt64
         public var lo: UInt64
@@ -186,7 +187,8 @@ public struct FanoutModel: Equatable, Sendable {
     /// order of checks: gone, relaid (another Redis process), done, the confirm, paused, busy
     /// (another's live lease), superseded, takeover (an ended lease: the same batch again), wait
     /// (an older fan-out's batch in flight), then the scan (`scan`: where the batch ends, nil
-    /// when the range held nothing more).
+    /// when the range held nothing more; a takeover asks only whether the lost batch still
+    /// holds anything, and hands out that batch again).
     public mutating func step(_ call: FanoutStepCall, scan: (Scan) -> UInt64?) -> Step {
         let gen = call.gen, j = call.slice, now = call.nowMillis
         guard var record = records[gen] else { return .gone }
@@ -229,25 +231,32 @@ public struct FanoutModel: Equatable, Sendable {
             return .busy(msLeft: end - now)
         }
         if newest?.gen != gen { return .superseded(left: final(gen, j, &record)) }
-        var resent = FanoutResent.fresh
-        if let batch = inFlight {
-            // Its worker stopped with it in flight: the same batch again.
-            pos = batch.range.from
-            resent = .afterTakeover
-        }
-        if resent == .fresh, record.restarted { resent = .afterRestart }
+        let fresh: FanoutResent = record.restarted ? .afterRestart : .fresh
         // Ended leases go, whoever's; a live one of another fan-out (an older one) makes this wait.
         leases = leases.filter { $0.value > now }
         if leases.keys.contains(where: { !$0.hasPrefix(gen + "|") }) {
             records[gen] = record
             return .wait(left: record.left)
         }
+        if let batch = inFlight {
+            // Its worker stopped with it in flight: that batch again, exactly, whatever the
+            // caller's `want` (all of it, and nothing more, goes as re-sent).
+            if scan(Scan(from: batch.range.from, lo: lo, hi: min(batch.range.to, hi), want: .max)) != nil {
+                record.progress[j] = .inFlight(batch.range, last: batch.last)
+                leases[member] = now + Int64(call.leaseMillis)
+                records[gen] = record
+                return .send(left: record.left, range: batch.range, resent: .afterTakeover)
+            }
+            // Nothing of it is left (its registrations gone): the slice goes on from its end.
+            if batch.last { return .finished(left: final(gen, j, &record)) }
+            pos = batch.range.to
+        }
         guard let to = scan(Scan(from: pos, lo: lo, hi: hi, want: call.want)) else { return .finished(left: final(gen, j, &record)) }
         let range = FanoutBatchRange(from: pos, to: to)
         record.progress[j] = .inFlight(range, last: to >= hi)
         leases[member] = now + Int64(call.leaseMillis)
         records[gen] = record
-        return .send(left: record.left, range: range, resent: resent)
+        return .send(left: record.left, range: range, resent: fresh)
     }
 
     /// `FanoutScripts.abandon`: the slice is final unsent (its lease, if any, goes).

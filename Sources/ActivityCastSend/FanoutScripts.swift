@@ -185,65 +185,80 @@ public enum FanoutScripts {
     end
     if redis.call('HGET', KEYS[1], 'name') ~= gen then return {'superseded', final()} end
     local resent = 0
-    if from then
-      -- Its worker stopped with a batch in flight: send that batch again (APNs may have had some of it).
-      pos, resent = from, 1
-    end
+    if from then resent = 1 end
     -- Started again after a Redis restart: any token may have had this state before it.
     if resent == 0 and meta[5] == '1' then resent = 2 end
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
       if string.sub(m, 1, #gen + 1) ~= gen .. '|' then return {'wait', left} end
     end
-    -- Scan the slice's range from pos. A call with COUNT c visits at most 10c+1 buckets; est
-    -- (the lowest bit of the places seen, never below a bucket's width) bounds c so that no call
-    -- runs past hi. Near hi, COUNT 1 stops at the first non-empty bucket: if a scan from hi
-    -- itself reaches the same bucket, that bucket is the next slice's.
+    -- Scans from pos up to stop (the slice's end, or a lost batch's) for about want tokens. A call
+    -- with COUNT c visits at most 10c+1 buckets; est (the lowest bit of the places seen, never
+    -- below a bucket's width) bounds c so that no call runs past stop. Near stop, COUNT 1 stops at
+    -- the first non-empty bucket: if a scan from stop itself reaches the same bucket, that bucket
+    -- is beyond it (the next slice's, or the next batch's).
     -- The caller passes the width its last step saw (ARGV[9]), so a step starts with a wide COUNT
     -- instead of COUNT 1. It comes from an earlier call: if the table shrank since, a wide call may
-    -- run past hi, and then its tokens are kept (the next slice sends those again: duplicates,
-    -- never a loss).
-    local start = pos
+    -- run past stop, and then its tokens are kept (sent again later: duplicates, never a loss).
     local hint = tonumber(ARGV[9] or '') or 0
-    local acts, chunks, n_out, est, ended = {}, {}, 0, nil, false
-    while true do
-      if pos >= hi then ended = true break end
-      if n_out >= want then break end
-      local count = 1
-      local width = est or (hint > 0 and hint or nil)
-      if width then
-        local c = math.floor(((hi - pos) / width - 1) / 10)
-        if c > want - n_out then c = want - n_out end
-        if c > 1 then count = c end
-      end
-      local r = redis.call('HSCAN', KEYS[4], rev32(pos), 'COUNT', count)
-      local nc = tonumber(r[1])
-      local place = TWO32
-      if nc ~= 0 then
-        place = rev32(nc)
-        local lb = lowbit(place)
-        if not est or lb < est then est = lb end
-      end
-      local keep = true
-      if place > hi then
-        ended = true
-        if count == 1 then
-          local probe = redis.call('HSCAN', KEYS[4], rev32(hi), 'COUNT', 1)
-          if tonumber(probe[1]) == nc then keep = false end
+    local est
+    local function scan(pos, stop, want)
+      local chunks, n_out, ended = {}, 0, false
+      while true do
+        if pos >= stop then ended = true break end
+        if n_out >= want then break end
+        local count = 1
+        local width = est or (hint > 0 and hint or nil)
+        if width then
+          local c = math.floor(((stop - pos) / width - 1) / 10)
+          if c > want - n_out then c = want - n_out end
+          if c > 1 then count = c end
         end
-      elseif place == hi then
-        ended = true
-      end
-      if keep then
-        local e = r[2]
-        if #e > 0 then chunks[#chunks + 1] = e end
-        for i = 1, #e, 2 do
-          n_out = n_out + 1
-          acts[n_out] = e[i]
+        local r = redis.call('HSCAN', KEYS[4], rev32(pos), 'COUNT', count)
+        local nc = tonumber(r[1])
+        local place = TWO32
+        if nc ~= 0 then
+          place = rev32(nc)
+          local lb = lowbit(place)
+          if not est or lb < est then est = lb end
         end
+        local keep = true
+        if place > stop then
+          ended = true
+          if count == 1 then
+            local probe = redis.call('HSCAN', KEYS[4], rev32(stop), 'COUNT', 1)
+            if tonumber(probe[1]) == nc then keep = false end
+          end
+        elseif place == stop then
+          ended = true
+        end
+        if keep then
+          local e = r[2]
+          if #e > 0 then
+            chunks[#chunks + 1] = e
+            n_out = n_out + #e / 2
+          end
+        end
+        pos = place
+        if ended then break end
       end
-      pos = place
-      if ended then break end
+      return chunks, n_out, pos, ended
+    end
+    local start, chunks, n_out, ended = pos, nil, 0, false
+    if from then
+      -- Its worker stopped with a batch in flight: that batch again, exactly, whatever this
+      -- caller's batch size (APNs may have had any of it: all of it goes as re-sent, and nothing
+      -- beyond it does).
+      chunks, n_out = scan(from, math.min(to, hi), math.huge)
+      start, pos, ended = from, to, last == '1'
+      if n_out == 0 and not ended then
+        -- Nothing of it is left (its registrations gone): the slice goes on from its end.
+        resent = meta[5] == '1' and 2 or 0
+        start = to
+        chunks, n_out, pos, ended = scan(to, hi, want)
+      end
+    else
+      chunks, n_out, pos, ended = scan(pos, hi, want)
     end
     if n_out == 0 and ended then return {'finished', final()} end
     local range = start .. ' ' .. pos
