@@ -128,12 +128,14 @@ public enum FanoutScripts {
     /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
     /// width (from the caller's last `send`, or 0).
     /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}} (resent: 1 after a
-    /// takeover, 2 after a Redis restart, else 0); status is `send`,
+    /// takeover, which hands out exactly the lost batch, 2 after a Redis restart, else 0); status
+    /// is `send`,
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
-    /// (an older fan-out's batch is in flight), `gone` (the fan-out is over and cleared) or
+    /// (an older fan-out's batch is in flight), `gone` (the fan-out is over and cleared),
     /// `relaid` (Redis restarted since the fan-out began: every slice starts again; left = the
-    /// slice count; the caller queues the others again).
+    /// slice count; the caller queues the others again) or `paused` (want 0). Typed:
+    /// `FanoutStepCall`, `FanoutStepReply`; modelled by `FanoutModel.step`.
     public static let step = RedisScript(common + """
 
     local gen, j, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
