@@ -70,256 +70,6 @@ public enum SliceMath {
     }
 }
 
-/// The Redis side of fan-outs. Per key, in its hash slot:
-/// - `<prefix>:{key}:gen` (hash): `name`, `millis` of the newest fan-out: an older one still
-///   running is superseded;
-/// - `<prefix>:{key}:fan:<gen>` (hash): `left` slices without a final outcome, `n` slices, `p`
-///   the payload, `pri`, `live` (environments whose channel had the push), `stream`/`entry` of
-///   the event to acknowledge, `b` broadcast done, `q` slices queued, `s<j>` each slice's progress:
-///   `<place>` (done below it), `<from> <to> <last>` (a batch in flight) or `done`;
-/// - `<prefix>:{key}:inflight` (sorted set): `<gen>|<j>` of every batch in flight, scored by the
-///   time its lease ends. A batch of a newer fan-out waits until no older batch is in flight, so
-///   no device gets an older state after a newer one.
-public enum FanoutScripts {
-    static let common = """
-    local TWO32 = 4294967296
-    local function rev32(x)
-      local r = 0
-      for _ = 1, 32 do r = r * 2 + (x % 2); x = math.floor(x / 2) end
-      return r
-    end
-    local function lowbit(x)
-      local b = 1
-      while x % (b * 2) == 0 do b = b * 2 end
-      return b
-    end
-    -- The Redis process: each one seeds its hash function anew, so HSCAN's order (the slices)
-    -- holds only within one process (a restart or a failover gives another).
-    local function runid()
-      return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
-    end
-    -- Every slice of the fan-out is final. A flush's record (it has no entry) goes at once. An
-    -- event's loses its payloads and keeps what a redelivery needs to send nothing (`left` 0,
-    -- `b`, each slice `done`, where its entry is) until the entry is acknowledged, which deletes
-    -- it; `keep` s if that never happens (Redis failing at the acknowledgement).
-    local function over(fan, keep)
-      if (redis.call('HGET', fan, 'entry') or '') == '' then redis.call('DEL', fan) return end
-      redis.call('HDEL', fan, 'p', 'p5', 't', 'live')
-      redis.call('EXPIRE', fan, keep)
-    end
-    """
-
-    /// KEYS: gen hash (`{key}:gen`), fan hash, meta. ARGV: gen, millis, slice size, max slices,
-    /// ttl s, payload, priority, live envs, stream, entry id, payload at 5 ('' when the same),
-    /// the tiers' priorities (`AudiencePriorities.encodedTiers`), '1' for a flush (yields to a
-    /// fan-out of the same time under way), the key's fan hashes' prefix (`<prefix>:{key}:fan:`),
-    /// `b` ('0': the broadcast isn't answered yet; the caller records it and the final `live`).
-    /// Returns {'new', n, tokens} | {'exists', left, n, b, q} | {'older'} | {'none'} (the key has
-    /// no tokens: the fan-out is named the key's newest, and no record is written).
-    public static let create = RedisScript(common + """
-
-    local cur = redis.call('HMGET', KEYS[1], 'name', 'millis')
-    if cur[1] == ARGV[1] then
-      local f = redis.call('HMGET', KEYS[2], 'left', 'n', 'b', 'q')
-      if not f[1] then return {'exists', 0, 0, '1', '1'} end
-      return {'exists', tonumber(f[1]), tonumber(f[2]), f[3] or '', f[4] or ''}
-    end
-    if cur[2] and tonumber(ARGV[2]) < tonumber(cur[2]) then return {'older'} end
-    -- A flush (ARGV[13] = '1') yields to a fan-out of the same time still under way: it may be
-    -- another audience's, whose devices it would otherwise take over.
-    if ARGV[13] == '1' and cur[1] and cur[2] and tonumber(ARGV[2]) <= tonumber(cur[2]) then
-      local running = tonumber(redis.call('HGET', ARGV[14] .. cur[1], 'left') or '0')
-      if running > 0 then return {'older'} end
-    end
-    -- This fan-out began before and another has been the key's newest since (its entry, claimed
-    -- again, is now stale): starting it anew would take the key over from the newer one and run on
-    -- its old progress. The newer one's payload was merged after this one's: nothing to send.
-    if redis.call('EXISTS', KEYS[2]) == 1 then return {'older'} end
-    local tokens = redis.call('HLEN', KEYS[3])
-    local ttl = tonumber(ARGV[5])
-    redis.call('HSET', KEYS[1], 'name', ARGV[1], 'millis', ARGV[2])
-    redis.call('EXPIRE', KEYS[1], ttl)
-    -- Nobody to send to per token: no record (the key's newest fan-out is named above, so an
-    -- older one still running is superseded all the same).
-    if tokens == 0 then return {'none'} end
-    local n = 1
-    if tokens > 0 and redis.call('OBJECT', 'ENCODING', KEYS[3]) == 'hashtable' then
-      local size, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
-      while n * size < tokens and n < limit do n = n * 2 end
-    end
-    redis.call('HSET', KEYS[2], 'left', n, 'n', n, 'p', ARGV[6], 'pri', ARGV[7], 'live', ARGV[8], 'stream', ARGV[9], 'entry', ARGV[10],
-               'millis', ARGV[2], 'b', ARGV[15] or '1', 'rid', runid(), 't', ARGV[12] or '')
-    if ARGV[11] and ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'p5', ARGV[11]) end
-    redis.call('EXPIRE', KEYS[2], ttl)
-    return {'new', n, tokens}
-    """)
-
-    /// Sets fields of a fan-out's record only while it exists: a record finished and deleted
-    /// meanwhile (its entry acknowledged) must not come back as a stray hash without a TTL.
-    /// KEYS: fan hash. ARGV: field, value, … Returns 1, or 0 when the record is gone.
-    public static let mark = RedisScript("""
-    if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-    redis.call('HSET', KEYS[1], unpack(ARGV))
-    return 1
-    """)
-
-    /// Gives a slice its final outcome without sending it (its attempts ran out).
-    /// KEYS: fan hash, inflight zset. ARGV: gen, j, keep s. Returns the slices left, or -1 when
-    /// the slice was already final.
-    public static let abandon = RedisScript(common + """
-
-    if not redis.call('HGET', KEYS[1], 'left') then return -1 end
-    local f = 's' .. ARGV[2]
-    if redis.call('HGET', KEYS[1], f) == 'done' then return -1 end
-    redis.call('HSET', KEYS[1], f, 'done')
-    redis.call('ZREM', KEYS[2], ARGV[1] .. '|' .. ARGV[2])
-    local left = redis.call('HINCRBY', KEYS[1], 'left', -1)
-    if left <= 0 then over(KEYS[1], tonumber(ARGV[3])) end
-    return left
-    """)
-
-    /// Renews a batch's lease (while it is sent, and before its worker retries it), only while the
-    /// lease is still there, and never to an earlier end.
-    /// KEYS: inflight zset. ARGV: member, lease end (ms). Returns 1, or 0 when the lease is gone.
-    public static let renew = RedisScript("""
-    if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-    redis.call('ZADD', KEYS[1], 'GT', ARGV[2], ARGV[1])
-    return 1
-    """)
-
-    /// One step of a slice: confirms the caller's last batch, then hands out the next one.
-    /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n (0: the fan-out's), want, now ms,
-    /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
-    /// width (from the caller's last `send`, or 0).
-    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}} (resent: 1 after a
-    /// takeover, 2 after a Redis restart, else 0); status is `send`,
-    /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
-    /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
-    /// (an older fan-out's batch is in flight), `gone` (the fan-out is over and cleared) or
-    /// `relaid` (Redis restarted since the fan-out began: every slice starts again; left = the
-    /// slice count; the caller queues the others again).
-    public static let step = RedisScript(common + """
-
-    local gen, j, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-    local want, now, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-    local member = gen .. '|' .. j
-    local f = 's' .. j
-    local meta = redis.call('HMGET', KEYS[2], 'left', f, 'rid', 'n', 'r')
-    if not meta[1] then return {'gone', 0} end
-    -- n 0: the fan-out's own count (a step pipelined behind the create, which decides it).
-    if n == 0 then n = tonumber(meta[4]) end
-    local left, st = tonumber(meta[1]), meta[2]
-    if left > 0 and meta[3] ~= runid() and redis.call('HGET', KEYS[1], 'name') == gen then
-      -- Redis restarted (or failed over) since the fan-out began: the scan order is another one,
-      -- so every slice's progress now names other tokens. Every slice starts again (its batches
-      -- counted as re-sent) and is queued again by the caller: nothing is lost.
-      local all = tonumber(meta[4])
-      for k = 0, all - 1 do redis.call('HDEL', KEYS[2], 's' .. k) end
-      redis.call('HDEL', KEYS[2], 'q')
-      redis.call('HSET', KEYS[2], 'left', all, 'rid', runid(), 'r', 1)
-      return {'relaid', all}
-    end
-    if st == 'done' then return {'done', left} end
-    local function final()
-      redis.call('HSET', KEYS[2], f, 'done')
-      redis.call('ZREM', KEYS[3], member)
-      left = redis.call('HINCRBY', KEYS[2], 'left', -1)
-      if left <= 0 then over(KEYS[2], tonumber(ARGV[8])) end
-      return left
-    end
-    local width = TWO32 / n
-    local lo, hi = j * width, (j + 1) * width
-    local pos, from, to, last = lo, nil, nil, nil
-    if st then
-      local a, b, c = string.match(st, '^(%d+) (%d+) (%d)$')
-      if a then from, to, last = tonumber(a), tonumber(b), c else pos = tonumber(st) end
-    end
-    if from and ARGV[7] == (from .. ' ' .. to) then
-      redis.call('ZREM', KEYS[3], member)
-      if last == '1' then return {'finished', final()} end
-      redis.call('HSET', KEYS[2], f, to)
-      pos, from = to, nil
-    end
-    if want == 0 then return {'paused', left} end
-    -- Another worker's batch in flight keeps its lease, superseded or not: a newer fan-out waits
-    -- for it (ending the slice here would drop the lease while that batch is still being sent).
-    if from then
-      local lease_end = redis.call('ZSCORE', KEYS[3], member)
-      if lease_end and tonumber(lease_end) > now then return {'busy', tonumber(lease_end) - now} end
-    end
-    if redis.call('HGET', KEYS[1], 'name') ~= gen then return {'superseded', final()} end
-    local resent = 0
-    if from then
-      -- Its worker stopped with a batch in flight: send that batch again (APNs may have had some of it).
-      pos, resent = from, 1
-    end
-    -- Started again after a Redis restart: any token may have had this state before it.
-    if resent == 0 and meta[5] == '1' then resent = 2 end
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
-      if string.sub(m, 1, #gen + 1) ~= gen .. '|' then return {'wait', left} end
-    end
-    -- Scan the slice's range from pos. A call with COUNT c visits at most 10c+1 buckets; est
-    -- (the lowest bit of the places seen, never below a bucket's width) bounds c so that no call
-    -- runs past hi. Near hi, COUNT 1 stops at the first non-empty bucket: if a scan from hi
-    -- itself reaches the same bucket, that bucket is the next slice's.
-    -- The caller passes the width its last step saw (ARGV[9]), so a step starts with a wide COUNT
-    -- instead of COUNT 1. It comes from an earlier call: if the table shrank since, a wide call may
-    -- run past hi, and then its tokens are kept (the next slice sends those again: duplicates,
-    -- never a loss).
-    local start = pos
-    local hint = tonumber(ARGV[9] or '') or 0
-    local acts, chunks, n_out, est, ended = {}, {}, 0, nil, false
-    while true do
-      if pos >= hi then ended = true break end
-      if n_out >= want then break end
-      local count = 1
-      local width = est or (hint > 0 and hint or nil)
-      if width then
-        local c = math.floor(((hi - pos) / width - 1) / 10)
-        if c > want - n_out then c = want - n_out end
-        if c > 1 then count = c end
-      end
-      local r = redis.call('HSCAN', KEYS[4], rev32(pos), 'COUNT', count)
-      local nc = tonumber(r[1])
-      local place = TWO32
-      if nc ~= 0 then
-        place = rev32(nc)
-        local lb = lowbit(place)
-        if not est or lb < est then est = lb end
-      end
-      local keep = true
-      if place > hi then
-        ended = true
-        if count == 1 then
-          local probe = redis.call('HSCAN', KEYS[4], rev32(hi), 'COUNT', 1)
-          if tonumber(probe[1]) == nc then keep = false end
-        end
-      elseif place == hi then
-        ended = true
-      end
-      if keep then
-        local e = r[2]
-        if #e > 0 then chunks[#chunks + 1] = e end
-        for i = 1, #e, 2 do
-          n_out = n_out + 1
-          acts[n_out] = e[i]
-        end
-      end
-      pos = place
-      if ended then break end
-    end
-    if n_out == 0 and ended then return {'finished', final()} end
-    local range = start .. ' ' .. pos
-    redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
-    redis.call('ZADD', KEYS[3], now + lease, member)
-    redis.call('PEXPIRE', KEYS[3], lease + 3600000)
-    -- The scan's own replies go back as they came (activity, meta, …): meta ends with the token,
-    -- so nothing else is read per token.
-    return {'send', left, range, resent, est or hint, chunks}
-    """)
-}
-
 /// What an earlier delivery of the entry left: its fan-out's `left` and whether it broadcast.
 struct FanoutPrior {
     var left: Int?
@@ -329,30 +79,6 @@ struct FanoutPrior {
         let v = reply.array ?? []
         left = v.first?.string.flatMap(Int.init)
         broadcastDone = v.count > 1 && v[1].string == "1"
-    }
-}
-
-/// What `FanoutScripts.create` said.
-enum FanoutCreation {
-    case new(slices: Int, tokens: Int)
-    case exists(left: Int, slices: Int, broadcastDone: Bool, queued: Bool)
-    case older
-    /// The key has no tokens: no record was written.
-    case none
-
-    init(_ reply: RESPValue) throws {
-        guard let parts = reply.array, let status = parts.first?.string else {
-            throw SendFailure("fan-out create: unexpected reply \(reply.errorMessage ?? "")")
-        }
-        func int(_ i: Int) -> Int { i < parts.count ? Int(parts[i].int ?? 0) : 0 }
-        switch status {
-        case "new": self = .new(slices: max(1, int(1)), tokens: int(2))
-        case "exists": self = .exists(left: int(1), slices: max(1, int(2)), broadcastDone: parts.count > 3 && parts[3].string == "1",
-                                      queued: parts.count > 4 && parts[4].string == "1")
-        case "older": self = .older
-        case "none": self = .none
-        default: throw SendFailure("fan-out create: unexpected status \(status)")
-        }
     }
 }
 
@@ -386,8 +112,8 @@ extension Sender {
     public func abandonSlice(_ slice: SliceRef, reason: String) async throws {
         let fan = fanKey(slice.key, slice.gen)
         let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
-        let left = try await redis.send(.script(FanoutScripts.abandon, keys: [fan, inflightKey(slice.key)], args: [slice.gen, slice.index, 3600]))
-        guard let n = left.int, n >= 0 else { return }
+        let reply = try await redis.send(FanoutAbandon(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index).command)
+        guard case .abandoned(let n) = try FanoutAbandonReply(reply) else { return }
         try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
         let e = entry.array ?? []
@@ -448,21 +174,20 @@ extension Sender {
         let byTier = tiers.standard != tiers.frequent
         // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
         // so no other worker takes the batch over while this one is still sending it.
-        let inflight = inflightKey(slice.key), member = "\(slice.gen)|\(slice.index)", lease = configuration.leaseMillis
+        let inflight = inflightKey(slice.key), lease = configuration.leaseMillis
         // A lease that is gone (it ended and a newer fan-out's step dropped it, or the slice ended
         // as superseded) is not renewed: the batch's retries would reach devices after the newer
         // fan-out's state, so the batch stops here (the slice's next step decides what is left).
         // Extends the lease to `extra` past now, only while it still exists: false once it is gone.
         let renew: @Sendable (Duration) async throws -> Bool = { [redis] extra in
             let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + extra.milliseconds
-            let kept = try await redis.send(.script(FanoutScripts.renew, keys: [inflight], args: [member, until]))
-            if let message = kept.errorMessage { throw RedisError(.server, "renewing a slice's lease: \(message)") }
-            return kept.int == 1
+            let kept = try await redis.send(FanoutRenew(inflightKey: inflight, gen: slice.gen, slice: slice.index, leaseEndMillis: until).command)
+            return try FanoutRenewReply(kept) == .renewed
         }
         let renewLease: (Duration) async throws -> Void = { wait in
             guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
         }
-        var confirm = ""
+        var confirm: FanoutBatchRange?
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
         while true {
@@ -473,39 +198,25 @@ extension Sender {
             } else {
                 reply = try await redis.send(stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
             }
-            guard let parts = reply.array, parts.count >= 2, let status = parts[0].string else {
-                throw SendFailure("slice step: unexpected reply \(reply.errorMessage ?? "")")
-            }
-            let left = Int(parts[1].int ?? 0)
-            if !confirm.isEmpty, let counter = attempts {
+            let step = try FanoutStepReply(reply)
+            let left = step.left
+            if confirm != nil, let counter = attempts {
                 // A batch of this delivery was confirmed: it made progress.
                 attempts = nil
                 _ = try? await redis.send(RedisCommand("HDEL", counter.key, counter.field))
             }
-            switch status {
-            case "send":
-                guard parts.count >= 4, let range = parts[2].string else { throw SendFailure("slice step: short reply") }
+            switch step {
+            case .send(_, let range, let resent, let seen, let triples):
                 confirm = range
                 waitedSince = nil
-                width = parts.count > 4 ? parts[4].int ?? 0 : 0
-                let chunks = parts.count > 5 ? parts[5].array ?? [] : []
-                var triples: [(activity: String, meta: [UInt8])] = []
-                for chunk in chunks {
-                    let pairs = chunk.array ?? []
-                    triples.reserveCapacity(triples.count + pairs.count / 2)
-                    var i = 0
-                    while i + 1 < pairs.count {
-                        triples.append((pairs[i].string ?? "", pairs[i + 1].bytes ?? []))
-                        i += 2
-                    }
-                }
-                let resentBatch = (parts[3].int ?? 0) > 0
-                if let resent = parts[3].int, resent > 0 {
+                width = seen
+                let resentBatch = resent != .fresh
+                if resentBatch {
                     // A worker stopped with this batch in flight (1), or the slice started again after
                     // a Redis restart (2): APNs may already have had some of it.
                     stats.tokensResent.add(triples.count, ordering: .relaxed)
                     _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
-                    if resent == 1 {
+                    if resent == .afterTakeover {
                         logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
                     }
                 }
@@ -551,7 +262,7 @@ extension Sender {
                         let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
                             let tiers = Set(delivered.map(\.tier.rawValue)).subtracting(markedAtTen.withLock { $0 })
                             guard !tiers.isEmpty else { return }
-                            if (try? await redis.send(.script(FanoutScripts.mark, keys: [fan], args: tiers.sorted().flatMap { ["s10:\($0)", "1"] }))) != nil {
+                            if (try? await redis.send(FanoutMark(record: fan, .sentAtTen(tiers: tiers.sorted())).command)) != nil {
                                 markedAtTen.withLock { $0.formUnion(tiers) }
                             }
                         }
@@ -565,8 +276,8 @@ extension Sender {
                     broadcast = nil
                     groups = grouped(onChannel.lazy.filter { !live.contains($0.env) })
                 }
-            case "finished", "superseded":
-                if status == "superseded" {
+            case .finished, .superseded:
+                if case .superseded = step {
                     stats.slicesSuperseded.add(1, ordering: .relaxed)
                     _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_superseded", 1))
                 } else {
@@ -576,10 +287,10 @@ extension Sender {
                 if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await refundUnsent(slice.key, fan) }
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
-            case "done":
+            case .done:
                 if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
-            case "relaid":
+            case .relaid:
                 // Redis restarted since the fan-out began (a new hash seed, so another scan order):
                 // every slice starts again. This one goes on here; the others are queued again, and
                 // `q` set once they are (else the entry's next delivery queues them).
@@ -588,38 +299,36 @@ extension Sender {
                 commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
                 let replies = try await redis.pipeline(commands)
                 if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
-                confirm = ""
-            case "gone":
+                confirm = nil
+            case .gone:
                 return .gone
-            case "paused":
+            case .paused:
                 return .paused
-            case "busy":
+            case .busy:
                 return .busy
-            case "wait":
+            case .wait:
                 // An older fan-out of the key still has a batch in flight: it ends within its lease.
                 let since = waitedSince ?? .now
                 waitedSince = since
                 if ContinuousClock.now - since > .milliseconds(configuration.leaseMillis * 2) { return .busy }
                 try await Task.sleep(for: .milliseconds(2))
-            default:
-                throw SendFailure("slice step: unexpected status \(status)")
             }
         }
     }
 
     /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
-    /// last batch's range, or '') and asks for `want` more tokens (0: stop here).
-    func stepCommand(_ slice: SliceRef, want: Int, confirm: String = "", width: Int64 = 0) -> RedisCommand {
-        .script(FanoutScripts.step, keys: [genKey(slice.key), fanKey(slice.key, slice.gen), inflightKey(slice.key), keys.meta(slice.key)],
-                args: [slice.gen, slice.index, slice.count, want, Int64(Date().timeIntervalSince1970 * 1000), configuration.leaseMillis,
-                       confirm, 3600, width])
+    /// last batch's range, or nil) and asks for `want` more tokens (0: stop here).
+    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatchRange? = nil, width: Int64 = 0) -> RedisCommand {
+        FanoutStepCall(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index, slices: slice.count, want: want,
+                       nowMillis: Int64(Date().timeIntervalSince1970 * 1000), leaseMillis: configuration.leaseMillis, confirm: confirm,
+                       keepSeconds: 3600, width: width).command
     }
 
     /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream,
     /// and records that they are (`q`): commands for one pipeline.
     func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
         (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [.script(FanoutScripts.mark, keys: [fanKey(key, gen)], args: ["q", 1])]
+            + [FanoutMark(record: fanKey(key, gen), .queued).command]
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

@@ -265,7 +265,7 @@ extension Sender {
         let created: FanoutStart
         do {
             created = try await createFanout(key: key, gen: gen, millis: newestMillis, payload: bytes, quiet: bytes, tiers: tiers,
-                                             live: channelsLive.map(\.0), entry: "", flush: true)
+                                             live: channelsLive.map(\.0), entry: "", flush: true, newest: replies[2].string)
         } catch {
             await undo()
             throw error

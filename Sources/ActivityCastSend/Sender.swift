@@ -118,6 +118,7 @@ public final class Sender: Sendable {
     func genKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:gen" }
     func fanKey(_ key: ActivityKey, _ gen: String) -> String { "\(keys.prefix):{\(key)}:fan:\(gen)" }
     func inflightKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:inflight" }
+    func fanoutKeys(_ key: ActivityKey) -> FanoutKeys { FanoutKeys(keys, key) }
     func startsKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:starts" }
     var failuresStream: String { "\(keys.prefix):send-failures" }
 
@@ -496,16 +497,16 @@ public final class Sender: Sendable {
     /// made of round trips; the step finds nothing to take when the creation didn't happen), and
     /// queues slices 1…n-1. `also`: commands for the same round trip.
     /// `broadcastPending`: the broadcast isn't answered yet: `b` is not recorded, and slices 1…n-1
-    /// are left for the caller to queue once `live` is final.
+    /// are left for the caller to queue once `live` is final. `newest`: a flush's read of the key's
+    /// newest fan-out (`FanoutCreate.newest`).
     func createFanout(key: ActivityKey, gen: String, millis: Int64, payload: [UInt8], quiet: [UInt8], tiers: AudiencePriorities,
-                      live: [APNsEnvironment], entry: String, flush: Bool, broadcastPending: Bool = false,
+                      live: [APNsEnvironment], entry: String, flush: Bool, newest: String? = nil, broadcastPending: Bool = false,
                       also: [RedisCommand] = []) async throws -> FanoutStart {
         let (stream, entryID) = Self.split(entry: entry)
-        let commands = [RedisCommand.script(FanoutScripts.create, keys: [genKey(key), fanKey(key, gen), keys.meta(key)], args: [
-            gen, millis, configuration.sliceSize, SliceMath.maxSlices, configuration.stateTTLSeconds, payload,
-            max(tiers.standard ?? 0, tiers.frequent ?? 0), live.map(\.rawValue).joined(separator: " "), stream, entryID,
-            quiet == payload ? [] : quiet, tiers.encodedTiers, flush ? "1" : "0", "\(keys.prefix):{\(key)}:fan:", broadcastPending ? "0" : "1",
-        ])] + also + [
+        let commands = [FanoutCreate(keys: fanoutKeys(key), gen: gen, millis: millis, sliceSize: configuration.sliceSize,
+                                     ttlSeconds: configuration.stateTTLSeconds, payload: payload, quiet: quiet,
+                                     priority: max(tiers.standard ?? 0, tiers.frequent ?? 0), tiers: tiers.encodedTiers, live: live, stream: stream,
+                                     entryID: entryID, flush: flush, newest: newest, broadcastPending: broadcastPending).command] + also + [
             // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
             stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0), want: stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
         ]
@@ -514,7 +515,7 @@ public final class Sender: Sendable {
         let slices: Int
         var queued = false
         var head: SliceHead?
-        switch try FanoutCreation(replies[0]) {
+        switch try FanoutCreateReply(replies[0]) {
         case .older:
             return .older
         case .none:

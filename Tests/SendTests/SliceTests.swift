@@ -344,3 +344,36 @@ extension SliceTests {
         #expect(try await f.step("new", 0, of: m, now: 1_004_000, lease: 10_000).status == "send")
     }
 }
+
+extension SliceTests {
+    /// A batch lost in flight is taken over exactly: the same range and the same tokens, whatever
+    /// the batch size and scan width of the worker that takes it over. All of it may have reached
+    /// APNs, so all of it goes as re-sent (without its alert) and nothing else does: a takeover
+    /// that re-scanned with its own batch size sent the rest of the lost batch again in its next
+    /// batch as new (its alert shown twice, the duplicates not counted), or new tokens as re-sent
+    /// (their alert never shown).
+    @Test func aTakeoverHandsOutExactlyTheLostBatchWhateverItsBatchSize() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let f = Fixture(redis: redis)
+        try await f.fill(0..<3000)
+        let n = try await f.create("g", millis: 1, sliceSize: 1000)
+        // Worker A: a first batch, then a wide one (the width its first step saw), lost in flight.
+        let first = try await f.step("g", 1, of: n, want: 50, now: 1_000_000)
+        let lost = try await f.step("g", 1, of: n, want: 200, confirm: first.confirm, now: 1_000_010, width: first.width)
+        #expect(lost.status == "send" && lost.activities.count >= 200)
+        for (i, (want, width)) in [(5, Int64(0)), (200, Int64(0)), (1000, lost.width)].enumerated() {
+            // Its lease ends; another worker takes it over with its own batch size and no width yet
+            // (or the same), and is lost in turn.
+            let again = try await f.step("g", 1, of: n, want: want, now: 1_002_000 + Int64(i) * 2000, width: width)
+            #expect(again.status == "send" && again.resent)
+            #expect(again.confirm == lost.confirm, "want \(want), width \(width): \(again.confirm) for the lost \(lost.confirm)")
+            #expect(again.activities == lost.activities, "want \(want): \(again.activities.count) tokens for the lost \(lost.activities.count)")
+        }
+        // B confirms it: the next batch is new, with none of the lost one's tokens.
+        let next = try await f.step("g", 1, of: n, want: 100, confirm: lost.confirm, now: 1_006_100)
+        #expect(next.status == "send" && !next.resent)
+        #expect(Set(next.activities).isDisjoint(with: lost.activities + first.activities))
+    }
+}

@@ -29,11 +29,12 @@ extension SendTests {
         let prefix = r.settings.prefix, gen = "flush:standard:\(t + 5000):1"
         let fan = "\(prefix):{\(key)}:fan:\(gen)"
         let payload = #"{"aps":{"timestamp":\#((t + 5000) / 1000),"event":"update","content-state":{"homeScore":42,"awayScore":0}}}"#
-        let created = try await r.redis.send(.script(FanoutScripts.create, keys: ["\(prefix):{\(key)}:gen", fan, r.settings.keys.meta(key)], args: [
-            gen, t + 5000, 4096, SliceMath.maxSlices, 3600, payload, 5, "", "", "", "", AudiencePriorities(standard: 5).encodedTiers, "1",
-            "\(prefix):{\(key)}:fan:", "1",
-        ]))
-        #expect(created.array?.first?.string == "new", "\(created)")
+        let newest = try await r.redis.send(RedisCommand("HGET", "\(prefix):{\(key)}:gen", "name")).string
+        let created = try await r.redis.send(FanoutCreate(
+            keys: FanoutKeys(r.settings.keys, key), gen: gen, millis: t + 5000, sliceSize: 4096, ttlSeconds: 3600, payload: Array(payload.utf8),
+            quiet: Array(payload.utf8), priority: 5, tiers: AudiencePriorities(standard: 5).encodedTiers, live: [], stream: "", entryID: "",
+            flush: true, newest: newest, broadcastPending: false).command)
+        #expect(try FanoutCreateReply(created) == .new(slices: 1, tokens: 1), "\(created)")
         // The key's standard tier comes due for a flush.
         _ = try await r.redis.send(RedisCommand("ZADD", r.settings.keys.budgetDue, 0, "\(key)|standard"))
         #expect(try await eventually { state(try await r.device(tok))["homeScore"] as? Int == 42 }, "the orphaned flush was never sent")
