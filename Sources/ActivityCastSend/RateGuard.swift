@@ -70,7 +70,7 @@ extension RedisKeys {
     public func rateGuard(bundleID: String) -> String { "\(prefix):rate:\(bundleID)" }
 }
 
-extension Sender {
+extension SendRole {
     /// Waits until the fleet's rate allows `count` more requests (in pieces of at most the burst).
     func admit(_ count: Int) async throws {
         let policy = configuration.rateGuard

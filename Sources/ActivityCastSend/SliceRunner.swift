@@ -94,7 +94,11 @@ public enum SliceResult: Sendable, Equatable {
     case paused
 }
 
-extension Sender {
+struct SliceRunner: SendRole {
+    let ctx: SendContext
+    let tokens: TokenBatches
+    let fanouts: Fanouts
+
     /// Sends one slice, a batch at a time; each step records the last batch as done and hands
     /// out the next (see `FanoutScripts.step`). When this is the fan-out's last slice, the event's
     /// entry is acknowledged. Throws (leaving the slice to be taken again) when a batch's sends
@@ -102,14 +106,14 @@ extension Sender {
     /// `attempts`: the hash field that counts the deliveries of the slice's entry; it is cleared
     /// once a batch is confirmed, so deaths of workers that were making progress don't use up the
     /// slice's attempts (only deliveries that get nowhere do).
-    public func runSlice(_ slice: SliceRef, attempts: (key: String, field: String)? = nil,
+    func runSlice(_ slice: SliceRef, attempts: (key: String, field: String)? = nil,
                          shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var summary = SendSummary()
         return try await runSlice(slice, summary: &summary, attempts: attempts, shouldStop: shouldStop)
     }
 
     /// A slice whose attempts ran out: final without being sent (recorded as a send failure).
-    public func abandonSlice(_ slice: SliceRef, reason: String) async throws {
+    func abandonSlice(_ slice: SliceRef, reason: String) async throws {
         let fan = fanKey(slice.key, slice.gen)
         let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
         let reply = try await redis.send(FanoutAbandon(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index).command)
@@ -117,7 +121,7 @@ extension Sender {
         try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
         let e = entry.array ?? []
-        if n == 0, e.count == 2 { try await acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")", record: fan) }
+        if n == 0, e.count == 2 { try await fanouts.acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")", record: fan) }
     }
 
     /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
@@ -196,7 +200,7 @@ extension Sender {
                 reply = first
                 firstStep = nil
             } else {
-                reply = try await redis.send(stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
+                reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
             }
             let step = try FanoutStepReply(reply)
             let left = step.left
@@ -220,7 +224,7 @@ extension Sender {
                         logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
                     }
                 }
-                let rows = try await tokenRows(slice.key, triples, tiers: byTier)
+                let rows = try await tokens.tokenRows(slice.key, triples, tiers: byTier)
                 // By environment and priority; a tier without a push now is skipped.
                 func grouped(_ rows: some Sequence<TokenRow>) -> [Group: [TokenRow]] {
                     var groups: [Group: [TokenRow]] = [:]
@@ -266,7 +270,7 @@ extension Sender {
                                 markedAtTen.withLock { $0.formUnion(tiers) }
                             }
                         }
-                        try await sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
+                        try await tokens.sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
                                             rows: rows, kind: .token, entry: entry, summary: &summary, onDelivered: sentAtTen,
                                             beforeRetry: renewLease)
                     }
@@ -284,18 +288,18 @@ extension Sender {
                     stats.slicesFinished.add(1, ordering: .relaxed)
                 }
                 // Only a fan-out with a tier at 10 can have spent a token (no round trip otherwise).
-                if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await refundUnsent(slice.key, fan) }
-                if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
+                if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await fanouts.refundUnsent(slice.key, fan) }
+                if left <= 0, acknowledges { try await fanouts.acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case .done:
-                if left <= 0, acknowledges { try await acknowledge(entry: entry, record: fan) }
+                if left <= 0, acknowledges { try await fanouts.acknowledge(entry: entry, record: fan) }
                 return .final(left: left)
             case .relaid:
                 // Redis restarted since the fan-out began (a new hash seed, so another scan order):
                 // every slice starts again. This one goes on here; the others are queued again, and
                 // `q` set once they are (else the entry's next delivery queues them).
                 logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
-                var commands = queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
+                var commands = fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
                 commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
                 let replies = try await redis.pipeline(commands)
                 if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
@@ -316,59 +320,6 @@ extension Sender {
         }
     }
 
-    /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
-    /// last batch's range, or nil) and asks for `want` more tokens (0: stop here).
-    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatchRange? = nil, width: Int64 = 0) -> RedisCommand {
-        FanoutStepCall(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index, slices: slice.count, want: want,
-                       nowMillis: Int64(Date().timeIntervalSince1970 * 1000), leaseMillis: configuration.leaseMillis, confirm: confirm,
-                       keepSeconds: 3600, width: width).command
-    }
-
-    /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream,
-    /// and records that they are (`q`): commands for one pipeline.
-    func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
-        (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [FanoutMark(record: fanKey(key, gen), .queued).command]
-    }
-
-    /// Puts `slice` on the slices stream for any worker to take.
-    func queueCommand(_ slice: SliceRef) -> RedisCommand { RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields) }
-
-    /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
-    /// finished it; `XACK` works for any consumer of the group), then its finished record goes
-    /// (a redelivery of an acknowledged entry sends nothing: `acknowledgedAlready`).
-    func acknowledge(entry: String, record: String) async throws {
-        let (stream, id) = Self.split(entry: entry)
-        guard !stream.isEmpty, !id.isEmpty else { return }
-        let replies = try await redis.pipeline([
-            .xack(stream: stream, group: configuration.group, ids: [id]),
-            RedisCommand("HDEL", "\(keys.prefix):errors:\(stream)", id, "\(id)#n"),
-        ])
-        // After the acknowledgement's answer, never beside it: the record is what tells a
-        // redelivery before it that the fan-out is over.
-        if replies[0].errorMessage == nil { _ = try? await redis.send(RedisCommand("UNLINK", record)) }
-    }
-
-    /// Whether `entry`, delivered again, was acknowledged meanwhile by the worker that finished it
-    /// (its claim raced the acknowledgement). Its fan-out record is read first and the pending
-    /// list after: a record deleted before the first read was deleted after the acknowledgement,
-    /// which the second then sees. Two round trips, for redeliveries only.
-    func acknowledgedAlready(_ key: ActivityKey, entry: String) async throws -> Bool {
-        let (stream, id) = Self.split(entry: entry)
-        guard !stream.isEmpty, !id.isEmpty else { return false }
-        let record = try await redis.send(RedisCommand("EXISTS", fanKey(key, entry)))
-        if let e = record.errorMessage { throw RedisError(.server, "reading a fan-out record: \(e)") }
-        if record.int == 1 { return false }
-        let pending = try await redis.send(RedisCommand("XPENDING", stream, configuration.group, id, id, 1))
-        if let e = pending.errorMessage { throw RedisError(.server, "XPENDING \(stream): \(e)") }
-        return (pending.array ?? []).isEmpty
-    }
-
-    /// `stream/id` → (stream, id); entry ids have no `/`.
-    static func split(entry: String) -> (String, String) {
-        guard let slash = entry.lastIndex(of: "/") else { return ("", entry) }
-        return (String(entry[..<slash]), String(entry[entry.index(after: slash)...]))
-    }
 }
 
 /// One `{key}:meta` value, `ts device env tier broadcast token` (`-` where the registration gave
@@ -413,3 +364,4 @@ public struct RegistrationMeta: Equatable, Sendable {
         token = fields.count > 5 && !fields[5].isEmpty ? String(decoding: bytes[fields[5]], as: UTF8.self) : nil
     }
 }
+

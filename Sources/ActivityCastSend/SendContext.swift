@@ -1,0 +1,91 @@
+import ActivityCastCore
+import APNs
+import APNsCore
+import Foundation
+import Logging
+import RedisClient
+import Synchronization
+
+/// What every part of the send path shares: its connections, settings, channel registry, logger
+/// and counters, and whether the worker is stopping.
+final class SendContext: Sendable {
+    let redis: RedisConnection
+    let apns: APNsRouter
+    let configuration: SendConfiguration
+    let channels: ChannelRegistry
+    let logger: Logger
+    let stats: SendStats
+    /// Set when the worker stops: slices stop between batches and hand the rest back.
+    let stopping = Atomic<Bool>(false)
+
+    init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, channels: ChannelRegistry, logger: Logger, stats: SendStats) {
+        self.redis = redis
+        self.apns = apns
+        self.configuration = configuration
+        self.channels = channels
+        self.logger = logger
+        self.stats = stats
+    }
+}
+
+/// A part of the send path (by role: `Sender` takes events to decisions and fan-outs,
+/// `SliceRunner` sends slices, `CoalescedFlusher` flushes coalesced states, `StartSender` sends
+/// push-to-start, `TokenBatches` per-token batches, `Fanouts` the records they share).
+protocol SendRole: Sendable {
+    var ctx: SendContext { get }
+}
+
+extension SendRole {
+    var redis: RedisConnection { ctx.redis }
+    var apns: APNsRouter { ctx.apns }
+    var configuration: SendConfiguration { ctx.configuration }
+    var channels: ChannelRegistry { ctx.channels }
+    var logger: Logger { ctx.logger }
+    var stats: SendStats { ctx.stats }
+    var keys: RedisKeys { configuration.keys }
+    func stateKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:state" }
+    func genKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:gen" }
+    func fanKey(_ key: ActivityKey, _ gen: String) -> String { "\(keys.prefix):{\(key)}:fan:\(gen)" }
+    func inflightKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:inflight" }
+    func fanoutKeys(_ key: ActivityKey) -> FanoutKeys { FanoutKeys(keys, key) }
+    func startsKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:starts" }
+    var failuresStream: String { "\(keys.prefix):send-failures" }
+
+    /// Now on the budget's clock: nil for Redis's.
+    func budgetNow() -> Int64? {
+        configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) }
+    }
+
+    /// A real duration on the budget's clock (ms): leases and reschedules on the fleet's schedule.
+    func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
+
+    /// What `plan`'s push would show, for the budget to send nothing to an audience that shows it
+    /// already (`Shown`). A redelivered entry is never taken for unchanged: its first delivery
+    /// may have recorded the state as shown and died before the push went out.
+    func shown(_ plan: Plan, redelivered: Bool) -> (state: String, quiet: Bool, refreshMillis: Int64?) {
+        (stateKey(plan.key), plan.alert == nil && !redelivered, plan.staleAfterSeconds.map { $0 * 500 })
+    }
+
+    /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
+    /// Permanent send failures, where ops can see them: `<prefix>:send-failures` (capped) and the
+    /// `sends_failed` counter, in one pipeline however many.
+    /// `apnsIDs`: APNs's `apns-id` of each failure's answer, where there was one.
+    func recordFailures(_ key: ActivityKey, kind: String, _ failures: [(target: String, reason: String)], apnsIDs: [String?] = [],
+                        entry: String) async throws {
+        func id(_ i: Int) -> String { i < apnsIDs.count ? apnsIDs[i] ?? "-" : "-" }
+        var commands = failures.enumerated().map { i, f in
+            RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
+                         "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry, "apns_id", id(i))
+        }
+        commands.append(RedisCommand("HINCRBY", keys.counters, "sends_failed", failures.count))
+        _ = try await redis.pipeline(commands)
+        for (i, f) in failures.enumerated() {
+            logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(f.reason)", "apns_id": "\(id(i))",
+                                                     "target": "\(f.target.prefix(8))…"])
+        }
+    }
+}
+
+typealias TokenRow = TokenBatches.TokenRow
+typealias SliceHead = SliceRunner.SliceHead
+typealias FanoutStart = Fanouts.FanoutStart

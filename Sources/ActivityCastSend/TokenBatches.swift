@@ -1,0 +1,195 @@
+import ActivityCastCore
+import APNs
+import APNsCore
+import Foundation
+import Logging
+import RedisClient
+import Synchronization
+
+/// Per-token pushes: the rows of a key's registrations, one payload to a batch of tokens and
+/// what each answer means (retries, dead tokens forgotten, permanent failures recorded).
+struct TokenBatches: SendRole {
+    let ctx: SendContext
+
+    /// One activity token of the key, with what its registration says.
+    struct TokenRow {
+        var activity: String
+        var token: String
+        var env: APNsEnvironment
+        var onBroadcast: Bool
+        var registeredMillis: Int64?
+        /// Whose budget its pushes spend.
+        var tier: Tier = .standard
+    }
+
+    /// Token rows from `(activity, meta)` pairs of `{key}:meta` (its values end with the token),
+    /// with the device's own settings where the registration gave none. Meta is read as bytes (a
+    /// fan-out reads it for every token). A value written before meta kept the token gets it from
+    /// `{key}:tokens`. `tiers`: a registration's tier that is left to its device is looked up
+    /// (only needed when the tiers' pushes differ).
+    func tokenRows(_ key: ActivityKey, _ pairs: [(activity: String, meta: [UInt8])], tiers: Bool = false) async throws -> [TokenRow] {
+        var rows: [TokenRow] = []
+        rows.reserveCapacity(pairs.count)
+        // Rows whose registration left env or broadcast to the device's settings.
+        var needDevice: [(row: Int, device: String, env: Bool, broadcast: Bool, tier: Bool)] = []
+        var needToken: [Int] = []
+        for p in pairs {
+            // A tombstone (`ts -`) has no token: nothing to send.
+            guard let m = RegistrationMeta(p.meta) else { continue }
+            rows.append(TokenRow(activity: p.activity, token: m.token ?? "", env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
+                                 registeredMillis: m.millis, tier: m.tier ?? .standard))
+            if m.token == nil { needToken.append(rows.count - 1) }
+            if m.env == nil || m.broadcast == nil || (tiers && m.tier == nil) {
+                needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil, tiers && m.tier == nil))
+            }
+        }
+        if !needToken.isEmpty {
+            let reply = try await redis.send(RedisCommand("HMGET", [keys.tokens(key)] + needToken.map { rows[$0].activity }))
+            for (row, value) in zip(needToken, reply.array ?? []) { rows[row].token = value.string ?? "" }
+        }
+        if !needDevice.isEmpty {
+            let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast", "tier") })
+            for (need, reply) in zip(needDevice, replies) {
+                let values = reply.array ?? []
+                // The device hash keeps its settings as plain values: `env`, `broadcast` ("1"/"0"), `tier`.
+                if need.env, let env = values.first?.string.flatMap(APNsEnvironment.init(rawValue:)) { rows[need.row].env = env }
+                if need.broadcast, values.count > 1 { rows[need.row].onBroadcast = values[1].string == "1" }
+                if need.tier, values.count > 2, let tier = values[2].string.flatMap(Tier.init(rawValue:)) { rows[need.row].tier = tier }
+            }
+        }
+        return rows.filter { !$0.token.isEmpty }
+    }
+
+    /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
+    /// forgets dead tokens, records permanent failures. Throws when retries run out.
+    /// `quiet`: the payload without its alert, for a token retried after no answer (the request
+    /// may have reached APNs, and its alert must not show twice); a refused request (429, 5xx)
+    /// is retried as it was.
+    func sendBatch(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, rows: [TokenRow],
+                   kind: SendStats.Kind, entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil,
+                   beforeRetry: ((Duration) async throws -> Void)? = nil) async throws {
+        guard let client = apns.push(env) else {
+            let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
+            try await recordFailures(plan.key, kind: kind.rawValue, rows.map { ($0.token, reason) }, entry: entry)
+            summary.failed += rows.count
+            return
+        }
+        // Each token with whether an earlier request for it went unanswered (it may have gone out).
+        var pending = rows.map { (row: $0, unsure: false) }
+        var attempt = 0
+        while !pending.isEmpty {
+            let sure = pending.filter { !$0.unsure || quiet == nil }, unsure = pending.filter { $0.unsure && quiet != nil }
+            var results: [APNsResult] = []
+            if !sure.isEmpty { results += try await sendAdmitted(client, bytes, sure.map(\.row.token), priority: priority) }
+            if !unsure.isEmpty, let quiet { results += try await sendAdmitted(client, quiet, unsure.map(\.row.token), priority: priority) }
+            let sent = sure + unsure
+            if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
+            var retry: [(row: TokenRow, unsure: Bool)] = []
+            var delay = Duration.zero
+            var delivered: [TokenRow] = []
+            var deliveredCount = 0
+            // Dead tokens and permanent failures of the whole batch: written in one go, not per token.
+            var dead: [(row: TokenRow, reason: String, apnsID: String?)] = []
+            var failures: [(target: String, reason: String)] = []
+            var failureIDs: [String?] = []
+            var lastReason = ""
+            stats.count(kind, results, priority: priority)
+            for ((row, wasUnsure), result) in zip(sent, results) {
+                switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
+                case .delivered:
+                    deliveredCount += 1
+                    if onDelivered != nil { delivered.append(row) }
+                case .forget(let reason):
+                    dead.append((row, reason, result.response?.apnsID))
+                case .retry(let after, let reason):
+                    retry.append((row, wasUnsure || result.response == nil))
+                    delay = max(delay, after)
+                    lastReason = reason
+                case .failed(let reason):
+                    failures.append((row.token, reason))
+                    failureIDs.append(result.response?.apnsID)
+                }
+            }
+            if !dead.isEmpty {
+                summary.forgotten += dead.count
+                stats.tokensForgotten.add(dead.count, ordering: .relaxed)
+                if kind == .start { try await forgetStartTokens(dead, activityType: plan.attributesType ?? "") }
+                else { try await forgetTokens(plan.key, dead) }
+            }
+            if !failures.isEmpty {
+                summary.failed += failures.count
+                stats.failedTokens.add(failures.count, ordering: .relaxed)
+                try await recordFailures(plan.key, kind: kind.rawValue, failures, apnsIDs: failureIDs, entry: entry)
+            }
+            switch kind {
+            case .start: summary.starts += deliveredCount
+            default: summary.tokens += deliveredCount
+            }
+            if let onDelivered, !delivered.isEmpty { try await onDelivered(delivered) }
+            attempt += 1
+            if !retry.isEmpty && attempt >= configuration.maxAttempts {
+                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)")
+            }
+            pending = retry
+            if !pending.isEmpty {
+                let wait = min(delay, .seconds(30))
+                try await beforeRetry?(wait)
+                try await Task.sleep(for: wait)
+            }
+        }
+    }
+
+    /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.
+    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?)]) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        _ = try await redis.pipeline(dead.map { d in
+            .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)], args: [d.row.activity, d.row.token, now])
+        })
+        for d in dead {
+            // A failed send, logged once: what APNs said, its apns-id, never the whole token.
+            logger.info("token forgotten", metadata: ["key": "\(key)", "kind": "token", "activity": "\(d.row.activity)", "reason": "\(d.reason)",
+                                                      "apns_id": "\(d.apnsID ?? "-")", "token": "\(d.row.token.prefix(8))…"])
+        }
+    }
+
+    /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one
+    /// meanwhile): the device no longer counts as able to start this type.
+    func forgetStartTokens(_ dead: [(row: TokenRow, reason: String, apnsID: String?)], activityType: String) async throws {
+        // Device hashes and the type's set are in different slots: the set follows the hashes.
+        let removed = try await redis.pipeline(dead.map { d in
+            .script(TokenScripts.forgetStartIfSame, keys: [keys.device(d.row.activity)], args: ["start:\(activityType)", d.row.token])
+        })
+        let gone = zip(dead, removed).filter { $0.1.int == 1 }.map { $0.0.row.activity }
+        if !gone.isEmpty { _ = try await redis.send(RedisCommand("SREM", [keys.startTokens(activityType: activityType)] + gone)) }
+        for d in dead {
+            logger.info("push-to-start token forgotten", metadata: ["device": "\(d.row.activity)", "kind": "start", "reason": "\(d.reason)",
+                                                                    "apns_id": "\(d.apnsID ?? "-")", "token": "\(d.row.token.prefix(8))…"])
+        }
+    }
+}
+
+
+enum TokenScripts {
+    /// KEYS[1] = device hash. ARGV = field (`start:<type>`), token. Removes the push-to-start
+    /// token if it is still `token` (stored as `ts token`). Returns 1 or 0.
+    static let forgetStartIfSame = RedisScript("""
+    local cur = redis.call('HGET', KEYS[1], ARGV[1])
+    if not cur then return 0 end
+    local sp = string.find(cur, ' ', 1, true)
+    if not sp or string.sub(cur, sp + 1) ~= ARGV[2] then return 0 end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+    """)
+
+    /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`. ARGV = activity, token, now ms.
+    /// Forgets the activity's token if it is still `token` (a rotated token stays). Returns 1 or 0.
+    static let forgetIfSame = RedisScript("""
+    if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
+    -- A tombstone, so a late registration older than this can't bring the dead token back.
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' -')
+    redis.call('HDEL', KEYS[4], ARGV[1])
+    return 1
+    """)
+}
