@@ -311,17 +311,33 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
         default: break
         }
     }
-    var s = state ?? BudgetState(bucket: .full(policy.bucket, at: now))
-    s.bucket.refill(to: now, policy.bucket)
+    var d = Deciding(s: state ?? BudgetState(bucket: .full(policy.bucket, at: now)), policy: policy, now: now, entry: entry, shown: shown)
+    d.s.bucket.refill(to: now, policy.bucket)
+    let decision: BudgetDecision
+    switch event {
+    case .flush: decision = d.flush()
+    case .end(let millis): decision = d.end(millis)
+    case .update(let millis, let priority): decision = d.update(millis, priority)
+    }
+    return (decision, d.s)
+}
 
-    // The audience shows this state already (and was sent it recently enough): nothing to send.
+/// One decision in the making: the audience's state as it changes, and what it is decided with.
+private struct Deciding {
+    var s: BudgetState
+    let policy: AudiencePolicy
+    let now: Int64
+    let entry: String?
+    let shown: Shown?
+
+    /// The audience shows this state already (and was sent it recently enough): nothing to send.
     func unchanged(_ millis: Int64) -> Bool {
         guard let shown, shown.quiet, !shown.signature.isEmpty, shown.signature == s.shownSignature else { return false }
         if let refresh = shown.refreshMillis, refresh > 0, let at = s.shownMillis, millis - at >= refresh { return false }
         return true
     }
 
-    func send(_ decision: BudgetDecision, millis: Int64) -> (BudgetDecision, BudgetState) {
+    mutating func send(_ decision: BudgetDecision, millis: Int64) -> BudgetDecision {
         if let shown, !shown.signature.isEmpty {
             s.shownSignature = shown.signature
             s.shownMillis = millis
@@ -336,31 +352,31 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
         } else {
             s.counters.priority5 += 1
         }
-        return (decision, s)
+        return decision
     }
 
-    switch event {
-    case .flush:
+    mutating func flush() -> BudgetDecision {
         guard let pending = s.pendingMillis, let due = s.dueAt(policy) else {
             s.counters.idleFlushes += 1
-            return (.stale, s)
+            return .stale
         }
         if unchanged(pending) {
             s.pendingMillis = nil
             s.counters.unchanged += 1
-            return (.unchanged, s)
+            return .unchanged
         }
         guard now >= due else {
             s.counters.idleFlushes += 1
-            return (.coalesce(dueAtMillis: due), s)
+            return .coalesce(dueAtMillis: due)
         }
         s.counters.flushed += 1
         return send(.priority5, millis: pending)
+    }
 
-    case .end(let millis):
+    mutating func end(_ millis: Int64) -> BudgetDecision {
         if let last = s.lastMillis, millis < last {
             s.counters.stale += 1
-            return (.stale, s)
+            return .stale
         }
         s.pendingMillis = nil  // the end carries the merged state; nothing is sent after it
         if s.endedMillis == nil {
@@ -375,22 +391,23 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
         if s.bucket.take() { return send(.priority10, millis: millis) }
         s.counters.downgraded += 1
         return send(.priority5, millis: millis)
+    }
 
-    case .update(let millis, let priority):
+    mutating func update(_ millis: Int64, _ priority: PriorityClass) -> BudgetDecision {
         if let last = s.lastMillis, millis < last {
             s.counters.stale += 1
-            return (.stale, s)
+            return .stale
         }
         if s.endedMillis != nil {
             // After the end the device takes no more updates: nothing is worth a push.
             s.counters.stale += 1
-            return (.stale, s)
+            return .stale
         }
         if unchanged(millis) {
             // What waits to be flushed is what the audience shows, too.
             s.pendingMillis = nil
             s.counters.unchanged += 1
-            return (.unchanged, s)
+            return .unchanged
         }
         switch priority {
         case .critical:
@@ -401,12 +418,12 @@ public func decide(_ state: BudgetState?, _ event: BudgetEvent, entry: String? =
             if let pending = s.pendingMillis, millis < pending, let due = s.dueAt(policy) {
                 // Older than the state already waiting, which carries its values: absorbed.
                 s.counters.coalesced += 1
-                return (.coalesce(dueAtMillis: due), s)
+                return .coalesce(dueAtMillis: due)
             }
             if let sent = s.lastSentAt, now < sent + policy.minSpacingMillis {
                 s.pendingMillis = max(s.pendingMillis ?? millis, millis)
                 s.counters.coalesced += 1
-                return (.coalesce(dueAtMillis: sent + policy.minSpacingMillis), s)
+                return .coalesce(dueAtMillis: sent + policy.minSpacingMillis)
             }
             return send(.priority5, millis: millis)
         }

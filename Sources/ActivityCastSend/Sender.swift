@@ -208,36 +208,14 @@ public final class Sender: SendRole {
         let known = try channels.states(replies[1], apns.environments)
         let prior = FanoutPrior(replies[2])
         var summary = SendSummary()
-        if merged.stale, plan.event == .start {
-            // A start processed after a newer event of its key (another worker was faster): the
-            // followers still get their start, with the whole state as of the newest event —
-            // unless the activity is already over.
-            guard merged.newestEvent != .end else {
-                summary.stale = true
-                stats.stale.add(1, ordering: .relaxed)
-                return .outcome(.done(summary))
+        if merged.stale {
+            if plan.event == .start, merged.newestEvent != .end {
+                // A start processed after a newer event of its key (another worker was faster): the
+                // followers still get their start, with the whole state as of the newest event.
+                plan.timestampMillis = merged.newestMillis
+            } else {
+                return try await sendStale(plan, merged, entry: entry, redelivered: redelivered)
             }
-            plan.timestampMillis = merged.newestMillis
-        } else if merged.stale {
-            summary.stale = true
-            stats.stale.add(1, ordering: .relaxed)
-            if plan.event == .end {
-                // Never silent: an end not shown leaves the activity running on its devices.
-                logger.warning("an end older than its key's newest event: not sent as an end", metadata: [
-                    "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "newest": "\(merged.newestMillis)",
-                    "newestEvent": "\(merged.newestEvent?.rawValue ?? "-")",
-                ])
-            }
-            // Processed late (another worker sent a newer event first) but it still brought the
-            // newest value of some keys: devices get the merged state again, as the newest event
-            // and at its time, quietly (priority 5, no alert), so they end on the complete state.
-            guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .outcome(.done(summary)) }
-            var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
-                               audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
-            catchUp.staleAfterSeconds = plan.staleAfterSeconds
-            catchUp.relevanceScore = plan.relevanceScore
-            return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false,
-                                            redelivered: redelivered)
         }
         // A channel only for an audience: made at the first event after a device on broadcast
         // needed one (`want`: a scheduled match's channel exists before kick-off if a device on
@@ -274,6 +252,30 @@ public final class Sender: SendRole {
         return .outcome(.done(summary))
     }
 
+    /// An event older than its key's newest (another worker sent a newer one first): not sent as
+    /// itself. A start is over when the activity ended. If it still brought the newest value of
+    /// some fields, devices get the merged state again, as the newest event and at its time,
+    /// quietly (priority 5, no alert), so they end on the complete state.
+    private func sendStale(_ plan: Plan, _ merged: MergeResult, entry: String, redelivered: Bool) async throws -> Locked {
+        var summary = SendSummary()
+        summary.stale = true
+        stats.stale.add(1, ordering: .relaxed)
+        if plan.event == .end {
+            // Never silent: an end not shown leaves the activity running on its devices.
+            logger.warning("an end older than its key's newest event: not sent as an end", metadata: [
+                "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "newest": "\(merged.newestMillis)",
+                "newestEvent": "\(merged.newestEvent?.rawValue ?? "-")",
+            ])
+        }
+        guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .outcome(.done(summary)) }
+        var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
+                           audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
+        catchUp.staleAfterSeconds = plan.staleAfterSeconds
+        catchUp.relevanceScore = plan.relevanceScore
+        return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false,
+                                        redelivered: redelivered)
+    }
+
     /// The merge of `plan` into its key's state (`KeyStateScripts.merge`). `recordEvent` false:
     /// an end before its settle time, merged but not yet recorded as the key's newest event.
     func mergeCommand(_ plan: Plan, entry: String, recordEvent: Bool) -> RedisCommand {
@@ -302,15 +304,12 @@ public final class Sender: SendRole {
                                 redelivered: Bool, decided: [RESPValue]? = nil, prior known0: FanoutPrior? = nil,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> Locked {
         var summary = summary
-        let payload = PushBuilder.payload(plan, contentState: state)
         let bytes: [UInt8]
-        switch PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a device push") {
+        switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state), limit: PayloadLimits.device, what: "a device push") {
         case .success(let b): bytes = b
         case .failure(let rejection): return .outcome(.rejected(rejection.description))
         }
-        let gen = entry
-        let (stream, entryID) = Fanouts.split(entry: entry)
-        let fan = fanKey(plan.key, gen)
+        let fan = fanKey(plan.key, entry)
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
         if prior?.left == 0 {
@@ -321,114 +320,133 @@ public final class Sender: SendRole {
         // while it is answered. The budget decides each audience's priority once per event; a
         // fan-out that exists with its broadcast recorded (this entry delivered again) keeps the
         // decisions it recorded.
-        var live: [APNsEnvironment] = []
-        var broadcasting: Task<[APNsEnvironment], Error>?
-        var priorities = AudiencePriorities(all: PushBuilder.priority(plan))
-        var spent: [BudgetAudience] = []
-        var bytes5 = bytes
+        var audiences = Audiences(priorities: AudiencePriorities(all: PushBuilder.priority(plan)), bytes5: bytes)
         if prior?.broadcastDone != true {
             var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
             if known == nil {
                 let envs = apns.environments
                 channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
-            let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
-                if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
-            }
-            let nobody: Bool
-            (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
-                                                                  decided: decided)
-            // A push at 5 carries no alert: an alert only makes sense at 10.
-            if plan.alert != nil {
-                var quiet = plan
-                quiet.alert = nil
-                bytes5 = PushBuilder.payload(quiet, contentState: state).encoded()
-            }
-            if let cp = priorities.channel {
-                // A redelivered entry's broadcast may have gone out before (the record says so only
-                // once it is answered): the state goes again without its alert.
-                let cb = cp == 10 && !redelivered ? bytes : bytes5
-                if priorities.anyTokens, !channelsLive.isEmpty {
-                    // The tokens don't wait for the broadcast's answer: slice 0's devices off the
-                    // channel get theirs meanwhile; those on it wait for the answer (a channel whose
-                    // broadcast failed has its devices sent per token), and so do slices 1…n-1,
-                    // queued once `live` is known. `b` is recorded then too.
-                    broadcasting = Task { try await self.broadcast(plan, cb, priority: cp, channels: channelsLive) }
-                    live = channelsLive.map(\.0)
-                } else {
-                    live = try await broadcast(plan, cb, priority: cp, channels: channelsLive)
-                    summary.broadcasts += live.count
-                    if nobody, live.count < channelsLive.count {
-                        // Every device was on a channel, and one channel's broadcast failed: its
-                        // devices get the state per token after all (`live` leaves them out).
-                        let tiers = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: true, tiersOnly: true)
-                        priorities.standard = tiers.priorities.standard
-                        priorities.frequent = tiers.priorities.frequent
-                        spent += tiers.spent
-                    }
-                }
-            } else {
-                // The channel's state waits for its flush: its devices get nothing per token either.
-                live = channelsLive.map(\.0)
-            }
-            if !priorities.anyTokens {
-                // Every tier's state waits for its flush (or is stale for it): no fan-out now. A
-                // finished record of this entry's fan-out says so to a later delivery (no decision
-                // or broadcast again).
+            audiences = try await decideAndBroadcast(plan, state: state, bytes: bytes, entry: entry, redelivered: redelivered, decided: decided,
+                                                     channelStates: channelStates, summary: &summary)
+            if !audiences.priorities.anyTokens {
+                // Every tier's state waits for its flush (or is stale for it, or has nobody to
+                // reach): no fan-out now. A finished record of this entry's fan-out says so to a
+                // later delivery (no decision or broadcast again).
                 var commands = [RedisCommand("HSET", fan, "left", 0, "b", 1), RedisCommand("EXPIRE", fan, 3600)]
-                if priorities.channel != nil { commands += live.map { broadcastCounted(plan.key, $0) } }
+                if audiences.priorities.channel != nil { commands += audiences.live.map { broadcastCounted(plan.key, $0) } }
                 _ = try await redis.pipeline(commands)
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 summary.finishedRecord = fan
                 return .outcome(.done(summary))
             }
         }
-        // Devices on a channel that had the push (or whose channel's push waits) get nothing per
-        // token; `b` records the broadcast so a redelivered entry doesn't broadcast again (0 while
-        // it is unanswered: a later delivery broadcasts again, and other workers leave the slices).
-        let sent = priorities.channel != nil && broadcasting == nil ? live : []
+        return try await startFanout(plan, audiences, bytes: bytes, entry: entry, summary: summary, finishEnd: finishEnd, redelivered: redelivered)
+    }
+
+    /// What an event's decisions and broadcast leave for its fan-out: the environments whose
+    /// channel has the push (or will: `broadcasting`, still unanswered), each audience's
+    /// priority, the audiences whose decision took a token, and the push at 5 (no alert).
+    private struct Audiences {
+        var live: [APNsEnvironment] = []
+        var broadcasting: Task<[APNsEnvironment], Error>?
+        var priorities: AudiencePriorities
+        var spent: [BudgetAudience] = []
+        var bytes5: [UInt8]
+    }
+
+    /// The budget's decisions, then the broadcast: awaited, unless devices get per-token pushes
+    /// too — those don't wait for its answer: slice 0's devices off the channel get theirs
+    /// meanwhile; those on it wait for the answer (a channel whose broadcast failed has its
+    /// devices sent per token), and so do slices 1…n-1, queued once `live` is known.
+    private func decideAndBroadcast(_ plan: Plan, state: [String: JSONValue], bytes: [UInt8], entry: String, redelivered: Bool,
+                                    decided: [RESPValue]?, channelStates: [APNsEnvironment: ChannelRegistry.State],
+                                    summary: inout SendSummary) async throws -> Audiences {
+        let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
+            if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
+        }
+        let (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
+                                                                  decided: decided)
+        var a = Audiences(priorities: priorities, spent: spent, bytes5: bytes)
+        // A push at 5 carries no alert: an alert only makes sense at 10.
+        if plan.alert != nil {
+            var quiet = plan
+            quiet.alert = nil
+            a.bytes5 = PushBuilder.payload(quiet, contentState: state).encoded()
+        }
+        guard let cp = priorities.channel else {
+            // The channel's state waits for its flush: its devices get nothing per token either.
+            a.live = channelsLive.map(\.0)
+            return a
+        }
+        // A redelivered entry's broadcast may have gone out before (the record says so only once
+        // it is answered): the state goes again without its alert.
+        let cb = cp == 10 && !redelivered ? bytes : a.bytes5
+        if priorities.anyTokens, !channelsLive.isEmpty {
+            a.broadcasting = Task { try await self.broadcast(plan, cb, priority: cp, channels: channelsLive) }
+            a.live = channelsLive.map(\.0)
+            return a
+        }
+        a.live = try await broadcast(plan, cb, priority: cp, channels: channelsLive)
+        summary.broadcasts += a.live.count
+        if nobody, a.live.count < channelsLive.count {
+            // Every device was on a channel, and one channel's broadcast failed: its devices get
+            // the state per token after all (`live` leaves them out).
+            let tiers = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: true, tiersOnly: true)
+            a.priorities.standard = tiers.priorities.standard
+            a.priorities.frequent = tiers.priorities.frequent
+            a.spent += tiers.spent
+        }
+        return a
+    }
+
+    /// The event's fan-out: created with slice 0's first step (`Fanouts.createFanout`); slice 0
+    /// goes out from here. Devices on a channel that had the push (or whose channel's push
+    /// waits) get nothing per token; `b` records the broadcast so a redelivered entry doesn't
+    /// broadcast again (0 while it is unanswered: a later delivery broadcasts again, and other
+    /// workers leave the slices).
+    private func startFanout(_ plan: Plan, _ a: Audiences, bytes: [UInt8], entry: String, summary: SendSummary, finishEnd: Bool,
+                             redelivered: Bool) async throws -> Locked {
+        var summary = summary
+        let fan = fanKey(plan.key, entry)
+        let sent = a.priorities.channel != nil && a.broadcasting == nil ? a.live : []
         // The tiers whose decision took a token, on the record: a fan-out that ends with none of
         // a tier's devices sent at 10 (superseded first, or no device of that tier) gives it back.
-        let spentTiers = spent.compactMap { if case .tier(let t) = $0 { t.rawValue } else { nil } }
+        let spentTiers = a.spent.compactMap { if case .tier(let t) = $0 { t.rawValue } else { nil } }
         var also = sent.map { broadcastCounted(plan.key, $0) }
         if !spentTiers.isEmpty { also.append(.script(FanoutScripts.mark, keys: [fan], args: ["spent", spentTiers.joined(separator: " ")])) }
         let created: FanoutStart
         do {
-            created = try await fanouts.createFanout(key: plan.key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes5,
-                                             tiers: priorities, live: live, entry: entry, flush: false, broadcastPending: broadcasting != nil,
-                                             also: also)
+            created = try await fanouts.createFanout(key: plan.key, gen: entry, millis: plan.timestampMillis, payload: bytes, quiet: a.bytes5,
+                                                     tiers: a.priorities, live: a.live, entry: entry, flush: false,
+                                                     broadcastPending: a.broadcasting != nil, also: also)
         } catch {
-            _ = try? await broadcasting?.value
+            _ = try? await a.broadcasting?.value
             throw error
         }
-        let slices: Int, head: SliceHead?, step: RESPValue, unqueued: Bool
-        switch created {
-        case .older, .over, .noAudience:
+        guard case .firstSlice(let slices, let head, let step, let unqueued) = created else {
             if case .over = created { summary.finishedRecord = fan }
             if case .older = created {
-                // A newer event's fan-out is already under way: this state is out of date, and the
-                // tokens its tiers took at 10 go back (the channel's broadcast went out).
+                // A newer event's fan-out is already under way: this state is out of date.
                 summary.stale = true
                 stats.stale.add(1, ordering: .relaxed)
             }
             if case .over = created {} else {
                 // Superseded, or no device to send to: the tokens its tiers took at 10 go back.
-                try await fanouts.refund(plan.key, spent.filter { if case .tier = $0 { true } else { false } })
+                try await fanouts.refund(plan.key, a.spent.filter { if case .tier = $0 { true } else { false } })
             }
-            if let broadcasting {
+            if let broadcasting = a.broadcasting {
                 let delivered = try await broadcasting.value
                 summary.broadcasts += delivered.count
                 _ = try await redis.pipeline(delivered.map { broadcastCounted(plan.key, $0) })
             }
             if case .noAudience = created, finishEnd, plan.event == .end { try await finish(plan) }
             return .outcome(.done(summary))
-        case .firstSlice(let n, let h, let s, let u):
-            (slices, head, step, unqueued) = (n, h, s, u)
         }
-        let slice = SliceRef(key: plan.key, gen: gen, index: 0, count: slices)
-        var first = FirstSlice(slice: slice, summary: summary, head: head, step: step,
-                               attempts: redelivered ? ("\(keys.prefix):errors:\(stream)", "\(entryID)#n") : nil)
-        guard let broadcasting else {
+        let (stream, entryID) = Fanouts.split(entry: entry)
+        var first = FirstSlice(slice: SliceRef(key: plan.key, gen: entry, index: 0, count: slices), summary: summary, head: head, step: step,
+                               attempts: redelivered ? (keys.errors(stream), "\(entryID)#n") : nil)
+        guard let broadcasting = a.broadcasting else {
             if finishEnd, plan.event == .end { try await finish(plan) }
             return .firstSlice(first)
         }
@@ -440,7 +458,7 @@ public final class Sender: SendRole {
             let delivered = try await broadcasting.value
             var commands = [RedisCommand.script(FanoutScripts.mark, keys: [fan], args: ["b", 1, "live", delivered.map(\.rawValue).joined(separator: " ")])]
             commands += delivered.map { broadcastCounted(plan.key, $0) }
-            if unqueued { commands += fanouts.queueOthers(plan.key, gen: gen, slices: slices) }
+            if unqueued { commands += fanouts.queueOthers(plan.key, gen: entry, slices: slices) }
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
             if finishEnd, plan.event == .end { try await finish(plan) }

@@ -140,7 +140,7 @@ struct SliceRunner: SendRole {
     }
 
     /// A batch's tokens that go out as one: same environment, same priority.
-    private struct Group: Hashable {
+    struct Group: Hashable {
         var env: APNsEnvironment
         var priority: Int
     }
@@ -153,44 +153,18 @@ struct SliceRunner: SendRole {
                   shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         var firstStep = firstStep
-        let markedAtTen = Mutex<Set<String>>([])
-        var broadcast = broadcast
         let fan = fanKey(slice.key, slice.gen)
         let head: SliceHead
-        if let known {
-            head = known
-        } else {
-            let reply = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry", "p5", "t", "b"))
-            let h = reply.array ?? []
-            guard h.count == 8, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
-            // Its broadcast isn't answered yet (`live` isn't final): the worker sending it records
-            // the answer, else the entry's next delivery broadcasts again.
-            if h[7].string == "0", broadcast == nil { return .busy }
-            // A fan-out recorded before budgets has one priority for every tier.
-            let tiers = h[6].string.flatMap { AudiencePriorities(encodedTiers: $0) } ?? AudiencePriorities(all: p)
-            head = SliceHead(payload: b, payload5: h[5].bytes ?? b, tiers: tiers,
-                             live: Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) }),
-                             entry: "\(h[3].string ?? "")/\(h[4].string ?? "")")
+        let read: HeadRead
+        if let known { read = .head(known) } else { read = try await readHead(fan, broadcastPending: broadcast != nil) }
+        switch read {
+        case .head(let h): head = h
+        case .gone: return .gone
+        case .busy: return .busy
         }
-        var live = head.live
-        let entry = head.entry, tiers = head.tiers
-        // The tiers' pushes differ: each token's tier is needed (its registration's, else its device's).
-        let byTier = tiers.standard != tiers.frequent
-        // A batch that waits to retry (429, 5xx) keeps its slice: its lease is extended past the wait,
-        // so no other worker takes the batch over while this one is still sending it.
-        let inflight = inflightKey(slice.key), lease = configuration.leaseMillis
-        // A lease that is gone (it ended and a newer fan-out's step dropped it, or the slice ended
-        // as superseded) is not renewed: the batch's retries would reach devices after the newer
-        // fan-out's state, so the batch stops here (the slice's next step decides what is left).
-        // Extends the lease to `extra` past now, only while it still exists: false once it is gone.
-        let renew: @Sendable (Duration) async throws -> Bool = { [redis] extra in
-            let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(lease) + extra.milliseconds
-            let kept = try await redis.send(FanoutRenew(inflightKey: inflight, gen: slice.gen, slice: slice.index, leaseEndMillis: until).command)
-            return try FanoutRenewReply(kept) == .renewed
-        }
-        let renewLease: (Duration) async throws -> Void = { wait in
-            guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
-        }
+        var batch = Batch(slice: slice, head: head, fan: fan, broadcast: broadcast, lease: SliceLease(redis: redis, slice: slice,
+                                                                                                      inflight: inflightKey(slice.key),
+                                                                                                      millis: configuration.leaseMillis))
         var confirm: FanoutBatchRange?
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
@@ -203,7 +177,6 @@ struct SliceRunner: SendRole {
                 reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
             }
             let step = try FanoutStepReply(reply)
-            let left = step.left
             if confirm != nil, let counter = attempts {
                 // A batch of this delivery was confirmed: it made progress.
                 attempts = nil
@@ -214,95 +187,11 @@ struct SliceRunner: SendRole {
                 confirm = range
                 waitedSince = nil
                 width = seen
-                let resentBatch = resent != .fresh
-                if resentBatch {
-                    // A worker stopped with this batch in flight (1), or the slice started again after
-                    // a Redis restart (2): APNs may already have had some of it.
-                    stats.tokensResent.add(triples.count, ordering: .relaxed)
-                    _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
-                    if resent == .afterTakeover {
-                        logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
-                    }
-                }
-                let rows = try await tokens.tokenRows(slice.key, triples, tiers: byTier)
-                // By environment and priority; a tier without a push now is skipped.
-                func grouped(_ rows: some Sequence<TokenRow>) -> [Group: [TokenRow]] {
-                    var groups: [Group: [TokenRow]] = [:]
-                    for row in rows {
-                        guard let priority = tiers.tier(row.tier) else { continue }
-                        groups[Group(env: row.env, priority: priority), default: []].append(row)
-                    }
-                    return groups
-                }
-                // Devices on a channel that had the push get nothing per token; while its broadcast
-                // is unanswered, they wait for the answer.
-                var groups = grouped(rows.lazy.filter { !($0.onBroadcast && live.contains($0.env)) })
-                // A device on broadcast whose key has no channel gets its push per token, and the
-                // key's next event makes the channel (`ChannelRegistry`: channels only for an audience).
-                if rows.contains(where: { $0.onBroadcast && !head.live.contains($0.env) }) {
-                    _ = try? await redis.pipeline(channels.wantCommands(slice.key))
-                }
-                let onChannel = broadcast == nil ? [] : rows.filter { $0.onBroadcast && live.contains($0.env) }
-                // While the batch is out, its lease is renewed every third of it: a slow APNs (or a
-                // busy machine) doesn't let a newer fan-out overtake requests still being sent.
-                let heartbeat = Task {
-                    while !Task.isCancelled {
-                        try? await Task.sleep(for: .milliseconds(max(20, lease / 3)))
-                        if Task.isCancelled { break }
-                        _ = try? await renew(.zero)
-                    }
-                }
-                defer { heartbeat.cancel() }
-                while true {
-                    // Priority 10 first.
-                    for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
-                        let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
-                                        audience: .activity(slice.key))
-                        // A batch sent again after a takeover (or a Redis restart) may have reached
-                        // its devices: the state goes again without its alert.
-                        let payload = group.priority == 10 && !resentBatch ? head.payload : head.payload5
-                        // A tier with a device sent at 10 keeps its token (`refundUnsent`): marked
-                        // once per slice on this worker.
-                        let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
-                            let tiers = Set(delivered.map(\.tier.rawValue)).subtracting(markedAtTen.withLock { $0 })
-                            guard !tiers.isEmpty else { return }
-                            if (try? await redis.send(FanoutMark(record: fan, .sentAtTen(tiers: tiers.sorted())).command)) != nil {
-                                markedAtTen.withLock { $0.formUnion(tiers) }
-                            }
-                        }
-                        try await tokens.sendBatch(plan, payload, quiet: head.payload5, priority: group.priority, env: group.env,
-                                            rows: rows, kind: .token, entry: entry, summary: &summary, onDelivered: sentAtTen,
-                                            beforeRetry: renewLease)
-                    }
-                    guard let pending = broadcast else { break }
-                    // The broadcast's answer: a channel's devices get the push per token where it failed.
-                    live = Set(try await pending.value)
-                    broadcast = nil
-                    groups = grouped(onChannel.lazy.filter { !live.contains($0.env) })
-                }
-            case .finished, .superseded:
-                if case .superseded = step {
-                    stats.slicesSuperseded.add(1, ordering: .relaxed)
-                    _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_superseded", 1))
-                } else {
-                    stats.slicesFinished.add(1, ordering: .relaxed)
-                }
-                // Only a fan-out with a tier at 10 can have spent a token (no round trip otherwise).
-                if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 { await fanouts.refundUnsent(slice.key, fan) }
-                if left <= 0, acknowledges { try await fanouts.acknowledge(entry: entry, record: fan) }
-                return .final(left: left)
-            case .done:
-                if left <= 0, acknowledges { try await fanouts.acknowledge(entry: entry, record: fan) }
-                return .final(left: left)
+                try await send(&batch, triples, resent: resent, summary: &summary)
+            case .finished, .superseded, .done:
+                return try await end(slice, step, head: head, fan: fan, acknowledges: acknowledges)
             case .relaid:
-                // Redis restarted since the fan-out began (a new hash seed, so another scan order):
-                // every slice starts again. This one goes on here; the others are queued again, and
-                // `q` set once they are (else the entry's next delivery queues them).
-                logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
-                var commands = fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
-                commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
-                let replies = try await redis.pipeline(commands)
-                if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
+                try await relay(slice)
                 confirm = nil
             case .gone:
                 return .gone
@@ -320,6 +209,188 @@ struct SliceRunner: SendRole {
         }
     }
 
+    enum HeadRead { case head(SliceHead), gone, busy }
+
+    /// The fan-out's record as a slice needs it. `busy` while its broadcast isn't answered (`live`
+    /// isn't final): the worker sending it records the answer, else the entry's next delivery
+    /// broadcasts again.
+    private func readHead(_ fan: String, broadcastPending: Bool) async throws -> HeadRead {
+        let reply = try await redis.send(RedisCommand("HMGET", fan, "p", "pri", "live", "stream", "entry", "p5", "t", "b"))
+        let h = reply.array ?? []
+        guard h.count == 8, let b = h[0].bytes, let p = h[1].string.flatMap(Int.init) else { return .gone }
+        if h[7].string == "0", !broadcastPending { return .busy }
+        // A fan-out recorded before budgets has one priority for every tier.
+        let tiers = h[6].string.flatMap { AudiencePriorities(encodedTiers: $0) } ?? AudiencePriorities(all: p)
+        return .head(SliceHead(payload: b, payload5: h[5].bytes ?? b, tiers: tiers,
+                               live: Set((h[2].string ?? "").split(separator: " ").compactMap { APNsEnvironment(rawValue: String($0)) }),
+                               entry: "\(h[3].string ?? "")/\(h[4].string ?? "")"))
+    }
+
+    /// A slice being sent: its fan-out, the environments whose channel had the push (final once
+    /// the broadcast is answered), its lease, and the tiers already marked as sent at 10.
+    struct Batch {
+        let slice: SliceRef
+        let head: SliceHead
+        let fan: String
+        var broadcast: Task<[APNsEnvironment], Error>?
+        let lease: SliceLease
+        var live: Set<APNsEnvironment>
+        /// The tiers already marked as sent at 10 by this worker.
+        let markedAtTen = Marks()
+
+        final class Marks: Sendable {
+            let tiers = Mutex<Set<String>>([])
+        }
+
+        init(slice: SliceRef, head: SliceHead, fan: String, broadcast: Task<[APNsEnvironment], Error>?, lease: SliceLease) {
+            self.slice = slice
+            self.head = head
+            self.fan = fan
+            self.broadcast = broadcast
+            self.lease = lease
+            self.live = head.live
+        }
+
+        /// By environment and priority; a tier without a push now is skipped.
+        func grouped(_ rows: some Sequence<TokenRow>) -> [Group: [TokenRow]] {
+            var groups: [Group: [TokenRow]] = [:]
+            for row in rows {
+                guard let priority = head.tiers.tier(row.tier) else { continue }
+                groups[Group(env: row.env, priority: priority), default: []].append(row)
+            }
+            return groups
+        }
+    }
+
+    /// One batch the step handed out, to its devices off the channel (those on a channel that had
+    /// the push get nothing per token; while its broadcast is unanswered, they wait for the answer).
+    private func send(_ batch: inout Batch, _ triples: [(activity: String, meta: [UInt8])], resent: FanoutResent, summary: inout SendSummary) async throws {
+        let slice = batch.slice, head = batch.head
+        let resentBatch = resent != .fresh
+        if resentBatch {
+            // A worker stopped with this batch in flight, or the slice started again after a Redis
+            // restart: APNs may already have had some of it.
+            stats.tokensResent.add(triples.count, ordering: .relaxed)
+            _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_tokens_resent", triples.count))
+            if resent == .afterTakeover {
+                logger.info("slice taken over: its last batch is sent again", metadata: ["slice": "\(slice)", "tokens": "\(triples.count)"])
+            }
+        }
+        // The tiers' pushes differ: each token's tier is needed (its registration's, else its device's).
+        let rows = try await tokens.tokenRows(slice.key, triples, tiers: head.tiers.standard != head.tiers.frequent)
+        let live = batch.live
+        var groups = batch.grouped(rows.lazy.filter { !($0.onBroadcast && live.contains($0.env)) })
+        // A device on broadcast whose key has no channel gets its push per token, and the key's
+        // next event makes the channel (`ChannelRegistry`: channels only for an audience).
+        if rows.contains(where: { $0.onBroadcast && !head.live.contains($0.env) }) {
+            _ = try? await redis.pipeline(channels.wantCommands(slice.key))
+        }
+        let onChannel = batch.broadcast == nil ? [] : rows.filter { $0.onBroadcast && live.contains($0.env) }
+        let heartbeat = batch.lease.heartbeat()
+        defer { heartbeat.cancel() }
+        while true {
+            // Priority 10 first.
+            for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
+                try await send(group, rows, of: batch, resent: resentBatch, summary: &summary)
+            }
+            guard let pending = batch.broadcast else { break }
+            // The broadcast's answer: a channel's devices get the push per token where it failed.
+            batch.live = Set(try await pending.value)
+            batch.broadcast = nil
+            let answered = batch.live
+            groups = batch.grouped(onChannel.lazy.filter { !answered.contains($0.env) })
+        }
+    }
+
+    /// One environment and priority of a batch.
+    private func send(_ group: Group, _ rows: [TokenRow], of batch: Batch, resent: Bool, summary: inout SendSummary) async throws {
+        let slice = batch.slice, fan = batch.fan, markedAtTen = batch.markedAtTen
+        let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
+                        audience: .activity(slice.key))
+        // A batch sent again after a takeover (or a Redis restart) may have reached its devices:
+        // the state goes again without its alert.
+        let payload = group.priority == 10 && !resent ? batch.head.payload : batch.head.payload5
+        // A tier with a device sent at 10 keeps its token (`refundUnsent`): marked once per slice on this worker.
+        let sentAtTen: (([TokenRow]) async throws -> Void)? = group.priority != 10 ? nil : { [redis] delivered in
+            let tiers = Set(delivered.map(\.tier.rawValue)).subtracting(markedAtTen.tiers.withLock { $0 })
+            guard !tiers.isEmpty else { return }
+            if (try? await redis.send(FanoutMark(record: fan, .sentAtTen(tiers: tiers.sorted())).command)) != nil {
+                markedAtTen.tiers.withLock { $0.formUnion(tiers) }
+            }
+        }
+        let lease = batch.lease
+        try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows, kind: .token,
+                                   entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, beforeRetry: { try await lease.keep(past: $0) })
+    }
+
+    /// The slice is final: counted; the fan-out's last gives back what its tiers took at 10 and
+    /// sent nobody, and acknowledges the entry (`acknowledges`).
+    private func end(_ slice: SliceRef, _ step: FanoutStepReply, head: SliceHead, fan: String, acknowledges: Bool) async throws -> SliceResult {
+        let left = step.left
+        switch step {
+        case .superseded:
+            stats.slicesSuperseded.add(1, ordering: .relaxed)
+            _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_superseded", 1))
+        case .finished:
+            stats.slicesFinished.add(1, ordering: .relaxed)
+        default:
+            break
+        }
+        // Only a fan-out with a tier at 10 can have spent a token (no round trip otherwise).
+        if case .done = step {} else if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 {
+            await fanouts.refundUnsent(slice.key, fan)
+        }
+        if left <= 0, acknowledges { try await fanouts.acknowledge(entry: head.entry, record: fan) }
+        return .final(left: left)
+    }
+
+    /// Redis restarted since the fan-out began (a new hash seed, so another scan order): every
+    /// slice starts again. This one goes on here; the others are queued again, and `q` set once
+    /// they are (else the entry's next delivery queues them).
+    private func relay(_ slice: SliceRef) async throws {
+        logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
+        var commands = fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
+        commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
+        let replies = try await redis.pipeline(commands)
+        if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
+    }
+}
+
+/// A batch in flight keeps its slice by a lease in `{key}:inflight` (`FanoutScripts.renew`).
+struct SliceLease: Sendable {
+    let redis: RedisConnection
+    let slice: SliceRef
+    let inflight: String
+    let millis: Int
+
+    /// Extends the lease to `extra` past now, only while it still exists: false once it is gone
+    /// (it ended and a newer fan-out's step dropped it, or the slice ended as superseded).
+    func renew(_ extra: Duration) async throws -> Bool {
+        let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(millis) + extra.milliseconds
+        let kept = try await redis.send(FanoutRenew(inflightKey: inflight, gen: slice.gen, slice: slice.index, leaseEndMillis: until).command)
+        return try FanoutRenewReply(kept) == .renewed
+    }
+
+    /// Before a batch waits to retry (429, 5xx): it keeps its slice past the wait, so no other
+    /// worker takes the batch over while this one still sends it. A lease that is gone is not
+    /// renewed: the batch's retries would reach devices after a newer fan-out's state, so the
+    /// batch stops here (the slice's next step decides what is left).
+    func keep(past wait: Duration) async throws {
+        guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
+    }
+
+    /// While a batch is out, its lease is renewed every third of it: a slow APNs (or a busy
+    /// machine) doesn't let a newer fan-out overtake requests still being sent.
+    func heartbeat() -> Task<Void, Never> {
+        let every = Duration.milliseconds(max(20, millis / 3))
+        return Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: every)
+                if Task.isCancelled { break }
+                _ = try? await renew(.zero)
+            }
+        }
+    }
 }
 
 /// One `{key}:meta` value, `ts device env tier broadcast token` (`-` where the registration gave
