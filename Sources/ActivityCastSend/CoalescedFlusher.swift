@@ -86,12 +86,20 @@ struct CoalescedFlusher: SendRole {
             }
             return .sent
         }
+        return try await fanOut(plan, bytes, tier: tier, live: channelsLive.map(\.0), newest: replies[2].string, undo: undo)
+    }
+
+    /// A tier's flush: a fan-out to that tier's devices, whose slice 0 goes out from here. `undo`
+    /// puts the budget back when it doesn't start.
+    private func fanOut(_ plan: Plan, _ bytes: [UInt8], tier: Tier, live: [APNsEnvironment], newest: String?,
+                        undo: () async -> Void) async throws -> FlushResult {
+        let key = plan.key
         let tiers = tier == .standard ? AudiencePriorities(standard: 5) : AudiencePriorities(frequent: 5)
-        let gen = "flush:\(tier.rawValue):\(newestMillis):\(Int64(Date().timeIntervalSince1970 * 1000))"
+        let gen = "flush:\(tier.rawValue):\(plan.timestampMillis):\(Int64(Date().timeIntervalSince1970 * 1000))"
         let created: FanoutStart
         do {
-            created = try await fanouts.createFanout(key: key, gen: gen, millis: newestMillis, payload: bytes, quiet: bytes, tiers: tiers,
-                                             live: channelsLive.map(\.0), entry: "", flush: true, newest: replies[2].string)
+            created = try await fanouts.createFanout(key: key, gen: gen, millis: plan.timestampMillis, payload: bytes, quiet: bytes, tiers: tiers,
+                                                     live: live, entry: "", flush: true, newest: newest)
         } catch {
             await undo()
             throw error
@@ -113,7 +121,7 @@ struct CoalescedFlusher: SendRole {
             var handBack = false
             do {
                 let result = try await self.slices.runSlice(first, summary: &summary, acknowledges: false, known: head, firstStep: step,
-                                                shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
+                                                            shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
                 handBack = result == .busy || result == .paused
             } catch {
                 logger.warning("a flush's first slice failed; it goes to the slices stream", metadata: ["key": "\(key)", "error": "\(error)"])

@@ -18,10 +18,7 @@ struct StartSender: SendRole {
         guard case .followers(let targets) = plan.audience, let activityType = plan.attributesType else { return }
         // Devices that already have an activity for the key get no start.
         let metaValues = try await redis.send(RedisCommand("HVALS", keys.meta(plan.key)))
-        let haveActivity = Set((metaValues.array ?? []).compactMap { v -> String? in
-            let f = v.string?.split(separator: " ") ?? []
-            return f.count >= 5 ? String(f[1]) : nil
-        })
+        let haveActivity = Set((metaValues.array ?? []).compactMap { $0.bytes.flatMap(RegistrationMeta.init)?.device })
         var seen = Set<String>()
         let pacing = Pacing(perSecond: configuration.startsPerSecond)
         let withToken: [UInt8]
@@ -41,19 +38,9 @@ struct StartSender: SendRole {
                 let already = try await redis.send(RedisCommand("SMISMEMBER", [startsKey(plan.key)] + devices))
                 let fresh = zip(devices, already.array ?? []).filter { $0.1.int != 1 }.map(\.0)
                 if fresh.isEmpty { continue }
-                let settings = try await redis.pipeline(fresh.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
-                var rows: [TokenRow] = []
-                for (device, reply) in zip(fresh, settings) {
-                    let v = reply.array ?? []
-                    guard let start = v.first?.string, let space = start.firstIndex(of: " ") else { continue }
-                    let token = String(start[start.index(after: space)...])
-                    let env = (v.count > 1 ? v[1].string.flatMap(APNsEnvironment.init(rawValue:)) : nil) ?? .production
-                    rows.append(TokenRow(activity: device, token: token, env: env, onBroadcast: v.count > 2 && v[2].string == "1",
-                                         registeredMillis: Int64(start[..<space])))
-                }
                 // Each device's push-to-start budget (across keys and workers): a device over it is
                 // skipped and counted; it can be started by a later event.
-                rows = try await withinStartBudget(rows)
+                let rows = try await withinStartBudget(try await startRows(fresh, activityType: activityType))
                 // A follower on broadcast starts its activity on the key's channel
                 // (`input-push-channel`): the key gets its channels now if it has none (in every
                 // environment, as for a registration on broadcast: one key, one set of channels).
@@ -94,6 +81,22 @@ struct StartSender: SendRole {
                 }
             } while cursor != "0"
         }
+    }
+
+    /// Each device's push-to-start token for the type, with its environment and whether it is on
+    /// broadcast (its device hash: `start:<type>` → `ts token`); devices without one are left out.
+    private func startRows(_ devices: [String], activityType: String) async throws -> [TokenRow] {
+        let settings = try await redis.pipeline(devices.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
+        var rows: [TokenRow] = []
+        for (device, reply) in zip(devices, settings) {
+            let v = reply.array ?? []
+            guard let start = v.first?.string, let space = start.firstIndex(of: " ") else { continue }
+            let token = String(start[start.index(after: space)...])
+            let env = (v.count > 1 ? v[1].string.flatMap(APNsEnvironment.init(rawValue:)) : nil) ?? .production
+            rows.append(TokenRow(activity: device, token: token, env: env, onBroadcast: v.count > 2 && v[2].string == "1",
+                                 registeredMillis: Int64(start[..<space])))
+        }
+        return rows
     }
 
     /// Gives the start-budget token back to each of `rows` whose device didn't get its start.

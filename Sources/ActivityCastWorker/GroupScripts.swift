@@ -78,3 +78,21 @@ struct StreamID: Comparable, CustomStringConvertible {
         }
     }
 }
+
+extension GroupScripts {
+    /// `group`'s entry in an `XINFO GROUPS` reply: nil when the stream has no such group.
+    static func group(_ group: String, inXInfoGroups reply: RESPValue) -> (name: String, lastDelivered: String?)? {
+        for g in reply.array ?? [] {
+            let items = g.array ?? []
+            var name: String?, last: String?
+            var i = 0
+            while i + 1 < items.count {
+                if items[i].string == "name" { name = items[i + 1].string }
+                if items[i].string == "last-delivered-id" { last = items[i + 1].string }
+                i += 2
+            }
+            if name == group { return (group, last) }
+        }
+        return nil
+    }
+}

@@ -629,3 +629,13 @@ public struct OpsListen: Sendable, Equatable {
 
     public var description: String { port.map { host.contains(":") ? "[\(host)]:\($0)" : "\(host):\($0)" } ?? "off" }
 }
+
+extension Settings {
+    /// `<hostname>-<pid>`: unique per process, readable in `inspect`. Only the characters Redis
+    /// accepts in a client name.
+    public static func defaultConsumerName() -> String {
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"
+        let safe = String(host.unicodeScalars.filter { $0.value > 0x20 && $0.value < 0x7F }.prefix(60))
+        return "\(safe.isEmpty ? "worker" : safe)-\(getpid())"
+    }
+}

@@ -30,7 +30,7 @@ public final class Worker: Sendable {
     private let redis: RedisConnection
     private let logger: Logger
     private let conditions: ConditionLog
-    private let stop = StopSignal()
+    let stop = StopSignal()
     /// Tells a Redis that lost its data, a destroyed group and another worker's acknowledgement apart.
     private let groupLoss: GroupLoss
     /// Entries read and not yet finished; batch tasks decrement it.
@@ -81,7 +81,7 @@ public final class Worker: Sendable {
         // Per-stream counts for the streams this worker reads: its input streams, and the slices
         // stream when it sends.
         self.stats = WorkerStats(streams: settings.inputStreams.map(\.stream) + (mode == .full && settings.send ? [settings.keys.slices] : []))
-        self.consumer = settings.consumer.isEmpty ? Worker.defaultConsumerName() : settings.consumer
+        self.consumer = settings.consumer.isEmpty ? Settings.defaultConsumerName() : settings.consumer
         var readerConfig = settings.redisConfiguration
         readerConfig.clientName = "activitycast-reader-\(consumer)"
         var commandConfig = settings.redisConfiguration
@@ -143,14 +143,6 @@ public final class Worker: Sendable {
         redis.close()
         sliceRedis.close()
         apns?.shutdown()
-    }
-
-    /// `<hostname>-<pid>`: unique per process, readable in `inspect`. Only the characters Redis
-    /// accepts in a client name.
-    public static func defaultConsumerName() -> String {
-        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"
-        let safe = String(host.unicodeScalars.filter { $0.value > 0x20 && $0.value < 0x7F }.prefix(60))
-        return "\(safe.isEmpty ? "worker" : safe)-\(getpid())"
     }
 
     /// Asks the worker to drain and stop; the shutdown deadline counts from here.
@@ -216,7 +208,7 @@ public final class Worker: Sendable {
             _ = await stop.race { await self.drainOwnPending(feed) }
             noteProgress()
         }
-        var chores = Chores()
+        var chores = WorkerChores()
         while !isStopping {
             // Back-pressure: wait for batches to finish while the bound is reached.
             while inFlight.load(ordering: .relaxed) >= settings.maxInFlight, !isStopping, await iterator.next() != nil { noteProgress() }
@@ -251,7 +243,7 @@ public final class Worker: Sendable {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         }
         let snapshot = stats.snapshot
-        logger.info("worker stopped", metadata: stoppedMetadata(snapshot))
+        logger.info("worker stopped", metadata: snapshot.logMetadata(sends: sender?.stats))
         return snapshot
     }
 
@@ -272,30 +264,6 @@ public final class Worker: Sendable {
         await ensureGroups()
         await groupLoss.observe(redis)
         noteProgress()
-    }
-
-    /// What the read loop does on a schedule between reads: claim idle entries (and probe broken
-    /// streams, delete due channels) every claim interval, trim streams every retention interval.
-    private struct Chores {
-        var nextClaim = ContinuousClock.now
-        var nextTrim = ContinuousClock.now
-
-        mutating func runDue(_ worker: Worker) async {
-            let settings = worker.settings, stop = worker.stop
-            if ContinuousClock.now >= nextClaim {
-                _ = await stop.race { await worker.claimIdle() }
-                await worker.probeBrokenStreams()
-                if let sender = worker.sender {
-                    // Channels whose activity ended and whose dismissal window passed.
-                    _ = await stop.race { try? await sender.deleteDueChannels() }
-                }
-                nextClaim = ContinuousClock.now + settings.claimInterval
-            }
-            if let trimmer = worker.trimmer, let every = settings.retention.interval, ContinuousClock.now >= nextTrim {
-                _ = await stop.race { await trimmer.trimOnce() }
-                nextTrim = ContinuousClock.now + every
-            }
-        }
     }
 
     /// One `XREADGROUP` of the healthy streams, as many entries as the in-flight bound leaves
@@ -359,31 +327,6 @@ public final class Worker: Sendable {
         }
         while inFlight.load(ordering: .relaxed) > 0, ContinuousClock.now < deadline, await iterator.next() != nil {}
         timer.cancel()
-    }
-
-    /// The counters a stopped worker logs.
-    private func stoppedMetadata(_ snapshot: WorkerStats.Snapshot) -> Logger.Metadata {
-        var metadata: Logger.Metadata = [
-            "read": "\(snapshot.read)", "acked": "\(snapshot.acked)", "ack_missed": "\(snapshot.ackMissed)",
-            "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "refused": "\(snapshot.refused)",
-            "claimed": "\(snapshot.claimed)", "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
-        ]
-        guard let sends = sender?.stats else { return metadata }
-        // Requests by kind and outcome (`token ok=17,token Unregistered=1`), and what they caused.
-        metadata["pushes"] = "\(sends.byOutcome.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
-        metadata["tokens_forgotten"] = "\(sends.tokensForgotten.load(ordering: .relaxed))"
-        metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
-        metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
-        metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
-        metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
-        metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
-        metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
-        metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
-        metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
-        metadata["rate_waits"] = "\(sends.rateWaits.load(ordering: .relaxed))"
-        // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
-        metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
-        return metadata
     }
 
     // MARK: Start
@@ -483,21 +426,9 @@ public final class Worker: Sendable {
             if e.contains("no such key") { return false }
             throw RedisError(.server, "XINFO GROUPS \(stream): \(e)")
         }
-        for g in reply.array ?? [] {
-            let items = g.array ?? []
-            var name: String?, last: String?
-            var i = 0
-            while i + 1 < items.count {
-                if items[i].string == "name" { name = items[i + 1].string }
-                if items[i].string == "last-delivered-id" { last = items[i + 1].string }
-                i += 2
-            }
-            if name == settings.group {
-                if let last { advanceKnown(stream, to: last) }
-                return true
-            }
-        }
-        return false
+        guard let group = GroupScripts.group(settings.group, inXInfoGroups: reply) else { return false }
+        if let last = group.lastDelivered { advanceKnown(stream, to: last) }
+        return true
     }
 
     // MARK: Streams
@@ -547,7 +478,7 @@ public final class Worker: Sendable {
     }
 
     /// Looks again at streams marked broken; one that was fixed is read again.
-    private func probeBrokenStreams() async {
+    func probeBrokenStreams() async {
         let due = streams.withLock { map in map.filter { $0.value.broken != nil && $0.value.nextProbe <= .now }.map(\.key) }
         for stream in due {
             let type = (try? await redis.send(RedisCommand("TYPE", stream)).string) ?? "?"
@@ -645,7 +576,7 @@ public final class Worker: Sendable {
     }
 
     /// Takes over entries idle longer than the visibility timeout, from any consumer.
-    private func claimIdle() async {
+    func claimIdle() async {
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
             var cursor = "0-0"
             var rounds = 0

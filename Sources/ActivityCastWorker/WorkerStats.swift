@@ -1,3 +1,5 @@
+import ActivityCastSend
+import Logging
 import Synchronization
 
 /// Counters a worker keeps while it runs; logged at exit, used by the intake benchmark and
@@ -62,5 +64,33 @@ public final class WorkerStats: Sendable {
                         failed: total { $0.failed.load(ordering: .relaxed) }, refused: total { $0.refused.load(ordering: .relaxed) },
                         claimed: total { $0.claimed.load(ordering: .relaxed) }, stale: total { $0.stale.load(ordering: .relaxed) },
                         plans: plans.load(ordering: .relaxed))
+    }
+}
+
+extension WorkerStats.Snapshot {
+    /// The counters a stopped worker logs.
+    func logMetadata(sends: SendStats?) -> Logger.Metadata {
+        let snapshot = self
+        var metadata: Logger.Metadata = [
+            "read": "\(snapshot.read)", "acked": "\(snapshot.acked)", "ack_missed": "\(snapshot.ackMissed)",
+            "dead_lettered": "\(snapshot.deadLettered)", "failed": "\(snapshot.failed)", "refused": "\(snapshot.refused)",
+            "claimed": "\(snapshot.claimed)", "plans": "\(snapshot.plans)", "stale": "\(snapshot.stale)",
+        ]
+        guard let sends else { return metadata }
+        // Requests by kind and outcome (`token ok=17,token Unregistered=1`), and what they caused.
+        metadata["pushes"] = "\(sends.byOutcome.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
+        metadata["tokens_forgotten"] = "\(sends.tokensForgotten.load(ordering: .relaxed))"
+        metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
+        metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
+        metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
+        metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
+        metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
+        metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"
+        metadata["tokens_resent"] = "\(sends.tokensResent.load(ordering: .relaxed))"
+        metadata["starts_over_budget"] = "\(sends.startsOverBudget.load(ordering: .relaxed))"
+        metadata["rate_waits"] = "\(sends.rateWaits.load(ordering: .relaxed))"
+        // Budget decisions by audience and outcome (`standard.p10=3,standard.downgraded=9`).
+        metadata["budget"] = "\(sends.budgetDecisions.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"
+        return metadata
     }
 }
