@@ -20,10 +20,6 @@ extension FollowTarget {
     }
 }
 
-extension RedisKeys {
-    /// Set of activity types with at least one push-to-start token: `ac:activity-types`.
-    public var activityTypes: String { "\(prefix):activity-types" }
-}
 
 /// 1–128 bytes of `A–Z a–z 0–9 . _ -` (docs/schema.md).
 func isIdentifier(_ s: String) -> Bool {

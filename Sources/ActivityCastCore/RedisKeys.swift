@@ -63,4 +63,50 @@ public struct RedisKeys: Sendable, Equatable {
     /// `ac:counters`. They only grow; `activitycast inspect` shows every field. Not under a hash
     /// tag: one small key, written by every worker.
     public var counters: String { "\(prefix):counters" }
+
+    // MARK: Per activity key (one hash slot: `{key}`)
+
+    /// The key's merged state (hash): `f:<name>` → `ts json` per content-state field, `_ts`,
+    /// `_ev`, `_pts`, `_stale`, `_rel`, `_sig`, `_rej` (`KeyStateScripts`): `ac:{match:4711}:state`.
+    public func state(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:state" }
+    /// The key's newest fan-out (hash `name`, `millis`): `ac:{match:4711}:gen`.
+    public func fanoutGen(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:gen" }
+    /// A fan-out's record (hash, `FanoutScripts`): `ac:{match:4711}:fan:<gen>`.
+    public func fanout(_ key: ActivityKey, _ gen: String) -> String { "\(fanoutPrefix(key))\(gen)" }
+    /// What every fan-out record of the key starts with.
+    public func fanoutPrefix(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:fan:" }
+    /// The key's batches in flight (sorted set `<gen>|<slice>` by lease end): `ac:{match:4711}:inflight`.
+    public func inflight(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:inflight" }
+    /// Devices that got a push-to-start for the key (set): `ac:{match:4711}:starts`.
+    public func starts(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:starts" }
+    /// One (key, audience)'s budget hash: `ac:{match:4711}:budget:standard` (`standard`,
+    /// `frequent`, `channel`).
+    public func budget(_ key: ActivityKey, audience name: String) -> String { "\(prefix):{\(key)}:budget:\(name)" }
+    /// Held (10 s) by the worker creating the key's channel in `env`: `ac:{match:4711}:channel-lock:production`.
+    public func channelLock(_ key: ActivityKey, env: String) -> String { "\(prefix):{\(key)}:channel-lock:\(env)" }
+
+    // MARK: Fleet-wide
+
+    /// Every channel on record (sorted set `<env> <key>` by creation ms): `ac:channels:index`.
+    public var channelsIndex: String { "\(prefix):channels:index" }
+    /// Keys on per-token fallback (Apple's channel limit), by when they fell back: `ac:channels:fallback`.
+    public var channelsFallback: String { "\(prefix):channels:fallback" }
+    /// Channels due for deletion after their activity's end (sorted set by due ms): `ac:channels:expiring`.
+    public var channelsExpiring: String { "\(prefix):channels:expiring" }
+    /// Channels created and deleted (stream, for app backends): `ac:channels`.
+    public var channelAnnouncements: String { "\(prefix):channels" }
+    /// Permanent send failures (stream, capped): `ac:send-failures`.
+    public var sendFailures: String { "\(prefix):send-failures" }
+    /// The fleet's schedule of coalesced states (sorted set): member `<key>|<audience>`, scored by
+    /// when it is due (ms): `ac:budget-due`.
+    public var budgetDue: String { "\(prefix):budget-due" }
+    /// A device's push-to-start bucket, in the device's slot: `ac:device:{d1}:start-budget`.
+    public func startBudget(device id: String) -> String { "\(self.device(id)):start-budget" }
+    /// The fleet's send-rate guard for one app: `ac:rate:com.example.app`.
+    public func rateGuard(bundleID: String) -> String { "\(prefix):rate:\(bundleID)" }
+    /// How far each stream's group had read (hash stream → id), to recreate a lost group there:
+    /// `ac:positions:activitycast`.
+    public func positions(group: String) -> String { "\(prefix):positions:\(group)" }
+    /// Set of activity types with at least one push-to-start token: `ac:activity-types`.
+    public var activityTypes: String { "\(prefix):activity-types" }
 }

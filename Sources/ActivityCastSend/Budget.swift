@@ -431,13 +431,8 @@ private struct Deciding {
 }
 
 extension RedisKeys {
-    /// One (key, audience)'s budget hash, in the key's slot: `ac:{match:4711}:budget:standard`.
-    public func budget(_ key: ActivityKey, _ audience: BudgetAudience) -> String { "\(prefix):{\(key)}:budget:\(audience.name)" }
-    /// A device's push-to-start bucket, in the device's slot: `ac:device:{d1}:start-budget`.
-    public func startBudget(device id: String) -> String { "\(self.device(id)):start-budget" }
-    /// The fleet's schedule of coalesced states (sorted set): member `<key>|<audience>` (audience
-    /// as in `budget(_:_:)`: `standard`, `frequent`, `channel`), scored by when it is due (ms).
-    public var budgetDue: String { "\(prefix):budget-due" }
+    /// One (key, audience)'s budget hash (`budget(_:audience:)`).
+    public func budget(_ key: ActivityKey, _ audience: BudgetAudience) -> String { budget(key, audience: audience.name) }
 }
 
 /// What a decision made in an update's merge round trip checks first (`BudgetScripts.decide`).
@@ -546,7 +541,7 @@ public enum BudgetScripts {
           local all = true
           for env in string.gmatch(ARGV[12] or '', '%S+') do
             local v = redis.call('HGET', KEYS[4], env)
-            if not (v and string.match(v, '^%S+ %d+ %d+$')) then all = false break end
+            if not (v and string.match(v, '\(ChannelRecord.luaPattern)')) then all = false break end
           end
           if all then return {'none', '0', fmt(now)} end
         end
@@ -554,7 +549,7 @@ public enum BudgetScripts {
         local live = false
         for env in string.gmatch(ARGV[12] or '', '%S+') do
           local v = redis.call('HGET', KEYS[4], env)
-          if v and string.match(v, '^%S+ %d+ %d+$') then live = true break end
+          if v and string.match(v, '\(ChannelRecord.luaPattern)') then live = true break end
         end
         if not live then return {'skip', '0', fmt(now)} end
       end

@@ -6,29 +6,6 @@ import HTTP2Kit
 import Logging
 import RedisClient
 
-/// A key's broadcast channel in one APNs environment, as stored in `<prefix>:{key}:channels`
-/// (field `<env>` → `<id> <policy> <created ms>`).
-public struct ChannelRecord: Sendable, Equatable {
-    public var id: String
-    public var policy: ChannelStoragePolicy
-    public var createdMillis: Int64
-
-    init?(_ text: String) {
-        let parts = text.split(separator: " ")
-        guard parts.count == 3, let p = Int(parts[1]), let policy = ChannelStoragePolicy(rawValue: p), let created = Int64(parts[2]) else { return nil }
-        self.id = String(parts[0])
-        self.policy = policy
-        self.createdMillis = created
-    }
-
-    init(id: String, policy: ChannelStoragePolicy, createdMillis: Int64) {
-        self.id = id
-        self.policy = policy
-        self.createdMillis = createdMillis
-    }
-
-    var stored: String { "\(id) \(policy.rawValue) \(createdMillis)" }
-}
 
 /// Broadcast channels per key and environment: created once across the fleet when a device on
 /// broadcast needs one (`want`: a registration on broadcast, or a fan-out or start that met such
@@ -55,12 +32,12 @@ public final class ChannelRegistry: Sendable {
     }
 
     func hashKey(_ key: ActivityKey) -> String { keys.channels(key) }
-    var announcements: String { "\(keys.prefix):channels" }
-    var expiring: String { "\(keys.prefix):channels:expiring" }
+    var announcements: String { keys.channelAnnouncements }
+    var expiring: String { keys.channelsExpiring }
     /// Every channel on record (`<env> <key>`, scored by its creation, ms) and every key on
     /// per-token fallback (scored by when it fell back): counts for the metrics without a scan.
-    var index: String { "\(keys.prefix):channels:index" }
-    var fallbacks: String { "\(keys.prefix):channels:fallback" }
+    var index: String { keys.channelsIndex }
+    var fallbacks: String { keys.channelsFallback }
 
     /// What the key has in `env`: a channel, the fallback to per-token sends (channel limit), or nothing yet.
     public enum State: Sendable, Equatable {
@@ -110,7 +87,7 @@ public final class ChannelRegistry: Sendable {
         if let known { current = known } else { current = try await state(key, env) }
         guard current == .none else { return current }
         guard let client = apns.channels(env) else { return .fallback }
-        let lock = "\(keys.prefix):{\(key)}:channel-lock:\(env.rawValue)"
+        let lock = keys.channelLock(key, env: env.rawValue)
         let won = try await redis.send(RedisCommand("SET", lock, "1", "NX", "PX", 10_000)) == .status("OK")
         guard won else {
             // Another worker is creating it: wait for its id (a few seconds at most).

@@ -288,10 +288,10 @@ public struct FanoutKeys: Sendable, Equatable {
     public var fanPrefix: String
 
     public init(_ keys: RedisKeys, _ key: ActivityKey) {
-        gen = "\(keys.prefix):{\(key)}:gen"
-        inflight = "\(keys.prefix):{\(key)}:inflight"
+        gen = keys.fanoutGen(key)
+        inflight = keys.inflight(key)
         meta = keys.meta(key)
-        fanPrefix = "\(keys.prefix):{\(key)}:fan:"
+        fanPrefix = keys.fanoutPrefix(key)
     }
 
     /// The record of the fan-out named `gen`.

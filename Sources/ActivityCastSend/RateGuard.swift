@@ -65,11 +65,6 @@ public enum RateGuardScripts {
     """)
 }
 
-extension RedisKeys {
-    /// The fleet's send-rate guard for one app: `ac:rate:com.example.app`.
-    public func rateGuard(bundleID: String) -> String { "\(prefix):rate:\(bundleID)" }
-}
-
 extension SendRole {
     /// Waits until the fleet's rate allows `count` more requests (in pieces of at most the burst).
     func admit(_ count: Int) async throws {

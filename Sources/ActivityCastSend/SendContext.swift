@@ -43,13 +43,13 @@ extension SendRole {
     var logger: Logger { ctx.logger }
     var stats: SendStats { ctx.stats }
     var keys: RedisKeys { configuration.keys }
-    func stateKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:state" }
-    func genKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:gen" }
-    func fanKey(_ key: ActivityKey, _ gen: String) -> String { "\(keys.prefix):{\(key)}:fan:\(gen)" }
-    func inflightKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:inflight" }
+    func stateKey(_ key: ActivityKey) -> String { keys.state(key) }
+    func genKey(_ key: ActivityKey) -> String { keys.fanoutGen(key) }
+    func fanKey(_ key: ActivityKey, _ gen: String) -> String { keys.fanout(key, gen) }
+    func inflightKey(_ key: ActivityKey) -> String { keys.inflight(key) }
     func fanoutKeys(_ key: ActivityKey) -> FanoutKeys { FanoutKeys(keys, key) }
-    func startsKey(_ key: ActivityKey) -> String { "\(keys.prefix):{\(key)}:starts" }
-    var failuresStream: String { "\(keys.prefix):send-failures" }
+    func startsKey(_ key: ActivityKey) -> String { keys.starts(key) }
+    var failuresStream: String { keys.sendFailures }
 
     /// Now on the budget's clock: nil for Redis's.
     func budgetNow() -> Int64? {

@@ -21,7 +21,7 @@ struct Registrar: Sendable {
     func effects(of registration: Registration, timestampMillis ts: Int64) -> EntryEffects {
         switch registration {
         case let .activityToken(device, key, activity, token, settings):
-            let meta = "\(device) \(settings.env?.rawValue ?? "-") \(settings.tier?.rawValue ?? "-") \(settings.broadcast.map { $0 ? "1" : "0" } ?? "-")"
+            let meta = RegistrationMeta.written(device: device, settings)
             var first: [RedisCommand] = [
                 .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)],
                         args: [activity, token, ts, meta, activityTTLSeconds]),

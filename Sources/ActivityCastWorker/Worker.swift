@@ -170,7 +170,7 @@ public final class Worker: Sendable {
                      failures: a.failures + b.failures)
     }
 
-    var positionsKey: String { "\(settings.prefix):positions:\(settings.group)" }
+    var positionsKey: String { settings.keys.positions(group: settings.group) }
 
     /// Runs until `requestStop()`; returns the counters. Throws `StartError` when Redis rejects
     /// the worker's credentials or permissions at start: waiting would not help.

@@ -1,0 +1,81 @@
+/// Values the send path keeps in Redis, each with its writer and reader side by side
+/// (docs/schema.md). Key names are `RedisKeys`'.
+
+/// A key's broadcast channel in one APNs environment, as stored in `<prefix>:{key}:channels`
+/// (field `<env>` → `<id> <policy> <created ms>`).
+public struct ChannelRecord: Sendable, Equatable {
+    public var id: String
+    public var policy: ChannelStoragePolicy
+    public var createdMillis: Int64
+
+    public init?(_ text: String) {
+        let parts = text.split(separator: " ")
+        guard parts.count == 3, let p = Int(parts[1]), let policy = ChannelStoragePolicy(rawValue: p), let created = Int64(parts[2]) else { return nil }
+        self.id = String(parts[0])
+        self.policy = policy
+        self.createdMillis = created
+    }
+
+    public init(id: String, policy: ChannelStoragePolicy, createdMillis: Int64) {
+        self.id = id
+        self.policy = policy
+        self.createdMillis = createdMillis
+    }
+
+    /// A Lua pattern that matches a stored record (and not `<env>:fallback`'s `1`): what a
+    /// script that reads the channels hash tests a value with.
+    public static let luaPattern = "^%S+ %d+ %d+$"
+
+    /// How it is kept in `{key}:channels` under its environment: `<id> <policy> <created ms>`.
+    public var stored: String { "\(id) \(policy.rawValue) \(createdMillis)" }
+}
+
+/// One `{key}:meta` value, `ts device env tier broadcast token` (`-` where the registration gave
+/// none; `ts -` is a tombstone; values written before the token was added end at `broadcast`),
+/// read from its bytes.
+public struct RegistrationMeta: Equatable, Sendable {
+    /// What a registration writes before its time and token (`RegistrationScripts.activityToken`
+    /// puts `ts ` before and ` token` after): `device env tier broadcast`, `-` where not given.
+    public static func written(device: String, _ settings: DeviceSettings) -> String {
+        "\(device) \(settings.env?.rawValue ?? "-") \(settings.tier?.rawValue ?? "-") \(settings.broadcast.map { $0 ? "1" : "0" } ?? "-")"
+    }
+
+    public var millis: Int64?
+    public var device: String
+    /// nil: not given (`-`) or not one we know: the device's setting applies.
+    public var env: APNsEnvironment?
+    /// nil: not given (`-`): the device's setting applies (standard when it has none).
+    public var tier: Tier?
+    public var broadcast: Bool?
+    /// The activity's update token; nil in values written before it was kept here.
+    public var token: String?
+
+    /// nil for a tombstone or a value of another shape.
+    public init?(_ bytes: [UInt8]) {
+        var fields: [Range<Int>] = []
+        var start = 0
+        for (i, b) in bytes.enumerated() where b == UInt8(ascii: " ") {
+            fields.append(start..<i)
+            start = i + 1
+        }
+        fields.append(start..<bytes.count)
+        guard fields.count >= 5 else { return nil }
+        var ms: Int64 = 0
+        var digits = 0
+        for b in bytes[fields[0]] {
+            guard b >= 48, b <= 57, digits < 18 else { ms = -1; break }
+            ms = ms * 10 + Int64(b - 48)
+            digits += 1
+        }
+        millis = ms >= 0 && digits > 0 ? ms : nil
+        device = String(decoding: bytes[fields[1]], as: UTF8.self)
+        let e = bytes[fields[2]]
+        env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
+        let t = bytes[fields[3]]
+        tier = t.elementsEqual("frequent".utf8) ? .frequent : t.elementsEqual("standard".utf8) ? .standard : nil
+        let b = bytes[fields[4]]
+        broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
+        token = fields.count > 5 && !fields[5].isEmpty ? String(decoding: bytes[fields[5]], as: UTF8.self) : nil
+    }
+}
+
