@@ -53,32 +53,6 @@ enum GroupScripts {
     """)
 }
 
-/// Stream entry ids (`<ms>-<seq>`) in their order.
-struct StreamID: Comparable, CustomStringConvertible {
-    var ms: UInt64
-    var seq: UInt64
-
-    init?(_ text: String) {
-        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        guard parts.count == 2, let ms = UInt64(parts[0]), let seq = UInt64(parts[1]) else { return nil }
-        self.ms = ms
-        self.seq = seq
-    }
-
-    static func < (a: StreamID, b: StreamID) -> Bool { (a.ms, a.seq) < (b.ms, b.seq) }
-    var description: String { "\(ms)-\(seq)" }
-
-    /// The further of two ids given as text (either may be missing or malformed).
-    static func furthest(_ a: String?, _ b: String?) -> String? {
-        switch (a.flatMap(StreamID.init), b.flatMap(StreamID.init)) {
-        case let (x?, y?): return max(x, y).description
-        case let (x?, nil): return x.description
-        case let (nil, y?): return y.description
-        case (nil, nil): return nil
-        }
-    }
-}
-
 extension GroupScripts {
     /// `group`'s entry in an `XINFO GROUPS` reply: nil when the stream has no such group.
     static func group(_ group: String, inXInfoGroups reply: RESPValue) -> (name: String, lastDelivered: String?)? {
