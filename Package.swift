@@ -60,16 +60,23 @@ let package = Package(
             "ActivityCastCore", "APNs", "APNsCore", "HTTP2Kit", "RedisClient",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // Worker, inspect, publish and configuration: wires the core to Redis.
-        .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "APNs", "APNsCore", "RedisClient", "OpsHTTP", "NetIO",
-            .product(name: "Logging", package: "swift-log"),
+        // Configuration: the settings every command and the worker run with (defaults, YAML file,
+        // environment, flags; docs/configuration.md), each checked as it loads, and the route files
+        // they name. Also how text from outside is shown safely (VisibleText). No I/O but reading
+        // those files.
+        .target(name: "ActivityCastSettings", dependencies: [
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient",
             .product(name: "Yams", package: "Yams"),
+        ]),
+        // Worker, inspect and publish: wires the core to Redis.
+        .target(name: "ActivityCastWorker", dependencies: [
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "APNs", "APNsCore", "RedisClient", "OpsHTTP", "NetIO",
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [
@@ -106,11 +113,11 @@ let package = Package(
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "HiredisCodec", "TestSupport"]),
         .testTarget(name: "OpsHTTPTests", dependencies: ["OpsHTTP", "NetIO", "TestSupport"]),
         .testTarget(name: "SendTests", dependencies: [
-            "ActivityCastSend", "ActivityCastCore", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient", "TestSupport",
+            "ActivityCastSend", "ActivityCastCore", "ActivityCastSettings", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
-            "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient", "TestSupport",
+            "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

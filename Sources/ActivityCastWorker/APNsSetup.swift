@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import ActivityCastSettings
 import APNs
 import APNsCore
 import Foundation

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import ActivityCastSettings
 import RedisClient
 
 /// One attempt at a batch, in four steps: its entries' earlier attempts (redeliveries), a pure

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import ActivityCastSettings
 import RedisClient
 
 /// The end of a batch's attempt: acknowledge what is final, remember why the entries' own

@@ -1,6 +1,7 @@
 import ActivityCastCore
 import ActivityCastRoutes
 import ActivityCastSend
+import ActivityCastSettings
 import Foundation
 import Logging
 import RedisClient

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import ActivityCastSettings
 import Foundation
 import Logging
 import RedisClient

@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSettings
 import ActivityCastWorker
 import ArgumentParser
 import Foundation

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastRoutes
+import ActivityCastSettings
 import ActivityCastWorker
 import ArgumentParser
 

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import ActivityCastSettings
 import ActivityCastWorker
 import Foundation
 import Logging

@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import ActivityCastWorker
 import Foundation
 import RedisClient

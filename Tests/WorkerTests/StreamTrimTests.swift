@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSettings
 @testable import ActivityCastWorker
 import Foundation
 import RedisClient

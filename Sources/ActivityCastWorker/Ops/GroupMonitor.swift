@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import Foundation
 import RedisClient
 import Synchronization

@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import APNs
 import Logging
 import OpsHTTP

@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import Dispatch
 import Foundation
 import NetIO

@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import Foundation
 
 /// One reading of `activitycast top`: Inspector's report (or why Redis could not be read) and

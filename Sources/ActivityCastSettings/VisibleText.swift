@@ -54,8 +54,9 @@ public enum VisibleText {
     }
 
     /// The first `maxBytes` bytes of `bytes` as text, cut before a character that would not fit
-    /// (so the cut never makes a replacement character), and the full size.
-    static func prefix(_ bytes: [UInt8], maxBytes: Int) -> (text: String, bytes: Int) {
+    /// (so the cut never makes a replacement character), and the full size. `package`: inspect
+    /// cuts dead letters with it.
+    package static func prefix(_ bytes: [UInt8], maxBytes: Int) -> (text: String, bytes: Int) {
         guard bytes.count > maxBytes else { return (String(decoding: bytes, as: UTF8.self), bytes.count) }
         var end = maxBytes
         // Back off over continuation bytes (10xxxxxx) to the start of the cut character.
