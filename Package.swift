@@ -68,15 +68,22 @@ let package = Package(
             "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient",
             .product(name: "Yams", package: "Yams"),
         ]),
-        // Worker, inspect and publish: wires the core to Redis.
+        // `inspect` and `top`: what Redis holds (streams, groups, dead letters, registrations,
+        // channels, budgets), read-only, and the workers' /metrics scraped; the report and its
+        // rendering. Reads Redis and the workers' ops endpoints, not the worker's code.
+        .target(name: "ActivityCastInspect", dependencies: [
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "NetIO", "RedisClient",
+        ]),
+        // The worker: wires the core to Redis (streams, registrations, fan-out slices, the flush
+        // schedule, stream trimming) and serves its ops endpoints.
         .target(name: "ActivityCastWorker", dependencies: [
-            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "APNs", "APNsCore", "RedisClient", "OpsHTTP", "NetIO",
+            "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "APNs", "APNsCore", "RedisClient", "OpsHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastWorker", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [
@@ -117,7 +124,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "WorkerTests", dependencies: [
-            "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "TestSupport",
+            "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

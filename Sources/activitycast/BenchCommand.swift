@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastInspect
 import ActivityCastSettings
 import ActivityCastWorker
 import ArgumentParser

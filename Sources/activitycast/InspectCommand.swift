@@ -1,3 +1,4 @@
+import ActivityCastInspect
 import ActivityCastWorker
 import ArgumentParser
 import Foundation

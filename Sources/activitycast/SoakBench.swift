@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastInspect
 import ActivityCastWorker
 import APNs
 import ArgumentParser

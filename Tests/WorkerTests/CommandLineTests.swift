@@ -1,3 +1,4 @@
+import ActivityCastInspect
 import ActivityCastSettings
 import ActivityCastWorker
 import Foundation

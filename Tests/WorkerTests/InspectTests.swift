@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastInspect
 import ActivityCastSend
 import ActivityCastSettings
 import ActivityCastWorker
