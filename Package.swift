@@ -82,8 +82,25 @@ let package = Package(
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
+        // What every command shares, the command line's and the benchmarks': the Redis options and
+        // the settings they load, the failure printed as `Error: …`, an APNs client from the settings.
+        .target(name: "ActivityCastCommandSupport", dependencies: [
+            "ActivityCastSettings", "ActivityCastWorker", "APNs",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The benchmarks, `activitycast bench …` (docs/benchmarks.md, scripts/bench-*.sh): intake,
+        // APNs, broadcast, fan-out, priority, budgets, lanes and the soak with its feed.
+        .target(name: "ActivityCastBench", dependencies: [
+            "ActivityCastCommandSupport", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend",
+            "ActivityCastSettings", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The command line: worker, inspect, top, publish, send, channels, sandbox, routes, and bench
+        // from ActivityCastBench.
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastWorker", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastBench", "ActivityCastCommandSupport", "ActivityCastWorker", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [

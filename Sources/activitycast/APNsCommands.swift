@@ -1,3 +1,4 @@
+import ActivityCastCommandSupport
 import ActivityCastCore
 import ActivityCastSettings
 import ActivityCastWorker
@@ -7,17 +8,6 @@ import ArgumentParser
 import Foundation
 import HTTP2Kit
 import Logging
-
-/// Builds an APNs client from the settings, as a worker does (`APNsSetup.client`): the push
-/// endpoint, or the channel-management one. Its provider tokens are this process's own.
-func makeAPNsClient(_ settings: Settings, channels: Bool = false, logger: Logger) throws -> APNsClient {
-    do {
-        return try APNsSetup.client(settings, endpoint: channels ? settings.apns.channelsEndpoint : settings.apns.endpoint,
-                                    channels: channels, logger: logger)
-    } catch let error as APNsSetupError {
-        throw ValidationError(error.description)
-    }
-}
 
 /// Prints Apple's answer the way an operator wants to read it.
 func describe(_ result: APNsResult) -> String {

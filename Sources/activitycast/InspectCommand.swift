@@ -1,3 +1,4 @@
+import ActivityCastCommandSupport
 import ActivityCastInspect
 import ActivityCastWorker
 import ArgumentParser

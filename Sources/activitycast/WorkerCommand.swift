@@ -1,3 +1,4 @@
+import ActivityCastCommandSupport
 import ActivityCastRoutes
 import ActivityCastWorker
 import ArgumentParser

@@ -1,3 +1,4 @@
+import ActivityCastCommandSupport
 import ActivityCastCore
 import ActivityCastWorker
 import APNs

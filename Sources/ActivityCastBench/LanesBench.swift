@@ -1,3 +1,4 @@
+import ActivityCastCommandSupport
 import ActivityCastWorker
 import APNs
 import APNsCore
