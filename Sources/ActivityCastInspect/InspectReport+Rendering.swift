@@ -1,0 +1,169 @@
+import ActivityCastSend
+import ActivityCastSettings
+import Foundation
+
+extension InspectReport {
+    /// Characters a table cell shows of a name, id or reason before it is cut (`… (N bytes)`).
+    public static let cellLimit = 200
+    /// Rows a table shows before `… and N more`; `--json` lists everything.
+    public static let rowLimit = 100
+
+    /// A human-readable table. Everything that came from Redis is shown through
+    /// `VisibleText.escaped` and cut at `cellLimit` characters, and each table at `rowLimit` rows,
+    /// so the output stays small and holds no control character but its own newlines, whatever
+    /// the keys contain.
+    public func rendered() -> String {
+        var out = "ActivityCast at \(cell(redis))\n"
+        let errors = errors
+        if !errors.isEmpty {
+            out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
+        }
+        out += "\nSTREAMS\n"
+        var rows = [["stream", "kind", "length", "oldest", "first id", "last id", "retention"]]
+        for s in streams {
+            rows.append([cell(s.name), s.kind, s.error != nil ? "ERROR" : s.exists ? "\(s.length)" : "missing",
+                         s.oldestEntryAgeMillis.map { formatAge($0) } ?? "-", cell(s.firstID ?? "-"), cell(s.lastID ?? "-"), s.retention ?? "-"])
+        }
+        out += table(rows)
+        for s in streams { if let error = s.error { out += errorLine(error) } }
+        out += "\nGROUPS\n"
+        rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
+        for s in streams {
+            for g in s.groups {
+                rows.append([cell(s.name), cell(g.name), "\(g.consumers.count)", "\(g.pending)",
+                             g.oldestPendingAgeMillis.map { formatAge($0) } ?? "-", g.lag.map(String.init) ?? "?", cell(g.lastDeliveredID)])
+            }
+        }
+        out += table(rows)
+        out += "\nCONSUMERS\n"
+        rows = [["stream", "group", "consumer", "pending", "idle"]]
+        for s in streams {
+            for g in s.groups {
+                for c in g.consumers { rows.append([cell(s.name), cell(g.name), cell(c.name), "\(c.pending)", formatAge(c.idleMillis)]) }
+            }
+        }
+        out += table(rows)
+        out += "\nDEAD LETTERS  \(cell(deadLetterStream)): \(deadLetterError == nil ? "\(deadLetterCount)" : "ERROR")\n"
+        if let deadLetterError { out += errorLine(deadLetterError) }
+        if !latestDeadLetters.isEmpty {
+            rows = [["id", "source", "reason"]]
+            for d in latestDeadLetters {
+                rows.append([cell(d.id), cell("\(d.stream)/\(d.entryID)"),
+                             VisibleText.escaped(d.reason, limit: Self.cellLimit, totalBytes: d.reasonBytes)])
+            }
+            out += table(rows)
+        }
+        let r = registrations
+        out += "\nREGISTRATIONS\(r.truncated ? " (partial counts: large index)" : "")\n"
+        out += table([["activity keys", "activity tokens", "push-to-start tokens", "follows"],
+                      ["\(r.activityKeys)", "\(r.activityTokens)", "\(r.pushToStartTokens)", "\(r.follows)"]])
+        if let error = r.error { out += errorLine(error) }
+        out += "\nCOUNTERS  \(cell(counters.key))\(counters.truncated ? " (partial: a large hash)" : "")\n"
+        out += table([["counter", "value"]] + counters.values.sorted { $0.key < $1.key }.map { [cell($0.key), "\($0.value)"] })
+        if let error = counters.error { out += errorLine(error) }
+        out += "\nCHANNELS\(channels.truncated ? " (partial: many keys)" : "")\n"
+        out += table([["key", "env", "id", "policy", "age", "broadcasts", "state"]] + channels.channels.map { c in
+            [cell(c.key), c.environment, cell(c.id ?? "-"), c.storagePolicy.map(String.init) ?? "-", c.ageMillis.map { formatAge($0) } ?? "-",
+             "\(c.broadcasts)", c.state == "ending" ? "ending, deleted in \(formatAge(max(0, (c.deleteAtMillis ?? 0) - generatedAtMillis)))" : c.state]
+        })
+        if let error = channels.error { out += errorLine(error) }
+        out += "\nSEND FAILURES: \(channels.sendFailures)\n"
+        for line in channels.latestSendFailures { out += "  \(cell(line))\n" }
+        out += "\nBUDGETS\(budgets.truncated ? " (partial: many keys)" : "")  tokens refilled to now with budgets.*"
+            + "\(budgets.redisClock ? "" : " (this machine's clock: Redis refused TIME)")\n"
+        out += table([["key", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "flushed", "stale", "unchanged", "waiting"]]
+            + budgets.budgets.map { b in
+                [cell(b.key), Self.audienceLabel(b), Self.tokensText(ticks: b.ticks), "\(b.capacity)", "\(b.priority10)", "\(b.priority5)",
+                 "\(b.downgraded)", "\(b.coalesced)", "\(b.flushed)", "\(b.stale)", "\(b.unchanged)", waiting(b)]
+            })
+        if let error = budgets.error { out += errorLine(error) }
+        out += "  due flushes in \(cell(budgets.schedule)): \(budgets.scheduled), overdue \(budgets.overdue)\n"
+        return out
+    }
+
+    /// `standard`, `frequent`, or the channel with its storage policy as route files name it
+    /// (`channel (no-storage)`); `?` when the policy is not on record but taken from the routes.
+    static func audienceLabel(_ b: Budget) -> String {
+        let storage: String
+        switch b.policy {
+        case "channel_no_storage": storage = "no-storage"
+        case "channel_latest_message": storage = "latest-message"
+        default: return b.audience
+        }
+        return "\(b.audience) (\(storage)\(b.policyKnown ? "" : "?"))"
+    }
+
+    /// Tokens to one decimal, rounded down (in integer ticks, exactly): 0.96 shows 0.9, not a
+    /// whole token that a critical update could not spend.
+    static func tokensText(ticks: Int64) -> String {
+        let tenths = max(0, ticks) / (BudgetState.ticksPerToken / 10)
+        return "\(tenths / 10).\(tenths % 10)"
+    }
+
+    /// Whether a coalesced state waits, and when it is due: `due in 12 s` (rounded up), `due now`
+    /// (within the second), `overdue 3 s` (rounded down), or `not scheduled` (nothing in the
+    /// schedule will flush it); `-` when nothing waits.
+    func waiting(_ b: Budget) -> String {
+        guard b.pendingMillis != nil else { return "-" }
+        guard let due = b.dueAtMillis else { return "not scheduled" }
+        let ms = due - budgets.nowMillis
+        if ms > 0 { return "due in \((ms + 999) / 1000) s" }
+        return ms > -1000 ? "due now" : "overdue \(-ms / 1000) s"
+    }
+
+    private func cell(_ text: String) -> String { VisibleText.escaped(text, limit: Self.cellLimit) }
+
+    private func errorLine(_ message: String) -> String { "  error: \(VisibleText.escaped(message, limit: 4 * Self.cellLimit))\n" }
+
+    private func formatAge(_ ms: Int64) -> String {
+        if ms < 1000 { return "\(ms)ms" }
+        if ms < 120_000 { return String(format: "%.1fs", Double(ms) / 1000) }
+        if ms < 7_200_000 { return "\(ms / 60_000)m" }
+        return "\(ms / 3_600_000)h"
+    }
+
+    /// Columns padded to their widest cell. Cells must already be escaped and cut: every cell is
+    /// padded to the widest one in its column, so one long cell would be multiplied by the rows
+    /// (a 100 KB consumer name made every consumer row 100 KB wide). The last column is not padded.
+    private func table(_ rows: [[String]]) -> String {
+        guard let header = rows.first else { return "" }
+        if rows.count == 1 { return "  (none)\n" }
+        let shown = rows.prefix(Self.rowLimit + 1)
+        // Widths in Unicode scalars, the unit the cells were cut in.
+        var widths = header.map { _ in 0 }
+        for row in shown { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.unicodeScalars.count) } }
+        var out = ""
+        for row in shown {
+            var line = " "
+            for (i, cell) in row.enumerated() {
+                line += " " + cell
+                if i < row.count - 1 { line += String(repeating: " ", count: widths[i] - cell.unicodeScalars.count + 1) }
+            }
+            while line.hasSuffix(" ") { line.removeLast() }
+            out += line + "\n"
+        }
+        if rows.count > shown.count { out += "  … and \(rows.count - shown.count) more (inspect --json lists them all)\n" }
+        return out
+    }
+
+    /// The report as JSON (sorted keys, indented). JSON already escapes C0 controls in strings;
+    /// DEL, C1 controls and the invisible formatting characters are escaped here as well
+    /// (`\u009b`), which JSON allows for any character, so no byte of the output can steer a terminal.
+    public func json() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let text = String(decoding: try encoder.encode(self), as: UTF8.self)
+        var out = ""
+        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
+        for scalar in text.unicodeScalars {
+            // Newlines outside strings are the indentation's; inside strings JSON wrote `\n`.
+            if scalar != "\n" && VisibleText.needsEscape(scalar) {
+                let digits = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+}
