@@ -62,8 +62,8 @@ let package = Package(
         ]),
         // Configuration: the settings every command and the worker run with (defaults, YAML file,
         // environment, flags; docs/configuration.md), each checked as it loads, and the route files
-        // they name. Also how text from outside is shown safely (VisibleText). No I/O but reading
-        // those files.
+        // they name. Also how text from outside is shown safely (VisibleText).
+        // ActivityCastSend: the `budgets.*` settings are its BudgetPolicy.
         .target(name: "ActivityCastSettings", dependencies: [
             "ActivityCastCore", "ActivityCastRoutes", "ActivityCastSend", "RedisClient",
             .product(name: "Yams", package: "Yams"),
