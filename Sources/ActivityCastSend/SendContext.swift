@@ -17,6 +17,8 @@ final class SendContext: Sendable {
     let stats: SendStats
     /// Set when the worker stops: slices stop between batches and hand the rest back.
     let stopping = Atomic<Bool>(false)
+    /// Keys whose last event found nobody to reach per token (`AudienceMemory`).
+    let nobodyPerToken = AudienceMemory()
 
     init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, channels: ChannelRegistry, logger: Logger, stats: SendStats) {
         self.redis = redis
@@ -89,3 +91,28 @@ extension SendRole {
 typealias TokenRow = TokenBatches.TokenRow
 typealias SliceHead = SliceRunner.SliceHead
 typealias FanoutStart = Fanouts.FanoutStart
+
+/// The keys whose last event on this worker found nobody to reach per token (every device on a
+/// live channel): their next event asks the budget for the channel alone and reads the key's
+/// per-token audience (`HLEN {key}:direct`) in the same round trip, instead of two tier decisions
+/// that would answer `none`. Someone there after all: the tiers are decided in one more round
+/// trip. Bounded: forgotten whole past `limit` keys (a key forgotten is decided as any other).
+final class AudienceMemory: Sendable {
+    private let keys = Mutex<Set<ActivityKey>>([])
+    let limit: Int
+
+    init(limit: Int = 100_000) { self.limit = limit }
+
+    func nobody(_ key: ActivityKey) -> Bool { keys.withLock { $0.contains(key) } }
+
+    func note(_ key: ActivityKey, nobody: Bool) {
+        keys.withLock { set in
+            if nobody {
+                if set.count >= limit { set.removeAll(keepingCapacity: true) }
+                set.insert(key)
+            } else {
+                set.remove(key)
+            }
+        }
+    }
+}

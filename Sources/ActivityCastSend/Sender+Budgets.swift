@@ -18,10 +18,11 @@ extension Sender {
     /// An update's decisions for `guardedAudiences`, to pipeline behind its merge (see
     /// `BudgetScripts.decide`'s guards); none for other events (a start isn't decided, an end
     /// waits for its settle time).
-    func decideCommands(_ plan: Plan, entry: String, redelivered: Bool) -> [RedisCommand] {
+    /// `tiers` false: the channel's alone (`AudienceMemory`).
+    func decideCommands(_ plan: Plan, entry: String, redelivered: Bool, tiers: Bool = true) -> [RedisCommand] {
         guard plan.event == .update, let event = BudgetEvent(plan) else { return [] }
         let envs = apns.environments.map(\.rawValue)
-        return guardedAudiences(plan).map { audience in
+        return guardedAudiences(plan).prefix(tiers ? 3 : 1).map { audience in
             var guards = BudgetGuards(state: stateKey(plan.key), fanout: fanKey(plan.key, entry))
             if case .channel = audience {
                 guards.channels = (channels.hashKey(plan.key), envs)
@@ -42,7 +43,10 @@ extension Sender {
     /// decided: `nobody` lists them. `tiersOnly`: the channel was decided already.
     /// Returns each audience's priority, and the audiences whose decision took a token (given
     /// back with `refund` if their push doesn't go out).
-    func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil, tiersOnly: Bool = false) async throws
+    /// `nobodyKnown`: the merge's round trip decided the channel alone and found the key's
+    /// per-token audience empty with every channel live: the tiers have nobody to reach.
+    func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil, tiersOnly: Bool = false,
+                       nobodyKnown: Bool = false) async throws
         -> (priorities: AudiencePriorities, spent: [BudgetAudience], nobody: Bool) {
         guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), [], false) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
@@ -62,6 +66,8 @@ extension Sender {
             // guards they share (a newer `_ts` or a recorded `b` stays), the channel was skipped
             // only for having none live.
             if !skipped.contains(.tier(.standard)) { skipped.remove(.channel(plan.storagePolicy)) }
+            // The channel decided alone: the tiers have nobody to reach, or are asked below.
+            if decided.count == 1, nobodyKnown { nobody.formUnion([.tier(.standard), .tier(.frequent)]) }
         }
         let policy = configuration.budgets
         let ask = audiences.filter { known[$0] == nil && !skipped.contains($0) && !nobody.contains($0) }
@@ -94,6 +100,7 @@ extension Sender {
             let reply = try await redis.send(RedisCommand("ZADD", [keys.budgetDue] + due))
             if let e = reply.errorMessage { throw RedisError(.server, "scheduling a coalesced state: \(e)") }
         }
+        if !tiersOnly { ctx.nobodyPerToken.note(plan.key, nobody: !nobody.isEmpty) }
         return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true }, !nobody.isEmpty)
     }
 

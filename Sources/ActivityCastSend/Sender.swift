@@ -196,10 +196,16 @@ public final class Sender: SendRole {
         // An update's budget decisions, guarded: nothing is spent when the merge just before
         // found a newer event or refused this one, or when a redelivered entry's fan-out recorded
         // its decisions.
-        let decide = decideCommands(plan, entry: entry, redelivered: redelivered)
+        // A key whose last event found nobody per token: the channel's decision alone, and its
+        // per-token audience read beside it (`AudienceMemory`).
+        let channelAlone = ctx.nobodyPerToken.nobody(plan.key)
+        commands.append(RedisCommand("HLEN", keys.direct(plan.key)))
+        let decide = decideCommands(plan, entry: entry, redelivered: redelivered, tiers: !channelAlone)
         let replies = try await redis.pipeline(commands + decide)
         if plan.event != .end, let e = replies[3].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
         let decided = Array(replies.suffix(decide.count))
+        // `direct` kept and empty (only its `_`): nobody per token where every channel is live.
+        let directEmpty = replies[commands.count - 1].int == 1
         var merged = try KeyStateScripts.parse(replies[0])
         if let size = merged.tooLarge {
             return .outcome(.rejected("the key's content-state with this event's would be \(size) bytes, over the \(stateLimit(plan)) a push of this "
@@ -247,7 +253,8 @@ public final class Sender: SendRole {
         case .update, .end:
             return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered,
                                             decided: decided.isEmpty ? nil : decided, prior: prior,
-                                            channelStates: channelStates)
+                                            channelStates: channelStates,
+                                            nobodyKnown: directEmpty && apns.environments.allSatisfy { if case .live? = known[$0] { true } else { false } })
         }
         return .outcome(.done(summary))
     }
@@ -302,7 +309,7 @@ public final class Sender: SendRole {
     /// `decided`: the replies to `decideCommands`, made in the merge's round trip.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
                                 redelivered: Bool, decided: [RESPValue]? = nil, prior known0: FanoutPrior? = nil,
-                                channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil) async throws -> Locked {
+                                channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil, nobodyKnown: Bool = false) async throws -> Locked {
         var summary = summary
         let bytes: [UInt8]
         switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state), limit: PayloadLimits.device, what: "a device push") {
@@ -328,7 +335,7 @@ public final class Sender: SendRole {
                 channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
             audiences = try await decideAndBroadcast(plan, state: state, bytes: bytes, entry: entry, redelivered: redelivered, decided: decided,
-                                                     channelStates: channelStates, summary: &summary)
+                                                     channelStates: channelStates, nobodyKnown: nobodyKnown, summary: &summary)
             if !audiences.priorities.anyTokens {
                 // Every tier's state waits for its flush (or is stale for it, or has nobody to
                 // reach): no fan-out now. A finished record of this entry's fan-out says so to a
@@ -360,13 +367,13 @@ public final class Sender: SendRole {
     /// meanwhile; those on it wait for the answer (a channel whose broadcast failed has its
     /// devices sent per token), and so do slices 1…n-1, queued once `live` is known.
     private func decideAndBroadcast(_ plan: Plan, state: [String: JSONValue], bytes: [UInt8], entry: String, redelivered: Bool,
-                                    decided: [RESPValue]?, channelStates: [APNsEnvironment: ChannelRegistry.State],
+                                    decided: [RESPValue]?, channelStates: [APNsEnvironment: ChannelRegistry.State], nobodyKnown: Bool,
                                     summary: inout SendSummary) async throws -> Audiences {
         let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
             if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
         }
         let (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
-                                                                  decided: decided)
+                                                                  decided: decided, nobodyKnown: nobodyKnown)
         var a = Audiences(priorities: priorities, spent: spent, bytes5: bytes)
         // A push at 5 carries no alert: an alert only makes sense at 10.
         if plan.alert != nil {

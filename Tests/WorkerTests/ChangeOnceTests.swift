@@ -202,6 +202,20 @@ extension SendTests {
         #expect(after == before, "a fan-out was made, or a tier's budget decided: \(before) → \(after)")
         #expect(try await r.redis.send(RedisCommand("HGET", "\(p):{match:b1}:budget:channel", "p10")).string == "3", "the channel's budget: 3 at 10 after its first")
 
+        // A device off broadcast registers: the worker, which remembers the key had nobody per
+        // token (and asks for the channel's decision alone), reads it in the same round trip
+        // and sends it the next state per token.
+        let plain = token("7b")
+        try await register(r, device: "p", key: "match:b1", activity: "P", token: plain, ts: t + 4500)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "b1", 4, 1, ts: t + 4600)
+        #expect(await eventually { await r.drainedAll() })
+        #expect(state(try await r.device(plain))["awayScore"] as? Int == 1, "the device off broadcast never had the state")
+        #expect(try await r.device(viewer) == nil, "the device on the channel had a push per token")
+        try await r.add(r.settings.registrationsStream, [("type", "unregister"), ("ts", String(t + 4700)), ("device", "p"), ("key", "match:b1"),
+                                                         ("activity", "P")])
+        #expect(await eventually { await r.drainedAll() })
+
         // The development channel disappears at APNs and another key takes the room it left: the
         // next broadcast fails there, and the device (development) gets the state per token.
         let (status, out, err) = try await runActivitycast(["channels", "delete", channel], redis: r.server, settings: r.sandbox.settings)
@@ -209,7 +223,7 @@ extension SendTests {
         try await register(r, device: "c", key: "match:b2", activity: "C", token: token("7c"), ts: t + 3500, broadcast: true)
         try await score(r, "b2", 1, 0, ts: t + 3600)
         #expect(await eventually { await r.drainedAll() })
-        try await score(r, "b1", 5, 0, ts: t + 5000)
+        try await score(r, "b1", 5, 1, ts: t + 5000)
         #expect(await eventually { await r.drainedAll() })
         #expect(state(try await r.device(viewer))["homeScore"] as? Int == 5, "the device whose broadcast failed never had the state")
         #expect(await w.stop() == 0)
