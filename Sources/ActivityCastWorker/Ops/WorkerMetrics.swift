@@ -47,27 +47,53 @@ final class WorkerMetrics: Sendable {
     /// that deltas are taken once.
     func render(worker: Worker, inputs: Inputs) -> [UInt8] {
         state.withLock { state in
-            func counter(_ name: String, _ labels: [(String, String)] = [], _ value: Int) {
-                let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
-                if state.counters[key] == nil {
-                    state.counters[key] = (CoreMetrics.Counter(label: name, dimensions: labels, factory: factory), 0)
+            var r = Recorder(state: state, factory: factory)
+            r.streams(worker, inputs)
+            if let sends = worker.sender?.stats { r.sends(sends) }
+            let clients = worker.apns?.clients ?? []
+            r.apns(clients)
+            r.redisAndHealth(worker, inputs)
+            state = r.state
+            var text = registry.emitToBuffer()
+            if !clients.isEmpty {
+                var lanes: [Int: RequestDurations] = [:]
+                for client in clients {
+                    for (priority, h) in client.stats.requestDurations { lanes[priority, default: RequestDurations()].add(h) }
                 }
-                let delta = value - state.counters[key]!.last
-                guard delta > 0 else { return }
-                state.counters[key]!.handle.increment(by: delta)
-                state.counters[key]!.last = value
+                text += Self.histogram("activitycast_apns_request_duration_seconds",
+                                       help: "Time from a request's submission on an APNs connection to its complete answer",
+                                       label: "priority", lanes.sorted { $0.key > $1.key }.map { (String($0.key), $0.value) })
             }
-            func gauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
-                let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
-                let handle = state.gauges[key] ?? {
-                    let g = CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
-                    state.gauges[key] = g
-                    return g
-                }()
-                handle.record(value)
-            }
+            return text
+        }
+    }
 
-            // Streams: how entries ended, and the group's view.
+    /// Brings the series of one scrape up to date: a counter by its growth since the last
+    /// scrape, a gauge to its value.
+    private struct Recorder {
+        var state: State
+        let factory: PrometheusMetricsFactory
+
+        mutating func counter(_ name: String, _ labels: [(String, String)] = [], _ value: Int) {
+            let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+            if state.counters[key] == nil {
+                state.counters[key] = (CoreMetrics.Counter(label: name, dimensions: labels, factory: factory), 0)
+            }
+            let delta = value - state.counters[key]!.last
+            guard delta > 0 else { return }
+            state.counters[key]!.handle.increment(by: delta)
+            state.counters[key]!.last = value
+        }
+
+        mutating func gauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+            let key = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+            let handle = state.gauges[key] ?? CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
+            state.gauges[key] = handle
+            handle.record(value)
+        }
+
+        /// Streams: how entries ended, and the group's view.
+        mutating func streams(_ worker: Worker, _ inputs: Inputs) {
             let stats = worker.stats
             for (stream, c) in stats.streams.sorted(by: { $0.key < $1.key }) {
                 counter("activitycast_stream_entries_read_total", [("stream", stream)], c.read.load(ordering: .relaxed))
@@ -95,68 +121,55 @@ final class WorkerMetrics: Sendable {
                 gauge("activitycast_redis_used_memory_bytes", [], Double(m.used))
                 gauge("activitycast_redis_maxmemory_bytes", [], Double(m.max))
             }
+        }
 
-            // Sends.
-            if let sends = worker.sender?.stats {
-                for (key, n) in sends.byOutcomeAndPriority {
-                    let parts = key.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
-                    guard parts.count == 3 else { continue }
-                    counter("activitycast_pushes_total", [("kind", parts[0]), ("outcome", parts[1]), ("priority", parts[2])], n)
-                }
-                for (key, n) in sends.budgetDecisions {
-                    let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-                    guard parts.count == 2 else { continue }
-                    counter("activitycast_budget_decisions_total", [("audience", parts[0]), ("outcome", parts[1])], n)
-                }
-                counter("activitycast_fanouts_total", [], sends.fanouts.load(ordering: .relaxed))
-                counter("activitycast_fanout_slices_total", [("outcome", "finished")], sends.slicesFinished.load(ordering: .relaxed))
-                counter("activitycast_fanout_slices_total", [("outcome", "superseded")], sends.slicesSuperseded.load(ordering: .relaxed))
-                counter("activitycast_fanout_tokens_resent_total", [], sends.tokensResent.load(ordering: .relaxed))
-                counter("activitycast_tokens_forgotten_total", [], sends.tokensForgotten.load(ordering: .relaxed))
-                counter("activitycast_send_failures_total", [], sends.failedTokens.load(ordering: .relaxed))
-                counter("activitycast_channel_fallbacks_total", [], sends.channelFallbacks.load(ordering: .relaxed))
-                counter("activitycast_events_stale_total", [], sends.stale.load(ordering: .relaxed))
-                counter("activitycast_starts_over_budget_total", [], sends.startsOverBudget.load(ordering: .relaxed))
-                counter("activitycast_rate_guard_waits_total", [], sends.rateWaits.load(ordering: .relaxed))
+        mutating func sends(_ sends: SendStats) {
+            for (key, n) in sends.byOutcomeAndPriority {
+                let parts = key.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+                guard parts.count == 3 else { continue }
+                counter("activitycast_pushes_total", [("kind", parts[0]), ("outcome", parts[1]), ("priority", parts[2])], n)
             }
-
-            // APNs connections, summed over the worker's clients (pushes and channel management).
-            let clients = worker.apns?.clients ?? []
-            if !clients.isEmpty {
-                let apns = clients.map(\.stats.snapshot)
-                func sum(_ f: (APNsClientStats.Snapshot) -> Int) -> Int { apns.reduce(0) { $0 + f($1) } }
-                gauge("activitycast_apns_connections", [], Double(clients.reduce(0) { $0 + $1.stats.openConnections }))
-                counter("activitycast_apns_connects_total", [], sum(\.connects))
-                counter("activitycast_apns_connections_lost_total", [], sum(\.connectionsLost))
-                counter("activitycast_apns_goaways_total", [], sum(\.goAways))
-                counter("activitycast_apns_request_timeouts_total", [], sum(\.timeouts))
-                counter("activitycast_apns_requests_retried_total", [], sum(\.retried))
-                counter("activitycast_apns_provider_token_refreshes_total", [], sum(\.tokenRefreshes))
+            for (key, n) in sends.budgetDecisions {
+                let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { continue }
+                counter("activitycast_budget_decisions_total", [("audience", parts[0]), ("outcome", parts[1])], n)
             }
+            counter("activitycast_fanouts_total", [], sends.fanouts.load(ordering: .relaxed))
+            counter("activitycast_fanout_slices_total", [("outcome", "finished")], sends.slicesFinished.load(ordering: .relaxed))
+            counter("activitycast_fanout_slices_total", [("outcome", "superseded")], sends.slicesSuperseded.load(ordering: .relaxed))
+            counter("activitycast_fanout_tokens_resent_total", [], sends.tokensResent.load(ordering: .relaxed))
+            counter("activitycast_tokens_forgotten_total", [], sends.tokensForgotten.load(ordering: .relaxed))
+            counter("activitycast_send_failures_total", [], sends.failedTokens.load(ordering: .relaxed))
+            counter("activitycast_channel_fallbacks_total", [], sends.channelFallbacks.load(ordering: .relaxed))
+            counter("activitycast_events_stale_total", [], sends.stale.load(ordering: .relaxed))
+            counter("activitycast_starts_over_budget_total", [], sends.startsOverBudget.load(ordering: .relaxed))
+            counter("activitycast_rate_guard_waits_total", [], sends.rateWaits.load(ordering: .relaxed))
+        }
 
-            // Redis (the reading and the command connections).
+        /// APNs connections, summed over the worker's clients (pushes and channel management).
+        mutating func apns(_ clients: [APNsClient]) {
+            guard !clients.isEmpty else { return }
+            let apns = clients.map(\.stats.snapshot)
+            func sum(_ f: (APNsClientStats.Snapshot) -> Int) -> Int { apns.reduce(0) { $0 + f($1) } }
+            gauge("activitycast_apns_connections", [], Double(clients.reduce(0) { $0 + $1.stats.openConnections }))
+            counter("activitycast_apns_connects_total", [], sum(\.connects))
+            counter("activitycast_apns_connections_lost_total", [], sum(\.connectionsLost))
+            counter("activitycast_apns_goaways_total", [], sum(\.goAways))
+            counter("activitycast_apns_request_timeouts_total", [], sum(\.timeouts))
+            counter("activitycast_apns_requests_retried_total", [], sum(\.retried))
+            counter("activitycast_apns_provider_token_refreshes_total", [], sum(\.tokenRefreshes))
+        }
+
+        /// Redis (the reading and the command connections), and health as the probes see it.
+        mutating func redisAndHealth(_ worker: Worker, _ inputs: Inputs) {
             let redis = worker.redisStats
             counter("activitycast_redis_round_trips_total", [], redis.roundTrips)
             counter("activitycast_redis_commands_total", [], redis.commands)
             counter("activitycast_redis_connects_total", [], redis.connects)
             counter("activitycast_redis_errors_total", [], redis.failures)
-
-            // Health, as the probes see it.
             gauge("activitycast_ready", [], inputs.ready ? 1 : 0)
             gauge("activitycast_draining", [], worker.isStopping ? 1 : 0)
             gauge("activitycast_read_loop_idle_seconds", [], inputs.sinceProgress)
-
-            var text = registry.emitToBuffer()
-            if !clients.isEmpty {
-                var lanes: [Int: RequestDurations] = [:]
-                for client in clients {
-                    for (priority, h) in client.stats.requestDurations { lanes[priority, default: RequestDurations()].add(h) }
-                }
-                text += Self.histogram("activitycast_apns_request_duration_seconds",
-                                       help: "Time from a request's submission on an APNs connection to its complete answer",
-                                       label: "priority", lanes.sorted { $0.key > $1.key }.map { (String($0.key), $0.value) })
-            }
-            return text
         }
     }
 
