@@ -178,41 +178,13 @@ public final class Sender: SendRole {
             return .outcome(.done(SendSummary()))
         }
         var plan = original
-        // Key state: merge in timestamp order; a stale event is not sent.
-        // An end is recorded as the key's newest event only after its settle time (below), so a
-        // start still being processed meanwhile doesn't take the activity for over.
-        // The key's channels are read in the same round trip (a broadcast's latency is mostly
-        // round trips), and the key goes into the index of keys (`inspect`) unless this ends it.
-        // The merge keeps the event's presentation too, for a flush that later sends the state on
-        // its behalf, and refuses a content-state that would make the push too large (the key's
-        // state stays as it was, and the decisions below spend nothing).
-        var commands = [
-            mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
-            channels.statesCommand(plan.key, apns.environments),
-            // This entry's fan-out, if an earlier delivery started it (so its broadcast isn't repeated).
-            RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
-        ]
-        if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
-        // An update's budget decisions, guarded: nothing is spent when the merge just before
-        // found a newer event or refused this one, or when a redelivered entry's fan-out recorded
-        // its decisions.
-        // A key whose last event found nobody per token: the channel's decision alone, and its
-        // per-token audience read beside it (`AudienceMemory`).
-        let channelAlone = ctx.nobodyPerToken.nobody(plan.key)
-        commands.append(RedisCommand("HLEN", keys.direct(plan.key)))
-        let decide = decideCommands(plan, entry: entry, redelivered: redelivered, tiers: !channelAlone)
-        let replies = try await redis.pipeline(commands + decide)
-        if plan.event != .end, let e = replies[3].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
-        let decided = Array(replies.suffix(decide.count))
-        // `direct` kept and empty (only its `_`): nobody per token where every channel is live.
-        let directEmpty = replies[commands.count - 1].int == 1
-        var merged = try KeyStateScripts.parse(replies[0])
+        let first = try await firstRoundTrip(plan, entry: entry, redelivered: redelivered)
+        var merged = first.merged
         if let size = merged.tooLarge {
             return .outcome(.rejected("the key's content-state with this event's would be \(size) bytes, over the \(stateLimit(plan)) a push of this "
                                       + "event has room for (Apple's limit is \(PayloadLimits.device)); the key's state is left as it was and nothing was sent"))
         }
-        let known = try channels.states(replies[1], apns.environments)
-        let prior = FanoutPrior(replies[2])
+        let (known, prior, decided, directEmpty) = (first.channels, first.prior, first.decided, first.directEmpty)
         var summary = SendSummary()
         if merged.stale {
             if plan.event == .start, merged.newestEvent != .end {
@@ -227,7 +199,7 @@ public final class Sender: SendRole {
         // needed one (`want`: a scheduled match's channel exists before kick-off if a device on
         // broadcast registered for it); a start makes it for its followers on broadcast (`sendStarts`).
         var channelStates: [APNsEnvironment: ChannelRegistry.State] = [:]
-        let wanted = channels.wanted(replies[1], apns.environments)
+        let wanted = first.wanted
         for env in apns.environments {
             channelStates[env] = wanted ? try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env]) : known[env]
         }
@@ -257,6 +229,47 @@ public final class Sender: SendRole {
                                             nobodyKnown: directEmpty && apns.environments.allSatisfy { if case .live? = known[$0] { true } else { false } })
         }
         return .outcome(.done(summary))
+    }
+
+    /// What an event's first round trip reads and decides (`sendLocked`).
+    private struct FirstRead {
+        var merged: MergeResult
+        var channels: [APNsEnvironment: ChannelRegistry.State]
+        /// A device on broadcast needs the key's channel (`ChannelRegistry.wanted`).
+        var wanted: Bool
+        var prior: FanoutPrior
+        /// The budget's guarded decisions (`decideCommands`).
+        var decided: [RESPValue]
+        /// `{key}:direct` kept and empty (only its `_`): nobody per token where every channel is live.
+        var directEmpty: Bool
+    }
+
+    /// Key state: merge in timestamp order; a stale event is not sent. An end is recorded as the
+    /// key's newest event only after its settle time, so a start still being processed meanwhile
+    /// doesn't take the activity for over. The key's channels are read in the same round trip (a
+    /// broadcast's latency is mostly round trips), the entry's fan-out if an earlier delivery
+    /// started it (so its broadcast isn't repeated), and the key goes into the index of keys
+    /// (`inspect`) unless this ends it. The merge keeps the event's presentation too, for a flush
+    /// that later sends the state on its behalf, and refuses a content-state that would make the
+    /// push too large (the key's state stays as it was, and the decisions spend nothing). An
+    /// update's budget decisions ride along, guarded: nothing is spent when the merge just before
+    /// found a newer event or refused this one, or when a redelivered entry's fan-out recorded its
+    /// decisions. A key whose last event found nobody per token asks for the channel's decision
+    /// alone, with its per-token audience read beside it (`AudienceMemory`).
+    private func firstRoundTrip(_ plan: Plan, entry: String, redelivered: Bool) async throws -> FirstRead {
+        var commands = [
+            mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
+            channels.statesCommand(plan.key, apns.environments),
+            RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
+            RedisCommand("HLEN", keys.direct(plan.key)),
+        ]
+        if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
+        let decide = decideCommands(plan, entry: entry, redelivered: redelivered, tiers: !ctx.nobodyPerToken.nobody(plan.key))
+        let replies = try await redis.pipeline(commands + decide)
+        if plan.event != .end, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
+        return FirstRead(merged: try KeyStateScripts.parse(replies[0]), channels: try channels.states(replies[1], apns.environments),
+                         wanted: channels.wanted(replies[1], apns.environments), prior: FanoutPrior(replies[2]),
+                         decided: Array(replies.suffix(decide.count)), directEmpty: replies[3].int == 1)
     }
 
     /// An event older than its key's newest (another worker sent a newer one first): not sent as
