@@ -8,6 +8,7 @@
 #   (defaults: 1 worker, 2000 events/s, 1000 keys, 10 s, 3 runs; other arguments go to the bench)
 #   LOG_LEVEL=info bash scripts/bench-broadcast.sh   # workers log every plan and send (default: warning)
 #   BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # another build (e.g. an older commit's), not rebuilt
+# At the end it prints Redis's command time, commands and scripts per event (INFO commandstats).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=1 rate=2000 keys=1000 seconds=10
@@ -58,3 +59,17 @@ done
 
 echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); $workers worker(s), log level ${LOG_LEVEL:-warning}"
 "$bin" bench broadcast --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"
+
+# Redis's own account of the whole bench (warm-up, every run, the publisher's XADDs and the
+# workers' idle polls): command time and calls per event, scripts counted once each (their inner
+# commands are in the other figures too, so the total is the scripts' time plus the rest).
+runs=3
+for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[$i]}" = "--runs" ] && runs=${args[$((i + 1))]}; done
+events=$((keys + runs * rate * seconds))
+redis-cli -p "$redis_port" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
+  /^cmdstat_/ { name = substr($1, 9); calls[name] = $3; usec[name] = $5; total += $5; count += $3 }
+  END {
+    printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), over %d events\n",
+      total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, n
+  }'
+
