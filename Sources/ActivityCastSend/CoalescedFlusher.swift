@@ -15,14 +15,14 @@ struct CoalescedFlusher: SendRole {
     func flush(_ key: ActivityKey, _ audienceName: String) async throws -> FlushResult {
         let tier = Tier(rawValue: audienceName)
         guard tier != nil || audienceName == "channel" else { throw SendFailure("flush: unknown audience \(audienceName)") }
-        let stateKey = stateKey(key)
+        let stateKey = keys.state(key)
         // Read first: the key's state, its channels, and whether a fan-out is under way.
         let envs = apns.environments
         let replies = try await redis.pipeline([
-            RedisCommand("HGETALL", stateKey), channels.statesCommand(key, envs), RedisCommand("HGET", genKey(key), "name"),
+            RedisCommand("HGETALL", stateKey), channels.statesCommand(key, envs), RedisCommand("HGET", keys.fanoutGen(key), "name"),
         ])
         if tier != nil, let current = replies[2].string {
-            let fan = try await redis.send(RedisCommand("HMGET", fanKey(key, current), "left", "n", "q")).array ?? []
+            let fan = try await redis.send(RedisCommand("HMGET", keys.fanout(key, current), "left", "n", "q")).array ?? []
             if fan.count == 3, let left = fan[0].string.flatMap(Int.init), left > 0 {
                 // Another flush's fan-out still under way: helped along first (see `helpFlush`).
                 if current.hasPrefix("flush:"), let n = fan[1].string.flatMap(Int.init) {

@@ -74,7 +74,7 @@ struct Fanouts: SendRole {
     /// and records that they are (`q`): commands for one pipeline.
     func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
         (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [FanoutMark(record: fanKey(key, gen), .queued).command]
+            + [FanoutMark(record: keys.fanout(key, gen), .queued).command]
     }
 
     /// Puts `slice` on the slices stream for any worker to take.
@@ -86,13 +86,9 @@ struct Fanouts: SendRole {
     func acknowledge(entry: String, record: String) async throws {
         let (stream, id) = Fanouts.split(entry: entry)
         guard !stream.isEmpty, !id.isEmpty else { return }
-        let replies = try await redis.pipeline([
-            .xack(stream: stream, group: configuration.group, ids: [id]),
-            RedisCommand("HDEL", "\(keys.prefix):errors:\(stream)", id, "\(id)#n"),
-        ])
-        // After the acknowledgement's answer, never beside it: the record is what tells a
+        // The record goes after the acknowledgement's answer, never beside it: it is what tells a
         // redelivery before it that the fan-out is over.
-        if replies[0].errorMessage == nil { _ = try? await redis.send(RedisCommand("UNLINK", record)) }
+        try await Acknowledgement(stream: stream, group: configuration.group, ids: [id], keys: keys).run(redis, unlinkAfter: [record])
     }
 
     /// Whether `entry`, delivered again, was acknowledged meanwhile by the worker that finished it
@@ -102,7 +98,7 @@ struct Fanouts: SendRole {
     func acknowledgedAlready(_ key: ActivityKey, entry: String) async throws -> Bool {
         let (stream, id) = Fanouts.split(entry: entry)
         guard !stream.isEmpty, !id.isEmpty else { return false }
-        let record = try await redis.send(RedisCommand("EXISTS", fanKey(key, entry)))
+        let record = try await redis.send(RedisCommand("EXISTS", keys.fanout(key, entry)))
         if let e = record.errorMessage { throw RedisError(.server, "reading a fan-out record: \(e)") }
         if record.int == 1 { return false }
         let pending = try await redis.send(RedisCommand("XPENDING", stream, configuration.group, id, id, 1))

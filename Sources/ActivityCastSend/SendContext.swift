@@ -20,6 +20,12 @@ final class SendContext: Sendable {
     /// Keys whose last event found nobody to reach per token (`AudienceMemory`).
     let nobodyPerToken = AudienceMemory()
 
+    /// Now on the budget's clock: nil for Redis's (one clock for the fleet; tests give a compressed one).
+    func budgetNow() -> Int64? { configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) } }
+
+    /// A real duration on the budget's clock (ms).
+    func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
+
     init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, channels: ChannelRegistry, logger: Logger, stats: SendStats) {
         self.redis = redis
         self.apns = apns
@@ -45,27 +51,19 @@ extension SendRole {
     var logger: Logger { ctx.logger }
     var stats: SendStats { ctx.stats }
     var keys: RedisKeys { configuration.keys }
-    func stateKey(_ key: ActivityKey) -> String { keys.state(key) }
-    func genKey(_ key: ActivityKey) -> String { keys.fanoutGen(key) }
-    func fanKey(_ key: ActivityKey, _ gen: String) -> String { keys.fanout(key, gen) }
-    func inflightKey(_ key: ActivityKey) -> String { keys.inflight(key) }
     func fanoutKeys(_ key: ActivityKey) -> FanoutKeys { FanoutKeys(keys, key) }
-    func startsKey(_ key: ActivityKey) -> String { keys.starts(key) }
-    var failuresStream: String { keys.sendFailures }
 
-    /// Now on the budget's clock: nil for Redis's.
-    func budgetNow() -> Int64? {
-        configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) }
-    }
+    /// Now on the budget's clock: nil for Redis's (`SendContext.budgetNow`).
+    func budgetNow() -> Int64? { ctx.budgetNow() }
 
     /// A real duration on the budget's clock (ms): leases and reschedules on the fleet's schedule.
-    func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
+    func budgetSpan(_ real: Duration) -> Int64 { ctx.budgetSpan(real) }
 
     /// What `plan`'s push would show, for the budget to send nothing to an audience that shows it
     /// already (`Shown`). A redelivered entry is never taken for unchanged: its first delivery
     /// may have recorded the state as shown and died before the push went out.
     func shown(_ plan: Plan, redelivered: Bool) -> (state: String, quiet: Bool, refreshMillis: Int64?) {
-        (stateKey(plan.key), plan.alert == nil && !redelivered, plan.staleAfterSeconds.map { $0 * 500 })
+        (keys.state(plan.key), plan.alert == nil && !redelivered, plan.staleAfterSeconds.map { $0 * 500 })
     }
 
     /// A permanent failure of one send, where ops can see it: `<prefix>:send-failures` (capped).
@@ -76,7 +74,7 @@ extension SendRole {
                         entry: String) async throws {
         func id(_ i: Int) -> String { i < apnsIDs.count ? apnsIDs[i] ?? "-" : "-" }
         var commands = failures.enumerated().map { i, f in
-            RedisCommand("XADD", failuresStream, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
+            RedisCommand("XADD", keys.sendFailures, "MAXLEN", "~", 10_000, "*", "key", key.description, "kind", kind,
                          "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry, "apns_id", id(i))
         }
         commands.append(RedisCommand("HINCRBY", keys.counters, "sends_failed", failures.count))

@@ -23,7 +23,7 @@ extension Sender {
         guard plan.event == .update, let event = BudgetEvent(plan) else { return [] }
         let envs = apns.environments.map(\.rawValue)
         return guardedAudiences(plan).prefix(tiers ? 3 : 1).map { audience in
-            var guards = BudgetGuards(state: stateKey(plan.key), fanout: fanKey(plan.key, entry))
+            var guards = BudgetGuards(state: keys.state(plan.key), fanout: keys.fanout(plan.key, entry))
             if case .channel = audience {
                 guards.channels = (channels.hashKey(plan.key), envs)
             } else {

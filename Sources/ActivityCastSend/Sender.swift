@@ -260,7 +260,7 @@ public final class Sender: SendRole {
         var commands = [
             mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
             channels.statesCommand(plan.key, apns.environments),
-            RedisCommand("HMGET", fanKey(plan.key, entry), "left", "b"),
+            RedisCommand("HMGET", keys.fanout(plan.key, entry), "left", "b"),
             RedisCommand("HLEN", keys.direct(plan.key)),
         ]
         if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
@@ -302,7 +302,7 @@ public final class Sender: SendRole {
         let event = KeyState.Event(millis: plan.timestampMillis, event: recordEvent ? plan.event : nil,
                                    staleAfter: plan.staleAfterSeconds.map { String($0) }, relevance: plan.relevanceScore.map { String($0) },
                                    stateLimit: stateLimit(plan))
-        return KeyStateScripts.mergeCommand(stateKey: stateKey(plan.key), event, entry: entry, ttlSeconds: configuration.stateTTLSeconds,
+        return KeyStateScripts.mergeCommand(stateKey: keys.state(plan.key), event, entry: entry, ttlSeconds: configuration.stateTTLSeconds,
                                             contentState: plan.contentState)
     }
 
@@ -329,7 +329,7 @@ public final class Sender: SendRole {
         case .success(let b): bytes = b
         case .failure(let rejection): return .outcome(.rejected(rejection.description))
         }
-        let fan = fanKey(plan.key, entry)
+        let fan = keys.fanout(plan.key, entry)
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
         if prior?.left == 0 {
@@ -428,7 +428,7 @@ public final class Sender: SendRole {
     private func startFanout(_ plan: Plan, _ a: Audiences, bytes: [UInt8], entry: String, summary: SendSummary, finishEnd: Bool,
                              redelivered: Bool) async throws -> Locked {
         var summary = summary
-        let fan = fanKey(plan.key, entry)
+        let fan = keys.fanout(plan.key, entry)
         let sent = a.priorities.channel != nil && a.broadcasting == nil ? a.live : []
         // The tiers whose decision took a token, on the record: a fan-out that ends with none of
         // a tier's devices sent at 10 (superseded first, or no device of that tier) gives it back.
@@ -518,7 +518,7 @@ public final class Sender: SendRole {
                                         firstStep: first.step, broadcast: first.broadcast, shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
         switch result {
         case .final(let left) where left <= 0:
-            summary.finishedRecord = fanKey(slice.key, slice.gen)
+            summary.finishedRecord = keys.fanout(slice.key, slice.gen)
             return .done(summary)
         case .gone: return .done(summary)
         case .final: return .handedOff(summary)
@@ -550,8 +550,8 @@ public final class Sender: SendRole {
             RedisCommand("EXPIRE", keys.meta(plan.key), keep),
             RedisCommand("EXPIRE", keys.direct(plan.key), keep),
             RedisCommand("EXPIRE", keys.tokenOwners(plan.key), keep),
-            RedisCommand("EXPIRE", startsKey(plan.key), keep),
-            RedisCommand("EXPIRE", stateKey(plan.key), keep),
+            RedisCommand("EXPIRE", keys.starts(plan.key), keep),
+            RedisCommand("EXPIRE", keys.state(plan.key), keep),
         ])
     }
 
@@ -580,8 +580,8 @@ extension Sender {
     public func flush(_ key: ActivityKey, _ audienceName: String) async throws -> FlushResult { try await flusher.flush(key, audienceName) }
 
     /// Now on the budget's clock: nil for Redis's.
-    public func budgetNow() -> Int64? { configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) } }
+    public func budgetNow() -> Int64? { ctx.budgetNow() }
 
     /// A real duration on the budget's clock (ms).
-    public func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
+    public func budgetSpan(_ real: Duration) -> Int64 { ctx.budgetSpan(real) }
 }

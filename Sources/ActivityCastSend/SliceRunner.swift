@@ -114,7 +114,7 @@ struct SliceRunner: SendRole {
 
     /// A slice whose attempts ran out: final without being sent (recorded as a send failure).
     func abandonSlice(_ slice: SliceRef, reason: String) async throws {
-        let fan = fanKey(slice.key, slice.gen)
+        let fan = keys.fanout(slice.key, slice.gen)
         let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
         let reply = try await redis.send(FanoutAbandon(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index).command)
         guard case .abandoned(let n) = try FanoutAbandonReply(reply) else { return }
@@ -153,7 +153,7 @@ struct SliceRunner: SendRole {
                   shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         var firstStep = firstStep
-        let fan = fanKey(slice.key, slice.gen)
+        let fan = keys.fanout(slice.key, slice.gen)
         let head: SliceHead
         let read: HeadRead
         if let known { read = .head(known) } else { read = try await readHead(fan, broadcastPending: broadcast != nil) }
@@ -163,7 +163,7 @@ struct SliceRunner: SendRole {
         case .busy: return .busy
         }
         var batch = Batch(slice: slice, head: head, fan: fan, broadcast: broadcast, lease: SliceLease(redis: redis, slice: slice,
-                                                                                                      inflight: inflightKey(slice.key),
+                                                                                                      inflight: keys.inflight(slice.key),
                                                                                                       millis: configuration.leaseMillis))
         var confirm: FanoutBatchRange?
         var width: Int64 = 0

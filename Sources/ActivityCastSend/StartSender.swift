@@ -35,7 +35,7 @@ struct StartSender: SendRole {
                 let devices = (parts[1].array ?? []).compactMap(\.string).filter { !haveActivity.contains($0) && seen.insert($0).inserted }
                 if devices.isEmpty { continue }
                 // Each device gets at most one start per key, across events and workers.
-                let already = try await redis.send(RedisCommand("SMISMEMBER", [startsKey(plan.key)] + devices))
+                let already = try await redis.send(RedisCommand("SMISMEMBER", [keys.starts(plan.key)] + devices))
                 let fresh = zip(devices, already.array ?? []).filter { $0.1.int != 1 }.map(\.0)
                 if fresh.isEmpty { continue }
                 // Each device's push-to-start budget (across keys and workers): a device over it is
@@ -54,7 +54,7 @@ struct StartSender: SendRole {
                 for row in rows {
                     if row.onBroadcast, case .live? = states[row.env] { onChannel[row.env, default: []].append(row) } else { plain[row.env, default: []].append(row) }
                 }
-                let marks: ([TokenRow]) async throws -> Void = { [redis, startsKey = startsKey(plan.key), ttl = configuration.stateTTLSeconds] rows in
+                let marks: ([TokenRow]) async throws -> Void = { [redis, startsKey = keys.starts(plan.key), ttl = configuration.stateTTLSeconds] rows in
                     _ = try await redis.pipeline([RedisCommand("SADD", [startsKey] + rows.map(\.activity)), RedisCommand("EXPIRE", startsKey, ttl)])
                 }
                 do {
@@ -102,7 +102,7 @@ struct StartSender: SendRole {
     /// Gives the start-budget token back to each of `rows` whose device didn't get its start.
     func giveBackStartBudget(_ key: ActivityKey, _ rows: [TokenRow]) async {
         guard !rows.isEmpty,
-              let started = try? await redis.send(RedisCommand("SMISMEMBER", [startsKey(key)] + rows.map(\.activity))).array else { return }
+              let started = try? await redis.send(RedisCommand("SMISMEMBER", [keys.starts(key)] + rows.map(\.activity))).array else { return }
         let capacity = configuration.budgets.pushToStart.capacityTicks
         let back = zip(rows, started).filter { $0.1.int != 1 }.map { RedisCommand.script(BudgetScripts.giveBack, keys: [keys.startBudget(device: $0.0.activity)], args: [capacity]) }
         if !back.isEmpty { _ = try? await redis.pipeline(back) }

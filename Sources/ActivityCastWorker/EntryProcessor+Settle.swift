@@ -44,7 +44,7 @@ extension EntryProcessor {
         var ack = Acknowledgement(stream: feed.stream, group: settings.group, ids: s.ack, keys: keys, also: also)
         ack.clearErrors = redelivered
         let counters = stats.stream(feed.stream)
-        if !ack.commands.isEmpty {
+        if !s.ack.isEmpty || !also.isEmpty {
             switch try await ack.run(redis, unlinkAfter: carried.records) {
             case .failure(let error):
                 // Not acknowledged: the entries stay pending and are done again (idempotently).

@@ -1,3 +1,4 @@
+import ActivityCastSettings
 import ActivityCastCore
 @testable import ActivityCastWorker
 import RedisClient
@@ -102,12 +103,10 @@ import TestSupport
     /// applied out of order — by two workers, or in one batch — lost the older one's `broadcast`,
     /// and the device got per-token pushes while on broadcast.)
     @Test func deviceSettingsAreNewestPerSetting() async throws {
-        let server = try await RedisServer()
-        let redis = server.connection()
+        let rig = try await RegistrarRig(activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        let (redis, settings) = (rig.redis, rig.settings)
         defer { redis.close() }
-        let settings = try testSettings(server)
-        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
-        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await rig.apply(registration, ts) }
         func value(_ field: String) async throws -> String? { try await redis.command("HGET", settings.keys.device("d-1"), field).string }
         let key = try #require(ActivityKey(parsing: "match:1"))
         // The newer registration (env only) is applied first, the older (broadcast, tier) second.
@@ -134,12 +133,10 @@ import TestSupport
     /// `meta`, through registrations, rotations, a token taken over, unregisters and a key
     /// registered before `direct` was kept (filled from `meta` once).
     @Test func directHoldsTheLiveRegistrationsNotOnBroadcast() async throws {
-        let server = try await RedisServer()
-        let redis = server.connection()
+        let rig = try await RegistrarRig(activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        let (redis, settings) = (rig.redis, rig.settings)
         defer { redis.close() }
-        let settings = try testSettings(server)
-        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
-        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await rig.apply(registration, ts) }
         let key = try #require(ActivityKey(parsing: "match:d"))
         func direct() async throws -> Set<String> {
             Set(try await redis.command("HKEYS", settings.keys.direct(key)).array?.compactMap(\.string) ?? [])
@@ -170,13 +167,11 @@ import TestSupport
     /// activities of one activity TTL, not every one it ever had, and unregistering the device
     /// still removes the tokens that are live.
     @Test func deviceHashKeepsOnlyActivitiesWithinTheActivityTTL() async throws {
-        let server = try await RedisServer()
-        let redis = server.connection()
-        defer { redis.close() }
-        let settings = try testSettings(server)
         let ttl = 3600
-        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: ttl, deviceTTLSeconds: 30 * 86_400)
-        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        let rig = try await RegistrarRig(activityTTLSeconds: ttl, deviceTTLSeconds: 30 * 86_400)
+        let (redis, settings) = (rig.redis, rig.settings)
+        defer { redis.close() }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await rig.apply(registration, ts) }
         let hour: Int64 = 3_600_000
         // 48 activities, one an hour; the app unregisters every other one ten minutes after it
         // started, and never says anything about the others.
@@ -208,12 +203,10 @@ import TestSupport
     /// id for the same phone): stored once, by the newest registration, whatever order the two
     /// arrive in; unregistering the holder frees the token.
     @Test func aTokenIsHeldByOneActivityOfItsKey() async throws {
-        let server = try await RedisServer()
-        let redis = server.connection()
+        let rig = try await RegistrarRig(activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        let (redis, settings) = (rig.redis, rig.settings)
         defer { redis.close() }
-        let settings = try testSettings(server)
-        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
-        func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
+        func apply(_ registration: Registration, _ ts: Int64) async throws { try await rig.apply(registration, ts) }
         for (order, key) in [(false, "match:t1"), (true, "match:t2")] {
             let k = try #require(ActivityKey(parsing: key))
             let older = Registration.activityToken(device: "old-id", key: k, activity: "A", token: tokenA, settings: DeviceSettings())
@@ -275,4 +268,21 @@ func applied(_ registrar: Registrar, _ redis: RedisConnection, _ registration: R
     let replies = try await redis.pipeline(effects.first)
     for reply in replies { _ = try reply.orThrow() }
     if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
+}
+
+/// A Redis of a test's own and a registrar on it: what the registration-script tests start from.
+struct RegistrarRig {
+    let server: RedisServer
+    let redis: RedisConnection
+    let settings: Settings
+    let registrar: Registrar
+
+    init(activityTTLSeconds: Int, deviceTTLSeconds: Int) async throws {
+        server = try await RedisServer()
+        redis = server.connection()
+        settings = try testSettings(server)
+        registrar = Registrar(keys: settings.keys, activityTTLSeconds: activityTTLSeconds, deviceTTLSeconds: deviceTTLSeconds)
+    }
+
+    func apply(_ registration: Registration, _ ts: Int64) async throws { try await applied(registrar, redis, registration, ts) }
 }
