@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A child process that is always stopped by its PID: on `stop()`, in `deinit`, and (for a test
 /// process that exits early) by an `atexit` hook that kills every child still registered.
@@ -124,6 +125,33 @@ public final class ChildProcess: @unchecked Sendable {
             if ContinuousClock.now >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(10))
         }
+    }
+
+    /// Sends `signal` and returns how long the child took to exit after it, as the kernel saw it:
+    /// a thread of its own blocks in `waitid(WNOWAIT)` (which leaves the child to be reaped), so
+    /// the figure doesn't include the test's own wake-ups, which on a loaded cooperative pool lag
+    /// by hundreds of milliseconds. Nil if it hasn't exited within `timeout`.
+    public func timeExit(afterSignal signal: Int32, timeout: Duration) async -> Duration? {
+        let exited = Mutex<ContinuousClock.Instant?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let pid = pid
+        let watcher = Thread {
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
+            exited.withLock { $0 = .now }
+            done.signal()
+        }
+        watcher.start()
+        let sent = ContinuousClock.now
+        kill(signal: signal)
+        let finished = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            DispatchQueue.global().async {
+                let nanoseconds = UInt64(timeout.components.seconds) * 1_000_000_000 + UInt64(timeout.components.attoseconds / 1_000_000_000)
+                continuation.resume(returning: done.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success)
+            }
+        }
+        guard finished, let at = exited.withLock({ $0 }) else { return nil }
+        return at - sent
     }
 
     /// SIGTERM, then SIGKILL if it hasn't exited within `grace`. Returns the exit status; when
