@@ -45,6 +45,8 @@ public final class SendStats: Sendable {
     public let slicesFinished = Atomic<Int>(0)
     public let slicesSuperseded = Atomic<Int>(0)
     public let tokensResent = Atomic<Int>(0)
+    /// Tokens of a slice's batch still failing after their attempt: they wait for the slice's end.
+    public let tokensWaited = Atomic<Int>(0)
     public let tokensForgotten = Atomic<Int>(0)
     public let channelFallbacks = Atomic<Int>(0)
     public let failedTokens = Atomic<Int>(0)

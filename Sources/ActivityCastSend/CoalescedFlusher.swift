@@ -120,7 +120,7 @@ struct CoalescedFlusher: SendRole {
             var summary = SendSummary()
             var handBack = false
             do {
-                let result = try await self.slices.runSlice(first, summary: &summary, acknowledges: false, known: head, firstStep: step,
+                let result = try await self.slices.runSlice(first, summary: &summary, acknowledges: false, known: head, firstStep: step, waits: false,
                                                             shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
                 handBack = result == .busy || result == .paused
             } catch {
@@ -145,7 +145,8 @@ struct CoalescedFlusher: SendRole {
         }
         var summary = SendSummary()
         let slice = SliceRef(key: key, gen: gen, index: 0, count: n)
-        if try await slices.runSlice(slice, summary: &summary, acknowledges: false, shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) }) == .paused {
+        if try await slices.runSlice(slice, summary: &summary, acknowledges: false, waits: false,
+                                     shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) }) == .paused {
             _ = try await redis.send(fanouts.queueCommand(slice))
         }
     }

@@ -43,6 +43,10 @@ public struct FanoutModel: Equatable, Sendable {
         case at(UInt64)
         /// A batch handed out and not yet confirmed; `last`: it ends the slice.
         case inFlight(FanoutBatchRange, last: Bool)
+        /// The range is sent; tokens still failing wait (`round` batches of them sent so far).
+        case waiting(round: Int)
+        /// The waiting tokens handed out, the `round`-th time, and not yet confirmed.
+        case retrying(round: Int)
         /// Final: sent, superseded or abandoned.
         case done
     }
@@ -66,12 +70,16 @@ public struct FanoutModel: Equatable, Sendable {
         public var restarted: Bool
         /// Each slice's progress; a slice not here is at its range's start.
         public var progress: [Int: Progress]
+        /// Each slice's tokens still failing (`w<j>`), in the order they were confirmed, and when
+        /// they may go again (`wd<j>`).
+        public var waiting: [Int: [FanoutWaiting]]
+        public var due: [Int: Int64]
         /// Every slice is final: the payloads are gone and the record waits for its entry's
         /// acknowledgement.
         public var over: Bool
 
         public init(slices: Int, left: Int, broadcastDone: Bool, queued: Bool, hasEntry: Bool, run: Int, restarted: Bool = false,
-                    progress: [Int: Progress] = [:], over: Bool = false) {
+                    progress: [Int: Progress] = [:], waiting: [Int: [FanoutWaiting]] = [:], due: [Int: Int64] = [:], over: Bool = false) {
             self.slices = slices
             self.left = left
             self.broadcastDone = broadcastDone
@@ -80,6 +88,8 @@ public struct FanoutModel: Equatable, Sendable {
             self.run = run
             self.restarted = restarted
             self.progress = progress
+            self.waiting = waiting
+            self.due = due
             self.over = over
         }
     }
@@ -109,7 +119,8 @@ public struct FanoutModel: Equatable, Sendable {
 
     /// What a step answers, less what only the scan knows (the rows and the bucket width).
     public enum Step: Equatable, Sendable {
-        case send(left: Int, range: FanoutBatchRange, resent: FanoutResent)
+        case send(left: Int, batch: FanoutBatch, resent: FanoutResent)
+        case later(msLeft: Int64)
         case finished(left: Int)
         case done(left: Int)
         case superseded(left: Int)
@@ -122,7 +133,8 @@ public struct FanoutModel: Equatable, Sendable {
         /// A step reply as the model sees it.
         public init(_ reply: FanoutStepReply) {
             switch reply {
-            case .send(let left, let range, let resent, _, _): self = .send(left: left, range: range, resent: resent)
+            case .send(let left, let batch, let resent, _, _, _): self = .send(left: left, batch: batch, resent: resent)
+            case .later(let ms): self = .later(msLeft: ms)
             case .finished(let left): self = .finished(left: left)
             case .done(let left): self = .done(left: left)
             case .superseded(let left): self = .superseded(left: left)
@@ -183,13 +195,16 @@ public struct FanoutModel: Equatable, Sendable {
         return .new(slices: n, tokens: audience.tokens)
     }
 
-    /// `FanoutScripts.step`: confirms the caller's batch, then hands out the next, in the script's
-    /// order of checks: gone, relaid (another Redis process), done, the confirm, paused, busy
-    /// (another's live lease), superseded, takeover (an ended lease: the same batch again), wait
-    /// (an older fan-out's batch in flight), then the scan (`scan`: where the batch ends, nil
-    /// when the range held nothing more; a takeover asks only whether the lost batch still
-    /// holds anything, and hands out that batch again).
-    public mutating func step(_ call: FanoutStepCall, scan: (Scan) -> UInt64?) -> Step {
+    /// `FanoutScripts.step`: confirms the caller's batch (its failing tokens wait), then hands out
+    /// the next, in the script's order of checks: gone, relaid (another Redis process), done, the
+    /// confirm, paused, busy (another's live lease), superseded, wait (an older fan-out's batch in
+    /// flight), a takeover of waiting tokens in flight, the waiting tokens (`later` until due), a
+    /// takeover of a range (an ended lease: the same batch again), then the scan (`scan`: where
+    /// the batch ends, nil when the range held nothing more; a takeover asks only whether the lost
+    /// batch still holds anything, and hands out that batch again); once the range is sent, the
+    /// waiting tokens. `registered`: whether any of these activities is still in the audience
+    /// (Redis knows; a batch of waiting tokens holds those that are).
+    public mutating func step(_ call: FanoutStepCall, registered: ([String]) -> Bool = { !$0.isEmpty }, scan: (Scan) -> UInt64?) -> Step {
         let gen = call.gen, j = call.slice, now = call.nowMillis
         guard var record = records[gen] else { return .gone }
         let member = Self.member(gen, j)
@@ -197,6 +212,8 @@ public struct FanoutModel: Equatable, Sendable {
         if record.left > 0, record.run != run, newest?.gen == gen {
             // Another Redis process: another scan order. Every slice starts again.
             record.progress = [:]
+            record.waiting = [:]
+            record.due = [:]
             record.queued = false
             record.left = record.slices
             record.run = run
@@ -209,24 +226,46 @@ public struct FanoutModel: Equatable, Sendable {
         let (lo, hi) = SliceMath.bounds(index: j, count: n)
         var pos = lo
         var inFlight: (range: FanoutBatchRange, last: Bool)?
+        // The range is sent and tokens wait (`round` batches of them sent), or a batch of them is out.
+        var round: Int?, out: Int?
         switch progress {
         case .at(let place)?: pos = place
         case .inFlight(let range, let last)?: inFlight = (range, last)
+        case .waiting(let r)?: round = r
+        case .retrying(let r)?: out = r
         case .done?, nil: break
         }
-        if let batch = inFlight, call.confirm == batch.range {
+        var waiting = record.waiting[j] ?? [], due = record.due[j] ?? 0
+        func wait(for list: [FanoutWaiting], at: Int64) {
+            (waiting, due) = (list, at)
+            record.waiting[j] = list.isEmpty ? nil : list
+            record.due[j] = list.isEmpty ? nil : at
+        }
+        if let batch = inFlight, call.confirm == .range(batch.range) {
             leases[member] = nil
-            if batch.last { return .finished(left: final(gen, j, &record)) }
-            record.progress[j] = .at(batch.range.to)
-            pos = batch.range.to
+            if !call.failing.isEmpty { wait(for: waiting + call.failing, at: max(due, now + call.retryAfterMillis)) }
+            if batch.last {
+                if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
+                record.progress[j] = .waiting(round: 0)
+                round = 0
+            } else {
+                record.progress[j] = .at(batch.range.to)
+                pos = batch.range.to
+            }
             inFlight = nil
+        } else if let r = out, call.confirm == .waiting(round: r) {
+            leases[member] = nil
+            wait(for: call.failing, at: now + call.retryAfterMillis)
+            if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
+            record.progress[j] = .waiting(round: r)
+            (round, out) = (r, nil)
         }
         if call.want == 0 {
             records[gen] = record
             return .paused(left: record.left)
         }
         // Another worker's batch keeps its lease, superseded or not.
-        if inFlight != nil, let end = leases[member], end > now {
+        if inFlight != nil || out != nil, let end = leases[member], end > now {
             records[gen] = record
             return .busy(msLeft: end - now)
         }
@@ -238,6 +277,26 @@ public struct FanoutModel: Equatable, Sendable {
             records[gen] = record
             return .wait(left: record.left)
         }
+        // The waiting tokens, when due (at once after a takeover: its worker stopped with them).
+        func waitingBatch(_ r: Int, again: Bool) -> Step {
+            if !again, now < due {
+                records[gen] = record
+                return .later(msLeft: due - now)
+            }
+            guard registered(waiting.map(\.activity)) else { return .finished(left: final(gen, j, &record)) }
+            record.progress[j] = .retrying(round: r)
+            leases[member] = now + Int64(call.leaseMillis)
+            records[gen] = record
+            return .send(left: record.left, batch: .waiting(round: r), resent: again ? .afterTakeover : fresh)
+        }
+        if let r = out { return waitingBatch(r, again: true) }
+        if let r = round { return waitingBatch(r + 1, again: false) }
+        // The range holds nothing more: the waiting tokens, else the slice is sent.
+        func rangeSent() -> Step {
+            if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
+            record.progress[j] = .waiting(round: 0)
+            return waitingBatch(1, again: false)
+        }
         if let batch = inFlight {
             // Its worker stopped with it in flight: that batch again, exactly, whatever the
             // caller's `want` (all of it, and nothing more, goes as re-sent).
@@ -245,18 +304,18 @@ public struct FanoutModel: Equatable, Sendable {
                 record.progress[j] = .inFlight(batch.range, last: batch.last)
                 leases[member] = now + Int64(call.leaseMillis)
                 records[gen] = record
-                return .send(left: record.left, range: batch.range, resent: .afterTakeover)
+                return .send(left: record.left, batch: .range(batch.range), resent: .afterTakeover)
             }
             // Nothing of it is left (its registrations gone): the slice goes on from its end.
-            if batch.last { return .finished(left: final(gen, j, &record)) }
+            if batch.last { return rangeSent() }
             pos = batch.range.to
         }
-        guard let to = scan(Scan(from: pos, lo: lo, hi: hi, want: call.want)) else { return .finished(left: final(gen, j, &record)) }
+        guard let to = scan(Scan(from: pos, lo: lo, hi: hi, want: call.want)) else { return rangeSent() }
         let range = FanoutBatchRange(from: pos, to: to)
         record.progress[j] = .inFlight(range, last: to >= hi)
         leases[member] = now + Int64(call.leaseMillis)
         records[gen] = record
-        return .send(left: record.left, range: range, resent: fresh)
+        return .send(left: record.left, batch: .range(range), resent: fresh)
     }
 
     /// `FanoutScripts.abandon`: the slice is final unsent (its lease, if any, goes).
@@ -301,6 +360,8 @@ public struct FanoutModel: Equatable, Sendable {
     /// record over (a flush's is deleted). Returns the slices left.
     private mutating func final(_ gen: String, _ j: Int, _ record: inout Record) -> Int {
         record.progress[j] = .done
+        record.waiting[j] = nil
+        record.due[j] = nil
         leases[Self.member(gen, j)] = nil
         record.left -= 1
         if record.left <= 0 { record.over = true }

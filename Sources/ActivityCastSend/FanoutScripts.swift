@@ -7,7 +7,9 @@ import RedisClient
 /// - `<prefix>:{key}:fan:<gen>` (hash): `left` slices without a final outcome, `n` slices, `p`
 ///   the payload, `pri`, `live` (environments whose channel had the push), `stream`/`entry` of
 ///   the event to acknowledge, `b` broadcast done, `q` slices queued, `s<j>` each slice's progress:
-///   `<place>` (done below it), `<from> <to> <last>` (a batch in flight) or `done`;
+///   `<place>` (done below it), `<from> <to> <last>` (a batch in flight), `w <round>` (its range
+///   is sent; tokens still failing wait in `w<j>` until `wd<j>`), `wf <round>` (those tokens in
+///   flight, the round-th time) or `done`;
 /// - `<prefix>:{key}:inflight` (sorted set): `<gen>|<j>` of every batch in flight, scored by the
 ///   time its lease ends. A batch of a newer fan-out waits until no older batch is in flight, so
 ///   no device gets an older state after a newer one.
@@ -108,6 +110,7 @@ public enum FanoutScripts {
     local f = 's' .. ARGV[2]
     if redis.call('HGET', KEYS[1], f) == 'done' then return -1 end
     redis.call('HSET', KEYS[1], f, 'done')
+    redis.call('HDEL', KEYS[1], 'w' .. ARGV[2], 'wd' .. ARGV[2])
     redis.call('ZREM', KEYS[2], ARGV[1] .. '|' .. ARGV[2])
     local left = redis.call('HINCRBY', KEYS[1], 'left', -1)
     if left <= 0 then over(KEYS[1], tonumber(ARGV[3])) end
@@ -125,11 +128,17 @@ public enum FanoutScripts {
 
     /// One step of a slice: confirms the caller's last batch, then hands out the next one.
     /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n (0: the fan-out's), want, now ms,
-    /// lease ms, confirm (`<from> <to>` of the caller's batch, or ''), keep s (fan hash after the end),
-    /// width (from the caller's last `send`, or 0).
-    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}} (resent: 1 after a
-    /// takeover, which hands out exactly the lost batch, 2 after a Redis restart, else 0); status
-    /// is `send`,
+    /// lease ms, confirm (`<from> <to>` of the caller's batch, `w<round>` of a batch of waiting
+    /// tokens, or ''), keep s (fan hash after the end), width (from the caller's last `send`, or 0),
+    /// the confirmed batch's tokens still failing (`<activity>`, `?<activity>` to go without the alert;
+    /// space-separated), ms before they may go again.
+    /// A confirmed batch's failing tokens wait: the slice goes on, and once its range is sent they
+    /// go again (a batch `w<round>`, the tokens still registered, `?` ones listed apart) when due
+    /// (`later` until then), round after round until none is left; the caller records what still
+    /// fails in its last round as failed.
+    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}, {quiet…}}
+    /// (resent: 1 after a takeover, which hands out exactly the lost batch, 2 after a Redis
+    /// restart, else 0); status is `send`, `later` (waiting tokens not due; left = ms until they are),
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
     /// (another worker's batch of this slice is in flight; left = ms until its lease ends), `wait`
     /// (an older fan-out's batch is in flight), `gone` (the fan-out is over and cleared),
@@ -142,7 +151,8 @@ public enum FanoutScripts {
     local want, now, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
     local member = gen .. '|' .. j
     local f = 's' .. j
-    local meta = redis.call('HMGET', KEYS[2], 'left', f, 'rid', 'n', 'r')
+    local wf, wdf = 'w' .. j, 'wd' .. j
+    local meta = redis.call('HMGET', KEYS[2], 'left', f, 'rid', 'n', 'r', wf, wdf)
     if not meta[1] then return {'gone', 0} end
     -- n 0: the fan-out's own count (a step pipelined behind the create, which decides it).
     if n == 0 then n = tonumber(meta[4]) end
@@ -152,7 +162,7 @@ public enum FanoutScripts {
       -- so every slice's progress now names other tokens. Every slice starts again (its batches
       -- counted as re-sent) and is queued again by the caller: nothing is lost.
       local all = tonumber(meta[4])
-      for k = 0, all - 1 do redis.call('HDEL', KEYS[2], 's' .. k) end
+      for k = 0, all - 1 do redis.call('HDEL', KEYS[2], 's' .. k, 'w' .. k, 'wd' .. k) end
       redis.call('HDEL', KEYS[2], 'q')
       redis.call('HSET', KEYS[2], 'left', all, 'rid', runid(), 'r', 1)
       return {'relaid', all}
@@ -160,6 +170,7 @@ public enum FanoutScripts {
     if st == 'done' then return {'done', left} end
     local function final()
       redis.call('HSET', KEYS[2], f, 'done')
+      redis.call('HDEL', KEYS[2], wf, wdf)
       redis.call('ZREM', KEYS[3], member)
       left = redis.call('HINCRBY', KEYS[2], 'left', -1)
       if left <= 0 then over(KEYS[2], tonumber(ARGV[8])) end
@@ -168,20 +179,44 @@ public enum FanoutScripts {
     local width = TWO32 / n
     local lo, hi = j * width, (j + 1) * width
     local pos, from, to, last = lo, nil, nil, nil
+    -- The range is sent and tokens wait (`round` batches of them sent), or a batch of them is out.
+    local round, out
     if st then
       local a, b, c = string.match(st, '^(%d+) (%d+) (%d)$')
-      if a then from, to, last = tonumber(a), tonumber(b), c else pos = tonumber(st) end
+      if a then from, to, last = tonumber(a), tonumber(b), c
+      elseif string.sub(st, 1, 3) == 'wf ' then out = tonumber(string.sub(st, 4))
+      elseif string.sub(st, 1, 2) == 'w ' then round = tonumber(string.sub(st, 3))
+      else pos = tonumber(st) end
+    end
+    local waiting, due = meta[6] or '', tonumber(meta[7] or '0')
+    local failing, after = ARGV[10] or '', tonumber(ARGV[11] or '0') or 0
+    local function wait_for(list, at)
+      waiting, due = list, at
+      if list == '' then redis.call('HDEL', KEYS[2], wf, wdf) else redis.call('HSET', KEYS[2], wf, list, wdf, at) end
     end
     if from and ARGV[7] == (from .. ' ' .. to) then
       redis.call('ZREM', KEYS[3], member)
-      if last == '1' then return {'finished', final()} end
-      redis.call('HSET', KEYS[2], f, to)
-      pos, from = to, nil
+      if failing ~= '' then wait_for(waiting == '' and failing or (waiting .. ' ' .. failing), math.max(due, now + after)) end
+      if last == '1' then
+        if waiting == '' then return {'finished', final()} end
+        redis.call('HSET', KEYS[2], f, 'w 0')
+        round = 0
+      else
+        redis.call('HSET', KEYS[2], f, to)
+        pos = to
+      end
+      from = nil
+    elseif out and ARGV[7] == ('w' .. out) then
+      redis.call('ZREM', KEYS[3], member)
+      wait_for(failing, now + after)
+      if waiting == '' then return {'finished', final()} end
+      redis.call('HSET', KEYS[2], f, 'w ' .. out)
+      round, out = out, nil
     end
     if want == 0 then return {'paused', left} end
     -- Another worker's batch in flight keeps its lease, superseded or not: a newer fan-out waits
     -- for it (ending the slice here would drop the lease while that batch is still being sent).
-    if from then
+    if from or out then
       local lease_end = redis.call('ZSCORE', KEYS[3], member)
       if lease_end and tonumber(lease_end) > now then return {'busy', tonumber(lease_end) - now} end
     end
@@ -194,6 +229,35 @@ public enum FanoutScripts {
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
       if string.sub(m, 1, #gen + 1) ~= gen .. '|' then return {'wait', left} end
     end
+    -- The waiting tokens as a batch: those still registered (as a scan gives them), and apart the
+    -- ones that go without their alert.
+    local hint = tonumber(ARGV[9] or '') or 0
+    local function waiting_batch(n_round, again)
+      if not again and now < due then return {'later', due - now} end
+      local names, unsure = {}, {}
+      for w in string.gmatch(waiting, '%S+') do
+        if string.sub(w, 1, 1) == '?' then w = string.sub(w, 2) unsure[#unsure + 1] = w end
+        names[#names + 1] = w
+      end
+      local rows = {}
+      -- In chunks: unpack takes a few thousand values at most.
+      for c = 1, #names, 1000 do
+        local part = {unpack(names, c, math.min(#names, c + 999))}
+        local values = redis.call('HMGET', KEYS[4], unpack(part))
+        for i, name in ipairs(part) do
+          if values[i] then rows[#rows + 1] = name rows[#rows + 1] = values[i] end
+        end
+      end
+      -- Nothing of them is registered any more: the slice has sent everything.
+      if #rows == 0 then return {'finished', final()} end
+      redis.call('HSET', KEYS[2], f, 'wf ' .. n_round)
+      redis.call('ZADD', KEYS[3], now + lease, member)
+      redis.call('PEXPIRE', KEYS[3], lease + 3600000)
+      return {'send', left, 'w' .. n_round, again and 1 or resent, hint, {rows}, unsure}
+    end
+    -- Its worker stopped with waiting tokens in flight: those again, as re-sent.
+    if out then return waiting_batch(out, true) end
+    if round then return waiting_batch(round + 1, false) end
     -- Scans from pos up to stop (the slice's end, or a lost batch's) for about want tokens. A call
     -- with COUNT c visits at most 10c+1 buckets; est (the lowest bit of the places seen, never
     -- below a bucket's width) bounds c so that no call runs past stop. Near stop, COUNT 1 stops at
@@ -202,7 +266,6 @@ public enum FanoutScripts {
     -- The caller passes the width its last step saw (ARGV[9]), so a step starts with a wide COUNT
     -- instead of COUNT 1. It comes from an earlier call: if the table shrank since, a wide call may
     -- run past stop, and then its tokens are kept (sent again later: duplicates, never a loss).
-    local hint = tonumber(ARGV[9] or '') or 0
     local est
     local function scan(pos, stop, want)
       local chunks, n_out, ended = {}, 0, false
@@ -262,14 +325,18 @@ public enum FanoutScripts {
     else
       chunks, n_out, pos, ended = scan(pos, hi, want)
     end
-    if n_out == 0 and ended then return {'finished', final()} end
+    if n_out == 0 and ended then
+      if waiting == '' then return {'finished', final()} end
+      redis.call('HSET', KEYS[2], f, 'w 0')
+      return waiting_batch(1, false)
+    end
     local range = start .. ' ' .. pos
     redis.call('HSET', KEYS[2], f, range .. ' ' .. (ended and '1' or '0'))
     redis.call('ZADD', KEYS[3], now + lease, member)
     redis.call('PEXPIRE', KEYS[3], lease + 3600000)
     -- The scan's own replies go back as they came (activity, meta, …): meta ends with the token,
     -- so nothing else is read per token.
-    return {'send', left, range, resent, est or hint, chunks}
+    return {'send', left, range, resent, est or hint, chunks, {}}
     """)
 }
 
@@ -321,6 +388,49 @@ public struct FanoutBatchRange: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(from) \(to)" }
+}
+
+/// A batch a step hands out: a range of the slice's scan order, or the slice's waiting tokens
+/// (those of its confirmed batches that were still failing) sent again, the `round`-th time.
+/// The step script takes `description` back to confirm it.
+public enum FanoutBatch: Hashable, Sendable, CustomStringConvertible {
+    case range(FanoutBatchRange)
+    case waiting(round: Int)
+
+    /// From the script's text; nil when it is neither.
+    public init?(_ text: String) {
+        if text.hasPrefix("w") {
+            guard let round = Int(text.dropFirst()), round >= 1 else { return nil }
+            self = .waiting(round: round)
+        } else {
+            guard let range = FanoutBatchRange(text) else { return nil }
+            self = .range(range)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .range(let range): range.description
+        case .waiting(let round): "w\(round)"
+        }
+    }
+}
+
+/// A token of a confirmed batch that is still failing: it waits for the end of its slice's range
+/// and goes again then. `quiet`: its alert may have shown already (its request got no answer, or
+/// its batch was itself sent again after a takeover), so it goes again without it; a refused
+/// request (429, 5xx) of a first send goes again as it was.
+public struct FanoutWaiting: Hashable, Sendable {
+    public var activity: String
+    public var quiet: Bool
+
+    public init(activity: String, quiet: Bool) {
+        self.activity = activity
+        self.quiet = quiet
+    }
+
+    /// As the record keeps it: `?` before a quiet one (activity ids never hold one, nor a space).
+    public var encoded: String { quiet ? "?" + activity : activity }
 }
 
 /// `FanoutScripts.create`: a fan-out of an event (or a budget flush) for one key, or the one of
@@ -440,14 +550,18 @@ public struct FanoutStepCall: Sendable {
     /// How long the batch handed out is the caller's.
     public var leaseMillis: Int
     /// The caller's last batch, sent: recorded as done. nil: none.
-    public var confirm: FanoutBatchRange?
+    public var confirm: FanoutBatch?
+    /// Tokens of the confirmed batch still failing: they wait (`FanoutScripts.step`).
+    public var failing: [FanoutWaiting]
+    /// How long they wait at least (ms).
+    public var retryAfterMillis: Int64
     /// How long the record is kept once over (s), for its entry's acknowledgement.
     public var keepSeconds: Int
     /// The bucket width the caller's last `send` saw (0: none), so the scan starts wide.
     public var width: Int64
 
     public init(keys: FanoutKeys, gen: String, slice: Int, slices: Int, want: Int, nowMillis: Int64, leaseMillis: Int,
-                confirm: FanoutBatchRange? = nil, keepSeconds: Int = 3600, width: Int64 = 0) {
+                confirm: FanoutBatch? = nil, failing: [FanoutWaiting] = [], retryAfterMillis: Int64 = 0, keepSeconds: Int = 3600, width: Int64 = 0) {
         self.keys = keys
         self.gen = gen
         self.slice = slice
@@ -456,6 +570,8 @@ public struct FanoutStepCall: Sendable {
         self.nowMillis = nowMillis
         self.leaseMillis = leaseMillis
         self.confirm = confirm
+        self.failing = failing
+        self.retryAfterMillis = retryAfterMillis
         self.keepSeconds = keepSeconds
         self.width = width
     }
@@ -463,6 +579,7 @@ public struct FanoutStepCall: Sendable {
     public var command: RedisCommand {
         .script(FanoutScripts.step, keys: [keys.gen, keys.fan(gen), keys.inflight, keys.meta], args: [
             gen, slice, slices, want, nowMillis, leaseMillis, confirm?.description ?? "", keepSeconds, width,
+            failing.map(\.encoded).joined(separator: " "), retryAfterMillis,
         ])
     }
 }
@@ -479,10 +596,13 @@ public enum FanoutResent: Int, Sendable, Equatable {
 
 /// What `FanoutScripts.step` answered.
 public enum FanoutStepReply: Sendable {
-    /// A batch to send (`range`, to confirm at the next step), `resent` when it may have gone out
+    /// A batch to send (`batch`, to confirm at the next step), `resent` when it may have gone out
     /// before; `width` the bucket width seen (for the next step); `rows` each token's registration
-    /// (`{key}:meta` value, ending with the token). `left`: slices of the fan-out not final.
-    case send(left: Int, range: FanoutBatchRange, resent: FanoutResent, width: Int64, rows: [(activity: String, meta: [UInt8])])
+    /// (`{key}:meta` value, ending with the token); `quiet`: in a batch of waiting tokens, those
+    /// that go without the alert. `left`: slices of the fan-out not final.
+    case send(left: Int, batch: FanoutBatch, resent: FanoutResent, width: Int64, rows: [(activity: String, meta: [UInt8])], quiet: Set<String>)
+    /// The slice's range is sent and its waiting tokens may go again in `msLeft`.
+    case later(msLeft: Int64)
     /// This call ended the slice (the confirmed batch was its last, or nothing was left).
     case finished(left: Int)
     /// The slice had ended before.
@@ -501,12 +621,12 @@ public enum FanoutStepReply: Sendable {
     /// `want` 0: confirmed, nothing handed out.
     case paused(left: Int)
 
-    /// Slices of the fan-out not final, as the reply says (`relaid`: all; `busy`, `gone`: 0).
+    /// Slices of the fan-out not final, as the reply says (`relaid`: all; `busy`, `gone`, `later`: 0).
     public var left: Int {
         switch self {
-        case .send(let left, _, _, _, _), .finished(let left), .done(let left), .superseded(let left), .wait(let left), .paused(let left): left
+        case .send(let left, _, _, _, _, _), .finished(let left), .done(let left), .superseded(let left), .wait(let left), .paused(let left): left
         case .relaid(let slices): slices
-        case .busy, .gone: 0
+        case .busy, .gone, .later: 0
         }
     }
 
@@ -518,7 +638,7 @@ public enum FanoutStepReply: Sendable {
         let left = Int(second)
         switch status {
         case "send":
-            guard parts.count >= 6, let text = parts[2].string, let range = FanoutBatchRange(text),
+            guard parts.count >= 7, let text = parts[2].string, let batch = FanoutBatch(text), let quiet = parts[6].array,
                   let resent = parts[3].int.flatMap({ FanoutResent(rawValue: Int($0)) }), let width = parts[4].int, let chunks = parts[5].array else {
                 throw RedisError(.unexpectedReply, "fan-out step: a send without its batch: \(String(describing: reply).prefix(300))")
             }
@@ -533,11 +653,12 @@ public enum FanoutStepReply: Sendable {
                     i += 2
                 }
             }
-            self = .send(left: left, range: range, resent: resent, width: width, rows: rows)
+            self = .send(left: left, batch: batch, resent: resent, width: width, rows: rows, quiet: Set(quiet.compactMap(\.string)))
         case "finished": self = .finished(left: left)
         case "done": self = .done(left: left)
         case "superseded": self = .superseded(left: left)
         case "busy": self = .busy(msLeft: Int64(left))
+        case "later": self = .later(msLeft: Int64(left))
         case "wait": self = .wait(left: left)
         case "gone": self = .gone
         case "relaid": self = .relaid(slices: left)

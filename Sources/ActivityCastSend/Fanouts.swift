@@ -141,10 +141,11 @@ struct Fanouts: SendRole {
     }
 
     /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
-    /// last batch's range, or nil) and asks for `want` more tokens (0: stop here).
-    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatchRange? = nil, width: Int64 = 0) -> RedisCommand {
+    /// last batch, or nil) with what of it still fails (it waits), and asks for `want` more tokens
+    /// (0: stop here).
+    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatch? = nil, waiting: TokenBatches.Waiting = .init(), width: Int64 = 0) -> RedisCommand {
         FanoutStepCall(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index, slices: slice.count, want: want,
                        nowMillis: Int64(Date().timeIntervalSince1970 * 1000), leaseMillis: configuration.leaseMillis, confirm: confirm,
-                       keepSeconds: 3600, width: width).command
+                       failing: waiting.tokens, retryAfterMillis: waiting.after.milliseconds, keepSeconds: 3600, width: width).command
     }
 }

@@ -60,6 +60,10 @@ public struct SendConfiguration: Sendable {
     public var sliceBatch: Int
     /// How long a batch in flight keeps its slice from other workers (renewed by each batch).
     public var leaseMillis: Int
+    /// Attempts per token of a fan-out for retryable answers: one in its batch, then in rounds
+    /// at its slice's end (back-off growing to 10 s between rounds); what still fails after the
+    /// last is recorded as failed.
+    public var tokenAttempts = 16
     /// Priority-10 budgets per audience (docs/budgets.md).
     public var budgets: BudgetPolicy = .default
     /// nil: decisions use Redis's clock (one clock for the fleet); tests give a compressed one.
@@ -515,7 +519,8 @@ public final class Sender: SendRole {
         var summary = first.summary
         let slice = first.slice
         let result = try await slices.runSlice(slice, summary: &summary, acknowledges: false, attempts: first.attempts, known: first.head,
-                                        firstStep: first.step, broadcast: first.broadcast, shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
+                                        firstStep: first.step, broadcast: first.broadcast, waits: false,
+                                        shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
         switch result {
         case .final(let left) where left <= 0:
             summary.finishedRecord = keys.fanout(slice.key, slice.gen)
@@ -523,7 +528,8 @@ public final class Sender: SendRole {
         case .gone: return .done(summary)
         case .final: return .handedOff(summary)
         case .busy, .paused:
-            // Slice 0 isn't finished here: it goes to the slices stream like the others.
+            // Slice 0 isn't finished here (or only tokens waiting for their back-off are left): it
+            // goes to the slices stream like the others.
             _ = try await redis.send(fanouts.queueCommand(slice))
             return .handedOff(summary)
         }

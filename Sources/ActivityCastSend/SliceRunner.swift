@@ -90,7 +90,8 @@ public enum SliceResult: Sendable, Equatable {
     case gone
     /// Another worker is sending a batch of it right now: leave it for later.
     case busy
-    /// Stopped between batches (the worker is stopping): the rest is for another worker.
+    /// Stopped between batches (the worker is stopping, or a caller that doesn't wait met tokens
+    /// waiting for their back-off): the rest is for another worker.
     case paused
 }
 
@@ -148,8 +149,11 @@ struct SliceRunner: SendRole {
     /// `firstStep`: the reply of the slice's first step, when the caller already made it (in the
     /// fan-out's creating round trip). `broadcast`: the channels' broadcast, still unanswered (the
     /// environments it was delivered in): devices on those channels wait for it; the others don't.
+    /// `waits`: when only tokens waiting for their back-off are left, wait for them here (a slice
+    /// taken from the stream); else (slice 0 of an event or a flush, whose caller has other work)
+    /// end `paused`, and the caller hands the slice to the stream.
     func runSlice(_ slice: SliceRef, summary: inout SendSummary, acknowledges: Bool = true, attempts: (key: String, field: String)? = nil,
-                  known: SliceHead? = nil, firstStep: RESPValue? = nil, broadcast: Task<[APNsEnvironment], Error>? = nil,
+                  known: SliceHead? = nil, firstStep: RESPValue? = nil, broadcast: Task<[APNsEnvironment], Error>? = nil, waits: Bool = true,
                   shouldStop: @Sendable () -> Bool = { false }) async throws -> SliceResult {
         var attempts = attempts
         var firstStep = firstStep
@@ -165,34 +169,49 @@ struct SliceRunner: SendRole {
         var batch = Batch(slice: slice, head: head, fan: fan, broadcast: broadcast, lease: SliceLease(redis: redis, slice: slice,
                                                                                                       inflight: keys.inflight(slice.key),
                                                                                                       millis: configuration.leaseMillis))
-        var confirm: FanoutBatchRange?
+        var confirm: FanoutBatch?
+        var waiting = TokenBatches.Waiting()
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
         while true {
             let reply: RESPValue
+            let confirmed = confirm != nil
             if let first = firstStep {
                 reply = first
                 firstStep = nil
             } else {
-                reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm, width: width))
+                reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm,
+                                                                 waiting: waiting, width: width))
+                (confirm, waiting) = (nil, TokenBatches.Waiting())
             }
             let step = try FanoutStepReply(reply)
-            if confirm != nil, let counter = attempts {
-                // A batch of this delivery was confirmed: it made progress.
+            var waitingOnly = false
+            if case .later = step { waitingOnly = true }
+            if confirmed || waitingOnly, let counter = attempts {
+                // A batch of this delivery was confirmed, or the slice's range is all sent and
+                // only tokens waiting for their back-off are left (bounded by `tokenAttempts`): it
+                // made progress, and claims of it meanwhile are no failures.
                 attempts = nil
                 _ = try? await redis.send(RedisCommand("HDEL", counter.key, counter.field))
             }
             switch step {
-            case .send(_, let range, let resent, let seen, let triples):
-                confirm = range
+            case .send(_, let handed, let resent, let seen, let triples, let quiet):
+                confirm = handed
                 waitedSince = nil
-                width = seen
-                try await send(&batch, triples, resent: resent, summary: &summary)
+                var parking = TokenBatches.Parking()
+                switch handed {
+                case .range: width = seen
+                case .waiting(let round): parking = TokenBatches.Parking(quiet: quiet, attempt: round + 1)
+                }
+                waiting = try await send(&batch, triples, resent: resent, parking: parking, summary: &summary)
+            case .later(let ms):
+                // The slice's failing tokens go again when due (a stopping worker leaves them to another).
+                guard waits else { return .paused }
+                try await Task.sleep(for: .milliseconds(min(ms, 250)))
             case .finished, .superseded, .done:
                 return try await end(slice, step, head: head, fan: fan, acknowledges: acknowledges)
             case .relaid:
                 try await relay(slice)
-                confirm = nil
             case .gone:
                 return .gone
             case .paused:
@@ -264,7 +283,9 @@ struct SliceRunner: SendRole {
 
     /// One batch the step handed out, to its devices off the channel (those on a channel that had
     /// the push get nothing per token; while its broadcast is unanswered, they wait for the answer).
-    private func send(_ batch: inout Batch, _ triples: [(activity: String, meta: [UInt8])], resent: FanoutResent, summary: inout SendSummary) async throws {
+    /// Returns its tokens still failing, which wait for the slice's end.
+    private func send(_ batch: inout Batch, _ triples: [(activity: String, meta: [UInt8])], resent: FanoutResent, parking: TokenBatches.Parking,
+                      summary: inout SendSummary) async throws -> TokenBatches.Waiting {
         let slice = batch.slice, head = batch.head
         let resentBatch = resent != .fresh
         if resentBatch {
@@ -288,10 +309,11 @@ struct SliceRunner: SendRole {
         let onChannel = batch.broadcast == nil ? [] : rows.filter { $0.onBroadcast && live.contains($0.env) }
         let heartbeat = batch.lease.heartbeat()
         defer { heartbeat.cancel() }
+        var waiting = TokenBatches.Waiting()
         while true {
             // Priority 10 first.
             for (group, rows) in groups.sorted(by: { ($0.key.priority, $1.key.env.rawValue) > ($1.key.priority, $0.key.env.rawValue) }) {
-                try await send(group, rows, of: batch, resent: resentBatch, summary: &summary)
+                waiting.add(try await send(group, rows, of: batch, resent: resentBatch, parking: parking, summary: &summary))
             }
             guard let pending = batch.broadcast else { break }
             // The broadcast's answer: a channel's devices get the push per token where it failed.
@@ -300,10 +322,12 @@ struct SliceRunner: SendRole {
             let answered = batch.live
             groups = batch.grouped(onChannel.lazy.filter { !answered.contains($0.env) })
         }
+        return waiting
     }
 
     /// One environment and priority of a batch.
-    private func send(_ group: Group, _ rows: [TokenRow], of batch: Batch, resent: Bool, summary: inout SendSummary) async throws {
+    private func send(_ group: Group, _ rows: [TokenRow], of batch: Batch, resent: Bool, parking: TokenBatches.Parking,
+                      summary: inout SendSummary) async throws -> TokenBatches.Waiting {
         let slice = batch.slice, fan = batch.fan, markedAtTen = batch.markedAtTen
         let plan = Plan(key: slice.key, event: .update, priority: group.priority == 10 ? .critical : .routine, timestampMillis: 0,
                         audience: .activity(slice.key))
@@ -318,9 +342,11 @@ struct SliceRunner: SendRole {
                 markedAtTen.tiers.withLock { $0.formUnion(tiers) }
             }
         }
-        let lease = batch.lease
-        try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows, kind: .token,
-                                   entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, beforeRetry: { try await lease.keep(past: $0) })
+        var waiting = try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows,
+                                                 kind: .token, entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, parking: parking)
+        // Sent without the alert (a batch sent again): what waits stays without it, whatever APNs said.
+        if payload != batch.head.payload { waiting.tokens = waiting.tokens.map { FanoutWaiting(activity: $0.activity, quiet: true) } }
+        return waiting
     }
 
     /// The slice is final: counted; the fan-out's last gives back what its tiers took at 10 and
@@ -369,14 +395,6 @@ struct SliceLease: Sendable {
         let until = Int64(Date().timeIntervalSince1970 * 1000) + Int64(millis) + extra.milliseconds
         let kept = try await redis.send(FanoutRenew(inflightKey: inflight, gen: slice.gen, slice: slice.index, leaseEndMillis: until).command)
         return try FanoutRenewReply(kept) == .renewed
-    }
-
-    /// Before a batch waits to retry (429, 5xx): it keeps its slice past the wait, so no other
-    /// worker takes the batch over while this one still sends it. A lease that is gone is not
-    /// renewed: the batch's retries would reach devices after a newer fan-out's state, so the
-    /// batch stops here (the slice's next step decides what is left).
-    func keep(past wait: Duration) async throws {
-        guard try await renew(wait) else { throw SendFailure("\(slice): its batch's lease ended before a retry; the batch is not retried") }
     }
 
     /// While a batch is out, its lease is renewed every third of it: a slow APNs (or a busy

@@ -60,23 +60,45 @@ struct TokenBatches: SendRole {
         return rows.filter { !$0.token.isEmpty }
     }
 
+    /// A slice's batch makes one attempt per token (`FanoutScripts.step`): tokens still failing
+    /// wait for the end of the slice's range and go again then, round after round, while the
+    /// slice goes on. `quiet`: of a batch of waiting tokens, those that go without the alert; `attempt`: the attempt this is for each of its tokens (1 for a range's batch); the
+    /// last (`tokenAttempts`) records what still fails as failed instead of letting it wait.
+    struct Parking {
+        var quiet: Set<String> = []
+        var attempt = 1
+    }
+
+    /// What a slice's batch leaves to wait: tokens still failing, and how long they wait at least.
+    struct Waiting: Sendable {
+        var tokens: [FanoutWaiting] = []
+        var after: Duration = .zero
+
+        mutating func add(_ other: Waiting) {
+            tokens += other.tokens
+            after = max(after, other.after)
+        }
+    }
+
     /// Sends one payload to `rows` and acts on every answer: retries what can be retried,
-    /// forgets dead tokens, records permanent failures. Throws when retries run out.
+    /// forgets dead tokens, records permanent failures. Throws when retries run out; with
+    /// `parking` (a slice's batch), makes one attempt and returns what can be retried instead.
     /// `quiet`: the payload without its alert, for a token retried after no answer (the request
     /// may have reached APNs, and its alert must not show twice); a refused request (429, 5xx)
     /// is retried as it was.
+    @discardableResult
     func sendBatch(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, rows: [TokenRow],
                    kind: SendStats.Kind, entry: String, summary: inout SendSummary, onDelivered: (([TokenRow]) async throws -> Void)? = nil,
-                   beforeRetry: ((Duration) async throws -> Void)? = nil) async throws {
+                   beforeRetry: ((Duration) async throws -> Void)? = nil, parking: Parking? = nil) async throws -> Waiting {
         guard let client = apns.push(env) else {
             let reason = "no APNs endpoint is configured for \(env.rawValue) tokens"
             try await recordFailures(plan.key, kind: kind.rawValue, rows.map { ($0.token, reason) }, entry: entry)
             summary.failed += rows.count
-            return
+            return Waiting()
         }
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
-        var pending = rows.map { (row: $0, unsure: false) }
-        var attempt = 0
+        var pending = rows.map { (row: $0, unsure: parking?.quiet.contains($0.activity) ?? false) }
+        var attempt = (parking?.attempt ?? 1) - 1
         while !pending.isEmpty {
             let sure = pending.filter { !$0.unsure || quiet == nil }, unsure = pending.filter { $0.unsure && quiet != nil }
             var results: [APNsResult] = []
@@ -84,7 +106,7 @@ struct TokenBatches: SendRole {
             if !unsure.isEmpty, let quiet { results += try await sendAdmitted(client, quiet, unsure.map(\.row.token), priority: priority) }
             let sent = sure + unsure
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
-            var retry: [(row: TokenRow, unsure: Bool)] = []
+            var retry: [(row: TokenRow, unsure: Bool, reason: String)] = []
             var delay = Duration.zero
             var delivered: [TokenRow] = []
             var deliveredCount = 0
@@ -102,7 +124,7 @@ struct TokenBatches: SendRole {
                 case .forget(let reason):
                     dead.append((row, reason, result.response?.apnsID))
                 case .retry(let after, let reason):
-                    retry.append((row, wasUnsure || result.response == nil))
+                    retry.append((row, wasUnsure || result.response == nil, reason))
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):
@@ -127,16 +149,37 @@ struct TokenBatches: SendRole {
             }
             if let onDelivered, !delivered.isEmpty { try await onDelivered(delivered) }
             attempt += 1
+            if let parking, !retry.isEmpty {
+                return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: parking.attempt >= configuration.tokenAttempts)
+            }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)")
             }
-            pending = retry
+            pending = retry.map { ($0.row, $0.unsure) }
             if !pending.isEmpty {
                 let wait = min(delay, .seconds(30))
                 try await beforeRetry?(wait)
                 try await Task.sleep(for: wait)
             }
         }
+        return Waiting()
+    }
+
+    /// A slice's tokens still failing after `attempt` attempts: they wait, or on the last attempt
+    /// are recorded as failed, each with its last reason.
+    private func park(_ retry: [(row: TokenRow, unsure: Bool, reason: String)], _ plan: Plan, kind: SendStats.Kind, attempt: Int, after: Duration,
+                      entry: String, summary: inout SendSummary, last: Bool) async throws -> Waiting {
+        if last {
+            summary.failed += retry.count
+            stats.failedTokens.add(retry.count, ordering: .relaxed)
+            try await recordFailures(plan.key, kind: kind.rawValue, retry.map { ($0.row.token, "still failing after \(attempt) attempts: \($0.reason)") }, entry: entry)
+            return Waiting()
+        }
+        stats.tokensWaited.add(retry.count, ordering: .relaxed)
+        logger.info("tokens still failing wait for the end of their slice", metadata: [
+            "key": "\(plan.key)", "tokens": "\(retry.count)", "attempt": "\(attempt)", "reason": "\(retry[0].reason)", "after_ms": "\(after.milliseconds)",
+        ])
+        return Waiting(tokens: retry.map { FanoutWaiting(activity: $0.row.activity, quiet: $0.unsure) }, after: min(after, .seconds(30)))
     }
 
     /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.

@@ -48,6 +48,8 @@ public struct Settings: Sendable {
     public var sliceBatch: Int = 256
     public var sliceLease: Duration = .seconds(10)
     public var slicesInHand: Int = 4
+    /// Attempts a fan-out makes per token for retryable answers (`fanout.token_attempts`).
+    public var tokenAttempts: Int = 16
     /// Priority-10 budgets per audience and push-to-start per device (`budgets.*`,
     /// docs/budgets.md); checked with `BudgetPolicy.problems` at load.
     public var budgets: BudgetPolicy = .default
@@ -118,6 +120,7 @@ public enum SettingsLoader {
         ("fanout.batch", "256"),
         ("fanout.lease_ms", "10000"),
         ("fanout.slices_in_hand", "4"),
+        ("fanout.token_attempts", "16"),
     ] + budgetKeys + [
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
@@ -423,6 +426,7 @@ public enum SettingsLoader {
         settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
         settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
+        settings.tokenAttempts = try int("fanout.token_attempts", 16, 1...100)
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
         settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))
         if settings.maxInFlight < settings.batchSize {

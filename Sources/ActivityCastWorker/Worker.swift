@@ -109,6 +109,7 @@ public final class Worker: Sendable {
                                                       sliceSize: settings.sliceSize, sliceBatch: settings.sliceBatch,
                                                       leaseMillis: Int(settings.sliceLease.milliseconds))
                 configuration.budgets = settings.budgets
+                configuration.tokenAttempts = settings.tokenAttempts
                 configuration.rateGuard = RateGuardPolicy(perSecond: settings.apns.ratePerSecond, burst: settings.apns.rateBurst)
                 // Test-only: a compressed clock for budget decisions (see `BudgetClock`).
                 if let text = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_BUDGET_CLOCK"] {

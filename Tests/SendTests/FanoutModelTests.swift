@@ -22,7 +22,7 @@ import TestSupport
     }
 
     static func step(_ gen: String, _ j: Int, of n: Int, want: Int = 2, now: Int64, confirm: FanoutBatchRange? = nil) -> FanoutStepCall {
-        FanoutStepCall(keys: keys, gen: gen, slice: j, slices: n, want: want, nowMillis: now, leaseMillis: 1000, confirm: confirm)
+        FanoutStepCall(keys: keys, gen: gen, slice: j, slices: n, want: want, nowMillis: now, leaseMillis: 1000, confirm: confirm.map { .range($0) })
     }
 
     static func range(_ from: UInt64, _ to: UInt64) -> FanoutBatchRange { FanoutBatchRange(from: from, to: to) }
@@ -99,13 +99,13 @@ import TestSupport
         var m = FanoutModel()
         let a = Placed(places: [10, 20, 30, 40, 50, Self.half + 5])
         #expect(m.create(Self.create("g", 1, sliceSize: 3), audience: .init(tokens: 6, hashtable: true)) == .new(slices: 2, tokens: 6))
-        #expect(m.step(Self.step("g", 0, of: 2, now: 1000), scan: a.scan) == .send(left: 2, range: Self.range(0, 30), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 2, now: 1000), scan: a.scan) == .send(left: 2, batch: .range(Self.range(0, 30)), resent: .fresh))
         #expect(m.leases == ["g|0": 2000])
         #expect(m.records["g"]?.progress[0] == .inFlight(Self.range(0, 30), last: false))
-        #expect(m.step(Self.step("g", 0, of: 2, now: 1100, confirm: Self.range(0, 30)), scan: a.scan) == .send(left: 2, range: Self.range(30, 50), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 2, now: 1100, confirm: Self.range(0, 30)), scan: a.scan) == .send(left: 2, batch: .range(Self.range(30, 50)), resent: .fresh))
         #expect(m.leases == ["g|0": 2100])
         // The last token: the batch reaches the slice's end, so it is the last.
-        #expect(m.step(Self.step("g", 0, of: 2, now: 1200, confirm: Self.range(30, 50)), scan: a.scan) == .send(left: 2, range: Self.range(50, Self.half), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 2, now: 1200, confirm: Self.range(30, 50)), scan: a.scan) == .send(left: 2, batch: .range(Self.range(50, Self.half)), resent: .fresh))
         #expect(m.records["g"]?.progress[0] == .inFlight(Self.range(50, Self.half), last: true))
         #expect(m.step(Self.step("g", 0, of: 2, now: 1300, confirm: Self.range(50, Self.half)), scan: a.scan) == .finished(left: 1))
         #expect(m.records["g"]?.progress[0] == .done && m.leases.isEmpty)
@@ -115,7 +115,7 @@ import TestSupport
         // the fan-out's last, and the record is over (kept for its entry's acknowledgement).
         let b = Placed(places: [Self.half + 5])
         #expect(m.step(Self.step("g", 1, of: 2, want: 1, now: 1500), scan: { s in s.from == Self.half ? Self.half + 6 : b.scan(s) })
-                == .send(left: 1, range: Self.range(Self.half, Self.half + 6), resent: .fresh))
+                == .send(left: 1, batch: .range(Self.range(Self.half, Self.half + 6)), resent: .fresh))
         #expect(m.step(Self.step("g", 1, of: 2, now: 1600, confirm: Self.range(Self.half, Self.half + 6)), scan: b.scan) == .finished(left: 0))
         #expect(m.records["g"]?.over == true && m.records["g"]?.left == 0)
         #expect(m.step(Self.step("g", 1, of: 2, now: 1700), scan: b.scan) == .done(left: 0))
@@ -124,24 +124,24 @@ import TestSupport
         #expect(m.step(Self.step("g", 1, of: 2, now: 1800), scan: b.scan) == .gone)
         // A step pipelined behind the create takes the record's slice count (0).
         #expect(m.create(Self.create("h", 2, sliceSize: 3), audience: .init(tokens: 6, hashtable: true)) == .new(slices: 2, tokens: 6))
-        #expect(m.step(Self.step("h", 0, of: 0, now: 2000), scan: a.scan) == .send(left: 2, range: Self.range(0, 30), resent: .fresh))
+        #expect(m.step(Self.step("h", 0, of: 0, now: 2000), scan: a.scan) == .send(left: 2, batch: .range(Self.range(0, 30)), resent: .fresh))
     }
 
     @Test func aLiveLeaseIsBusyAndAnEndedOneIsTakenOverWithTheSameBatch() {
         var m = FanoutModel()
         let a = Placed(places: [10, 20, 30, 40])
         _ = m.create(Self.create("g", 1), audience: .init(tokens: 4, hashtable: false))
-        #expect(m.step(Self.step("g", 0, of: 1, now: 1000), scan: a.scan) == .send(left: 1, range: Self.range(0, 30), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 1, now: 1000), scan: a.scan) == .send(left: 1, batch: .range(Self.range(0, 30)), resent: .fresh))
         // Worker A holds it until 2000: another delivery of the slice is busy.
         #expect(m.step(Self.step("g", 0, of: 1, now: 1500), scan: a.scan) == .busy(msLeft: 500))
         // At 2000 the lease has ended: B takes the lost batch over, all of it, whatever its own
         // batch size (all of it may have reached APNs: all of it goes as re-sent, nothing more).
-        #expect(m.step(Self.step("g", 0, of: 1, want: 1, now: 2000), scan: a.scan) == .send(left: 1, range: Self.range(0, 30), resent: .afterTakeover))
+        #expect(m.step(Self.step("g", 0, of: 1, want: 1, now: 2000), scan: a.scan) == .send(left: 1, batch: .range(Self.range(0, 30)), resent: .afterTakeover))
         #expect(m.leases == ["g|0": 3000])
         // A's confirm names its own batch, not the one in flight: nothing confirmed, and B's lease holds.
         #expect(m.step(Self.step("g", 0, of: 1, now: 2100, confirm: Self.range(0, 20)), scan: a.scan) == .busy(msLeft: 900))
         // B goes on; nothing it confirmed is handed out again.
-        #expect(m.step(Self.step("g", 0, of: 1, now: 2200, confirm: Self.range(0, 30)), scan: a.scan) == .send(left: 1, range: Self.range(30, SliceMath.space), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 1, now: 2200, confirm: Self.range(0, 30)), scan: a.scan) == .send(left: 1, batch: .range(Self.range(30, SliceMath.space)), resent: .fresh))
         // A batch lost again is taken over again; one whose tokens are all gone since (their
         // registrations deleted with the key) isn't sent: the slice goes on from its end.
         #expect(m.step(Self.step("g", 0, of: 1, want: 5, now: 3300), scan: { s in s.from == 30 ? nil : a.scan(s) }) == .finished(left: 0))
@@ -149,14 +149,14 @@ import TestSupport
         _ = n.create(Self.create("h", 1), audience: .init(tokens: 4, hashtable: false))
         _ = n.step(Self.step("h", 0, of: 1, now: 1000), scan: a.scan)
         #expect(n.step(Self.step("h", 0, of: 1, want: 1, now: 2500), scan: { s in s.from == 0 ? nil : a.scan(s) })
-                == .send(left: 1, range: Self.range(30, 40), resent: .fresh))
+                == .send(left: 1, batch: .range(Self.range(30, 40)), resent: .fresh))
     }
 
     @Test func aNewerFanoutSupersedesTheOlderAndWaitsForItsBatchInFlight() {
         var m = FanoutModel()
         let a = Placed(places: [10, 20, Self.half + 10])
         _ = m.create(Self.create("old", 100, sliceSize: 2), audience: .init(tokens: 3, hashtable: true))
-        #expect(m.step(Self.step("old", 0, of: 2, now: 1000), scan: a.scan) == .send(left: 2, range: Self.range(0, Self.half), resent: .fresh))
+        #expect(m.step(Self.step("old", 0, of: 2, now: 1000), scan: a.scan) == .send(left: 2, batch: .range(Self.range(0, Self.half)), resent: .fresh))
         #expect(m.create(Self.create("new", 200, sliceSize: 2), audience: .init(tokens: 3, hashtable: true)) == .new(slices: 2, tokens: 3))
         // The older batch is in flight until 2000: the newer one waits, and nothing of it is written.
         let before = m
@@ -168,10 +168,10 @@ import TestSupport
         #expect(m.step(Self.step("old", 0, of: 2, now: 1200), scan: a.scan) == .busy(msLeft: 800))
         #expect(m.step(Self.step("old", 0, of: 2, now: 1300, confirm: Self.range(0, Self.half)), scan: a.scan) == .finished(left: 0))
         #expect(m.records["old"]?.over == true && m.leases.isEmpty)
-        #expect(m.step(Self.step("new", 0, of: 2, now: 1400), scan: a.scan) == .send(left: 2, range: Self.range(0, Self.half), resent: .fresh))
+        #expect(m.step(Self.step("new", 0, of: 2, now: 1400), scan: a.scan) == .send(left: 2, batch: .range(Self.range(0, Self.half)), resent: .fresh))
         // An older batch whose lease ended doesn't hold the newer up; the newer step drops it.
         _ = m.create(Self.create("newer", 300, sliceSize: 2), audience: .init(tokens: 3, hashtable: true))
-        #expect(m.step(Self.step("newer", 1, of: 2, now: 2400), scan: a.scan) == .send(left: 2, range: Self.range(Self.half, SliceMath.space), resent: .fresh))
+        #expect(m.step(Self.step("newer", 1, of: 2, now: 2400), scan: a.scan) == .send(left: 2, batch: .range(Self.range(Self.half, SliceMath.space)), resent: .fresh))
         #expect(m.leases == ["newer|1": 3400])
     }
 
@@ -185,7 +185,7 @@ import TestSupport
         let before = m
         #expect(m.step(Self.step("g", 0, of: 1, want: 0, now: 1200), scan: a.scan) == .paused(left: 1))
         #expect(m == before)
-        #expect(m.step(Self.step("g", 0, of: 1, now: 1300), scan: a.scan) == .send(left: 1, range: Self.range(20, SliceMath.space), resent: .fresh))
+        #expect(m.step(Self.step("g", 0, of: 1, now: 1300), scan: a.scan) == .send(left: 1, batch: .range(Self.range(20, SliceMath.space)), resent: .fresh))
     }
 
     @Test func aRestartLaysEverySliceOfTheNewestFanoutOutAgainOnce() {
@@ -203,12 +203,12 @@ import TestSupport
         #expect(m.step(Self.step("g", 2, of: 4, now: 1100), scan: a.scan) == .relaid(slices: 4))
         #expect(m.records["g"] == .init(slices: 4, left: 4, broadcastDone: true, queued: false, hasEntry: true, run: 1, restarted: true))
         // Once: then every batch goes as re-sent, the slice done before included.
-        #expect(m.step(Self.step("g", 2, of: 4, now: 1200), scan: a.scan) == .send(left: 4, range: Self.range(Self.half, Self.half + Self.half / 2), resent: .afterRestart))
-        #expect(m.step(Self.step("g", 0, of: 4, now: 1200), scan: a.scan) == .send(left: 4, range: Self.range(0, Self.half / 2), resent: .afterRestart))
+        #expect(m.step(Self.step("g", 2, of: 4, now: 1200), scan: a.scan) == .send(left: 4, batch: .range(Self.range(Self.half, Self.half + Self.half / 2)), resent: .afterRestart))
+        #expect(m.step(Self.step("g", 0, of: 4, now: 1200), scan: a.scan) == .send(left: 4, batch: .range(Self.range(0, Self.half / 2)), resent: .afterRestart))
         // The batch in flight before the restart: its lease is still there, but its progress is
         // gone, so its worker's confirm is nothing and the slice starts again.
         #expect(m.step(Self.step("g", 1, of: 4, now: 1300, confirm: Self.range(Self.half / 2, Self.half)), scan: a.scan)
-                == .send(left: 4, range: Self.range(Self.half / 2, Self.half), resent: .afterRestart))
+                == .send(left: 4, batch: .range(Self.range(Self.half / 2, Self.half)), resent: .afterRestart))
         // The superseded fan-out is never laid out again: its ended slice stays done.
         m.restart()
         #expect(m.step(Self.step("old", 0, of: 4, now: 1400), scan: a.scan) == .done(left: 3))
@@ -249,18 +249,87 @@ import TestSupport
         #expect(m.renew(renew(10_000)) == .gone && m.leases.isEmpty)
     }
 
+    /// Tokens of a batch still failing wait: the slice goes on, and once its range is sent they go
+    /// again when due, round after round, until none is left; a takeover of them sends them again
+    /// at once (re-sent); a newer fan-out ends the slice and its waiting tokens with it.
+    @Test func failingTokensWaitForTheEndOfTheirSliceAndGoAgainWhenDue() {
+        var m = FanoutModel()
+        let a = Placed(places: [10, 20, 30])
+        _ = m.create(Self.create("g", 100), audience: .init(tokens: 3, hashtable: false))
+        #expect(m.step(Self.step("g", 0, of: 1, now: 1000), scan: a.scan) == .send(left: 1, batch: .range(Self.range(0, 30)), resent: .fresh))
+        // a10 failed unanswered (it goes quiet), a20 refused (429): they wait 500 ms at least; the slice goes on.
+        var confirm = Self.step("g", 0, of: 1, now: 1100, confirm: Self.range(0, 30))
+        confirm.failing = [FanoutWaiting(activity: "a10", quiet: true), FanoutWaiting(activity: "a20", quiet: false)]
+        confirm.retryAfterMillis = 500
+        #expect(m.step(confirm, scan: a.scan) == .send(left: 1, batch: .range(Self.range(30, SliceMath.space)), resent: .fresh))
+        #expect(m.records["g"]?.waiting[0]?.map(\.encoded) == ["?a10", "a20"] && m.records["g"]?.due[0] == 1600)
+        // The range is sent: they are due in 400 ms.
+        #expect(m.step(Self.step("g", 0, of: 1, now: 1200, confirm: Self.range(30, SliceMath.space)), scan: a.scan) == .later(msLeft: 400))
+        #expect(m.records["g"]?.progress[0] == .waiting(round: 0) && m.leases.isEmpty)
+        #expect(m.step(Self.step("g", 0, of: 1, now: 1600), scan: a.scan) == .send(left: 1, batch: .waiting(round: 1), resent: .fresh))
+        // Its worker stops with them: another sends them again, as re-sent, not waiting for `due`.
+        #expect(m.step(Self.step("g", 0, of: 1, now: 2000), scan: a.scan) == .busy(msLeft: 600))
+        #expect(m.step(Self.step("g", 0, of: 1, now: 2600), scan: a.scan) == .send(left: 1, batch: .waiting(round: 1), resent: .afterTakeover))
+        // a20 fails again: round 2, 100 ms later; then it is sent and the slice ends.
+        var again = Self.step("g", 0, of: 1, now: 2700)
+        again.confirm = .waiting(round: 1)
+        again.failing = [FanoutWaiting(activity: "a20", quiet: false)]
+        again.retryAfterMillis = 100
+        #expect(m.step(again, scan: a.scan) == .later(msLeft: 100))
+        #expect(m.records["g"]?.waiting[0]?.map(\.encoded) == ["a20"] && m.records["g"]?.due[0] == 2800)
+        #expect(m.step(Self.step("g", 0, of: 1, now: 2800), scan: a.scan) == .send(left: 1, batch: .waiting(round: 2), resent: .fresh))
+        // A stale confirm (round 1) confirms nothing.
+        var stale = Self.step("g", 0, of: 1, now: 2850)
+        stale.confirm = .waiting(round: 1)
+        #expect(m.step(stale, scan: a.scan) == .busy(msLeft: 950))
+        var last = Self.step("g", 0, of: 1, now: 2900)
+        last.confirm = .waiting(round: 2)
+        #expect(m.step(last, scan: a.scan) == .finished(left: 0))
+        #expect(m.records["g"]?.waiting.isEmpty == true && m.records["g"]?.due.isEmpty == true)
+
+        // Waiting tokens no longer registered: nothing to send, the slice is sent.
+        var n = FanoutModel()
+        _ = n.create(Self.create("h", 100), audience: .init(tokens: 3, hashtable: false))
+        _ = n.step(Self.step("h", 0, of: 1, want: 5, now: 1000), scan: a.scan)
+        var gone = Self.step("h", 0, of: 1, now: 1100, confirm: Self.range(0, SliceMath.space))
+        gone.failing = [FanoutWaiting(activity: "a10", quiet: false)]
+        #expect(n.step(gone, registered: { _ in false }, scan: a.scan) == .finished(left: 0))
+
+        // A newer fan-out ends a slice whose tokens wait: they get the newer state from it.
+        var o = FanoutModel()
+        _ = o.create(Self.create("old", 100), audience: .init(tokens: 3, hashtable: false))
+        _ = o.step(Self.step("old", 0, of: 1, want: 5, now: 1000), scan: a.scan)
+        var failed = Self.step("old", 0, of: 1, now: 1100, confirm: Self.range(0, SliceMath.space))
+        failed.failing = [FanoutWaiting(activity: "a10", quiet: false)]
+        failed.retryAfterMillis = 1000
+        #expect(o.step(failed, scan: a.scan) == .later(msLeft: 1000))
+        _ = o.create(Self.create("new", 200), audience: .init(tokens: 3, hashtable: false))
+        #expect(o.step(Self.step("old", 0, of: 1, now: 1200), scan: a.scan) == .superseded(left: 0))
+        #expect(o.records["old"]?.waiting.isEmpty == true)
+    }
+
     @Test func theRepliesParseIntoValuesAndAnythingElseThrows() throws {
         func bulk(_ s: String) -> RESPValue { .bulk(Array(s.utf8)) }
         let send = RESPValue.array([bulk("send"), .integer(3), bulk("0 4294967296"), .integer(1), .integer(1024),
-                                    .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1"), bulk("a2"), bulk("1 d2 - - 0 t2")])])])
-        guard case .send(let left, let range, let resent, let width, let rows) = try FanoutStepReply(send) else {
+                                    .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1"), bulk("a2"), bulk("1 d2 - - 0 t2")])]), .array([])])
+        guard case .send(let left, .range(let range), let resent, let width, let rows, let quiet) = try FanoutStepReply(send) else {
             Issue.record("not a send")
             return
         }
-        #expect(left == 3 && range == Self.range(0, SliceMath.space) && resent == .afterTakeover && width == 1024)
+        #expect(left == 3 && range == Self.range(0, SliceMath.space) && resent == .afterTakeover && width == 1024 && quiet.isEmpty)
         #expect(rows.map(\.activity) == ["a1", "a2"] && rows[1].meta == Array("1 d2 - - 0 t2".utf8))
         #expect(range.description == "0 4294967296" && FanoutBatchRange("0 4294967296") == range && FanoutBatchRange("1 2 3") == nil)
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("busy"), .integer(250)]))) == .busy(msLeft: 250))
+        #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("later"), .integer(40)]))) == .later(msLeft: 40))
+        let waiting = RESPValue.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0),
+                                       .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1")])]), .array([bulk("a1")])])
+        guard case .send(_, .waiting(2), .fresh, _, let again, let quiet) = try FanoutStepReply(waiting) else {
+            Issue.record("not a batch of waiting tokens")
+            return
+        }
+        #expect(again.map(\.activity) == ["a1"] && quiet == ["a1"])
+        #expect(FanoutBatch("w0") == nil && FanoutBatch("wx") == nil && FanoutBatch("w3")?.description == "w3" && FanoutBatch("1 2") == .range(Self.range(1, 2)))
+        #expect(FanoutWaiting(activity: "a1", quiet: true).encoded == "?a1" && FanoutWaiting(activity: "a1", quiet: false).encoded == "a1")
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("relaid"), .integer(8)]))) == .relaid(slices: 8))
         #expect(try FanoutCreateReply(.array([bulk("exists"), .integer(2), .integer(4), bulk("1"), bulk("")]))
                 == .exists(left: 2, slices: 4, broadcastDone: true, queued: false))
@@ -365,9 +434,11 @@ extension FanoutModelTests {
         // the fixed seeds; a new seed explores, and may happen to visit a path less often.
         guard given != 0 else { return }
         let common = ["create.new", "create.exists", "create.older", "flush.new", "flush.older", "step.send.fresh", "step.send.afterRestart",
+                      "step.send.waiting.fresh", "step.later",
                       "step.finished", "step.done", "step.superseded", "step.busy", "step.wait", "step.gone", "step.paused", "step.relaid",
                       "abandon.abandoned", "renew.renewed", "mark.marked", "tokens.finishedSlice"]
-        let rare = ["create.none", "flush.none", "step.send.afterTakeover", "abandon.alreadyFinal", "renew.gone", "mark.gone"]
+        let rare = ["create.none", "flush.none", "step.send.afterTakeover", "step.send.waiting.afterTakeover", "abandon.alreadyFinal", "renew.gone",
+                    "mark.gone"]
         for path in common { #expect(seen[path, default: 0] >= 10, "\(path): \(seen[path, default: 0])") }
         for path in rare { #expect(seen[path, default: 0] >= 1, "\(path): never") }
     }
@@ -398,6 +469,14 @@ struct CrossCheck {
                 for i in start..<end { args += ["a\(i)", "1 d\(i) development standard 0 tok\(i)"] }
                 _ = try await redis.send(RedisCommand("HSET", args))
                 start = end
+            }
+            // A hash table that grew is rehashed a bucket per lookup: finish that now (every field
+            // looked up, twice over), or the steps' own lookups (a batch of waiting tokens) would move
+            // buckets between two tables after the places are learnt.
+            for _ in 0..<2 {
+                for first in stride(from: 0, to: count, by: 500) {
+                    _ = try await redis.send(RedisCommand("HMGET", [meta] + (first..<min(count, first + 500)).map { "a\($0)" }))
+                }
             }
             var places: [String: UInt64] = [:]
             var width = SliceMath.space
@@ -439,7 +518,9 @@ struct CrossCheck {
         var gen: String
         var slice: Int
         var count: Int
-        var confirm: FanoutBatchRange?
+        var confirm: FanoutBatch?
+        /// The tokens of the batch to confirm (some may still fail, and wait).
+        var batch: [String] = []
         var width: Int64 = 0
         var waits = 0
     }
@@ -455,6 +536,7 @@ struct CrossCheck {
     struct SliceLog {
         var handed: Set<String> = []
         var lastBatch: [String] = []
+        var lastWaiting: [String] = []
         var lastRange = FanoutBatchRange(from: 0, to: 0)
     }
 
@@ -641,9 +723,16 @@ struct CrossCheck {
             return
         }
         let held = workers[w].hand.remove(at: Int.random(in: 0..<workers[w].hand.count, using: &rng))
-        let call = FanoutStepCall(keys: keys, gen: held.gen, slice: held.slice, slices: held.count, want: want(), nowMillis: now,
+        var call = FanoutStepCall(keys: keys, gen: held.gen, slice: held.slice, slices: held.count, want: want(), nowMillis: now,
                                   leaseMillis: lease, confirm: held.confirm, width: held.width)
+        // Some of a batch's tokens still fail (refused, or unanswered): they wait.
+        if held.confirm != nil, !held.batch.isEmpty, roll() < 30 {
+            let count = min(held.batch.count, [1, 1, 2, 3, 50].randomElement(using: &rng)!)
+            call.failing = held.batch.shuffled(using: &rng).prefix(count).map { FanoutWaiting(activity: $0, quiet: roll() < 50) }
+            call.retryAfterMillis = [0, 50, 400, 2000].randomElement(using: &rng)!
+        }
         action = "worker \(w) steps \(held.gen) slice \(held.slice)/\(held.count), want \(call.want), confirm \(held.confirm?.description ?? "none")"
+            + (call.failing.isEmpty ? "" : ", \(call.failing.count) failing, \(call.retryAfterMillis) ms")
         let raw = try await redis.pipeline([call.command])[0]
         guard let reply = try checkStep(call, raw) else { return }
         try await handle(reply, held, worker: w)
@@ -655,14 +744,17 @@ struct CrossCheck {
         let n = call.slices == 0 ? model.records[call.gen]?.slices ?? 1 : call.slices
         // Where Redis's scan ended, for the scan the model asks about (a takeover first asks
         // whether anything is left of the lost batch, from where it began).
-        let expected = model.step(call) { scan in
-            if case .send(_, let range, _, _, _) = reply, range.from == scan.from { return range.to }
+        // The audience never shrinks here: waiting tokens are all still registered.
+        let expected = model.step(call, registered: { names in names.contains { self.audience.places[$0] != nil } }) { scan in
+            if case .send(_, .range(let range), _, _, _, _) = reply, range.from == scan.from { return range.to }
             return nil
         }
         let got = FanoutModel.Step(reply)
         check(got == expected, "step \(call.gen) slice \(call.slice) at \(call.nowMillis): the script says \(got), the model \(expected)")
         switch reply {
-        case .send(_, _, let resent, _, _): seen["step.send.\(resent)", default: 0] += 1
+        case .send(_, .range, let resent, _, _, _): seen["step.send.\(resent)", default: 0] += 1
+        case .send(_, .waiting, let resent, _, _, _): seen["step.send.waiting.\(resent)", default: 0] += 1
+        case .later: seen["step.later", default: 0] += 1
         case .finished: seen["step.finished", default: 0] += 1
         case .done: seen["step.done", default: 0] += 1
         case .superseded: seen["step.superseded", default: 0] += 1
@@ -684,7 +776,17 @@ struct CrossCheck {
     mutating func checkTokens(_ call: FanoutStepCall, _ reply: FanoutStepReply, slices n: Int) {
         let gen = call.gen, j = call.slice, audience = self.audience
         switch reply {
-        case .send(_, let range, let resent, let width, let rows):
+        case .send(_, .waiting(let round), let resent, _, let rows, let quiet):
+            // The slice's waiting tokens, in the order they were confirmed, and which go without the alert.
+            let list = model.records[gen]?.waiting[j] ?? []
+            check(rows.map(\.activity) == list.map(\.activity), "waiting tokens \(rows.map(\.activity).prefix(5)) handed out, the model waits for \(list.map(\.activity).prefix(5))")
+            check(quiet == Set(list.filter(\.quiet).map(\.activity)), "quiet \(quiet.sorted().prefix(5)), the model's \(list.filter(\.quiet).map(\.activity).prefix(5))")
+            check(round >= 1, "round \(round)")
+            var log = logs[gen, default: [:]][j, default: SliceLog()]
+            check(resent != .afterTakeover || log.lastWaiting == rows.map(\.activity), "waiting tokens taken over: \(rows.count), the lost batch had \(log.lastWaiting.count)")
+            log.lastWaiting = rows.map(\.activity)
+            logs[gen, default: [:]][j] = log
+        case .send(_, .range(let range), let resent, let width, let rows, _):
             let batch = rows.map(\.activity)
             check(!batch.isEmpty, "an empty batch")
             // 0 when the scan saw no cursor but the end (a listpack's, or a slice's one call).
@@ -731,9 +833,15 @@ struct CrossCheck {
     mutating func handle(_ reply: FanoutStepReply, _ held: Held, worker w: Int) async throws {
         var held = held
         switch reply {
-        case .send(_, let range, _, let width, _):
-            held.confirm = range
-            held.width = width
+        case .send(_, let batch, _, let width, let rows, _):
+            held.confirm = batch
+            held.batch = rows.map(\.activity)
+            if case .range = batch { held.width = width }
+            // Now and then its worker dies with the waiting tokens in flight (rarer by chance alone).
+            if case .waiting = batch, roll() < 50 {
+                queue.append(Held(gen: held.gen, slice: held.slice, count: held.count))
+                return
+            }
             held.waits = 0
             workers[w].hand.append(held)
         case .finished(let left), .superseded(let left), .done(let left):
@@ -742,6 +850,11 @@ struct CrossCheck {
             break
         case .busy, .paused:
             queue.append(Held(gen: held.gen, slice: held.slice, count: held.count))
+        case .later:
+            // `runSlice` sleeps until they are due; here another action may come first.
+            held.confirm = nil
+            held.batch = []
+            workers[w].hand.append(held)
         case .wait:
             held.waits += 1
             if held.waits > 4 { queue.append(Held(gen: held.gen, slice: held.slice, count: held.count)) } else { workers[w].hand.append(held) }
@@ -873,11 +986,24 @@ struct CrossCheck {
                 k += 2
             }
             var progress: [Int: FanoutModel.Progress] = [:]
+            var waiting: [Int: [FanoutWaiting]] = [:], due: [Int: Int64] = [:]
+            for (name, value) in fields where name.hasPrefix("w") {
+                if name.hasPrefix("wd"), let j = Int(name.dropFirst(2)) {
+                    due[j] = Int64(value) ?? -1
+                } else if let j = Int(name.dropFirst()) {
+                    waiting[j] = value.split(separator: " ").map { $0.hasPrefix("?") ? FanoutWaiting(activity: String($0.dropFirst()), quiet: true)
+                                                                                      : FanoutWaiting(activity: String($0), quiet: false) }
+                }
+            }
             for (name, value) in fields where name.hasPrefix("s") {
                 guard let j = Int(name.dropFirst()) else { continue }
                 let parts = value.split(separator: " ")
                 if value == "done" {
                     progress[j] = .done
+                } else if parts.count == 2, parts[0] == "w", let round = Int(parts[1]) {
+                    progress[j] = .waiting(round: round)
+                } else if parts.count == 2, parts[0] == "wf", let round = Int(parts[1]) {
+                    progress[j] = .retrying(round: round)
                 } else if parts.count == 1, let place = UInt64(value) {
                     progress[j] = .at(place)
                 } else if parts.count == 3, let range = FanoutBatchRange("\(parts[0]) \(parts[1])") {
@@ -891,7 +1017,7 @@ struct CrossCheck {
                 slices: fields["n"].flatMap { Int($0) } ?? -1, left: fields["left"].flatMap { Int($0) } ?? -1, broadcastDone: fields["b"] == "1",
                 queued: fields["q"] == "1", hasEntry: !(fields["entry"] ?? "").isEmpty,
                 run: rid == runID ? model.run : rid.hasPrefix("dead-") ? Int(rid.dropFirst(5)) ?? -1 : -1, restarted: fields["r"] == "1",
-                progress: progress, over: fields["p"] == nil)
+                progress: progress, waiting: waiting, due: due, over: fields["p"] == nil)
         }
         return seen
     }

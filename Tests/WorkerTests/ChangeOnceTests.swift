@@ -297,6 +297,12 @@ extension SendTests {
             alertsSeen["\(d["target"] as? String ?? "") \((d["timestamp"] as? NSNumber)?.int64Value ?? 0)", default: 0] += 1
         }
         let twice = alertsSeen.filter { $0.value > 1 }
+        if let first = twice.keys.sorted().first {
+            // What to look at first: every push that device got.
+            let target = String(first.split(separator: " ")[0])
+            print("noAlertTwiceThroughKillsAndFaults: the pushes of \(target.suffix(8)), shown an alert twice:")
+            for d in log where d["target"] as? String == target { print("  \(d)") }
+        }
         #expect(twice.isEmpty, "\(twice.count) alerts shown more than once, e.g. \(Array(twice.keys.sorted().prefix(3)))")
         var wrong: [String] = []
         for match in matches {

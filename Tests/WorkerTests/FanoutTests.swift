@@ -319,11 +319,12 @@ import TestSupport
               + "slices finished \(finished.sorted { $0.key < $1.key }), superseded \(try await r.counter("fanout_slices_superseded"))")
     }
 
-    /// APNs answering 503 to 30 % of the pushes: a batch waits to retry (100 ms doubling) longer
-    /// than its 1 s lease, and the slice's entry is claimed by the other worker meanwhile. The
-    /// sending worker extends its lease before each wait, so the claim finds the slice busy: a
-    /// batch is taken over only after its worker gave up on it (six attempts), never from a
-    /// worker still sending it. Nothing is lost.
+    /// APNs answering 503 to 30 % of the pushes: a batch's failing tokens wait for the end of
+    /// their slice and go again in rounds (100 ms doubling), longer than the 1 s lease and the
+    /// 300 ms visibility timeout, so the slice's entry is claimed by the other worker meanwhile:
+    /// the claim finds the slice busy or waiting, never a failure (nothing is dead-lettered), no
+    /// batch is taken over from a worker still sending it, no delivered token is sent again
+    /// because another failed (before: a batch still failing went again whole), and nothing is lost.
     @Test func aBatchWaitingToRetryKeepsItsSlice() async throws {
         let r = try await Rig(deliveryLog: 100_000, worker: [
             "fanout.slice_size": "256", "fanout.lease_ms": "1000",
@@ -349,6 +350,8 @@ import TestSupport
         r.keepLogs(if: takeovers > gaveUp, "retry")
         #expect(claimed > 0, "the slices were never claimed while waiting: the test proves nothing")
         #expect(takeovers <= gaveUp, "\(takeovers) batches taken over, only \(gaveUp) given up by their worker")
+        #expect(received.duplicates == 0, "\(received.duplicates) pushes sent again to devices that had them")
+        #expect(!lines.contains { $0.contains("dead letter") }, "a slice was dead-lettered while its tokens waited")
         print("FanoutTests retries: \(count) tokens, 30 % answered 503: \(received.total) accepted, \(claimed) claims, "
               + "\(takeovers) takeovers after \(gaveUp) batches given up, \(received.duplicates) duplicates")
     }

@@ -138,6 +138,7 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_fanout_slices_total", [("outcome", "finished")], sends.slicesFinished.load(ordering: .relaxed))
             counter("activitycast_fanout_slices_total", [("outcome", "superseded")], sends.slicesSuperseded.load(ordering: .relaxed))
             counter("activitycast_fanout_tokens_resent_total", [], sends.tokensResent.load(ordering: .relaxed))
+            counter("activitycast_fanout_tokens_waited_total", [], sends.tokensWaited.load(ordering: .relaxed))
             counter("activitycast_tokens_forgotten_total", [], sends.tokensForgotten.load(ordering: .relaxed))
             counter("activitycast_send_failures_total", [], sends.failedTokens.load(ordering: .relaxed))
             counter("activitycast_channel_fallbacks_total", [], sends.channelFallbacks.load(ordering: .relaxed))
