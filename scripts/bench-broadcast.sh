@@ -71,5 +71,12 @@ redis-cli -p "$redis_port" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v n="
   END {
     printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), over %d events\n",
       total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, n
+    printf "redis: the most time per event:"
+    for (k = 0; k < 8; k++) {
+      best = ""; for (c in usec) if (!(c in shown) && (best == "" || usec[c] > usec[best])) best = c
+      if (best == "") break
+      shown[best] = 1; printf " %s %.1f µs (%.2f calls)", best, usec[best] / n, calls[best] / n
+    }
+    printf "\n"
   }'
 

@@ -4,8 +4,9 @@ import RedisClient
 /// The one pipeline that gives stream entries their final outcome, wherever that happens (a
 /// feed or registration batch, a fan-out's last slice, a slice entry): `XACK` for the group, the
 /// entries' attempt counts and last errors cleared (`RedisKeys.errors`), and for entries nothing
-/// reads again (slices) `XDEL`. Records that told a redelivery the work was over go only after
-/// the acknowledgement's answer (`unlinkAfter`), never beside it.
+/// reads again (slices) `XDEL`. Records that tell a redelivery the work is over may be written in
+/// the same pipeline, before the `XACK` (`before`: whenever the acknowledgement is done, they
+/// are too); they go only after the acknowledgement's answer (`unlinkAfter`), never beside it.
 public struct Acknowledgement: Sendable {
     public var stream: String
     public var group: String
@@ -17,6 +18,8 @@ public struct Acknowledgement: Sendable {
     public var clearErrors = true
     /// Extra commands for the same pipeline, after the acknowledgement's own.
     public var also: [RedisCommand] = []
+    /// Commands for the same pipeline before the acknowledgement (records a redelivery reads).
+    public var before: [RedisCommand] = []
 
     public init(stream: String, group: String, ids: [String], keys: RedisKeys, delete: Bool = false, also: [RedisCommand] = []) {
         self.stream = stream
@@ -28,8 +31,8 @@ public struct Acknowledgement: Sendable {
     }
 
     public var commands: [RedisCommand] {
-        guard !ids.isEmpty else { return also }
-        var out: [RedisCommand] = [.xack(stream: stream, group: group, ids: ids)]
+        guard !ids.isEmpty else { return before + also }
+        var out: [RedisCommand] = before + [.xack(stream: stream, group: group, ids: ids)]
         if delete { out.append(RedisCommand("XDEL", [stream] + ids)) }
         if clearErrors { out.append(RedisCommand("HDEL", [errors] + ids.flatMap { [$0, "\($0)#n"] })) }
         return out + also
@@ -39,7 +42,8 @@ public struct Acknowledgement: Sendable {
     /// message when the `XACK` failed (the entries stay pending and are done again).
     public func acknowledged(_ replies: [RESPValue]) -> Result<Int, RedisError> {
         guard !ids.isEmpty else { return .success(0) }
-        guard let first = replies.first else { return .failure(RedisError(.unexpectedReply, "XACK \(stream): no reply")) }
+        guard replies.count > before.count else { return .failure(RedisError(.unexpectedReply, "XACK \(stream): no reply")) }
+        let first = replies[before.count]
         if let message = first.errorMessage { return .failure(RedisError(.server, message)) }
         return .success(Int(first.int ?? 0))
     }

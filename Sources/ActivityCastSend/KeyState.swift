@@ -170,6 +170,8 @@ public enum KeyStateScripts {
     end
     -- Bytes of a name as JSONValue encodes it (quoted, RFC 8259 escapes).
     local function quoted(name)
+      -- Nearly every name has nothing to escape.
+      if not string.find(name, '[%z\\1-\\31\\34\\92\\226]') then return #name + 2 end
       local n = #name + 2
       n = n + select(2, string.gsub(name, '[\\34\\92\\8\\9\\10\\12\\13]', ''))
       n = n + 5 * select(2, string.gsub(name, '[%z\\1-\\7\\11\\14-\\31]', ''))
@@ -221,17 +223,19 @@ public enum KeyStateScripts {
         return out
       end
     end
-    if #writes > 0 then redis.call('HSET', KEYS[1], unpack(writes)) end
+    -- Every write in one HSET (and one HDEL): each call into Redis costs more than the Lua around it.
+    local del = {}
+    local function put(f, v) writes[#writes + 1] = f writes[#writes + 1] = v end
     if stale == 0 then
       newest = ts
-      redis.call('HSET', KEYS[1], '_ts', ARGV[1])
-      if ARGV[3] ~= '-' then redis.call('HSET', KEYS[1], '_ev', ARGV[3]) meta['_ev'] = ARGV[3] end
+      put('_ts', ARGV[1])
+      if ARGV[3] ~= '-' then put('_ev', ARGV[3]) meta['_ev'] = ARGV[3] end
     end
     local pts = tonumber(meta['_pts'] or '')
     if changed == 1 and (pts == nil or ts >= pts) then
-      redis.call('HSET', KEYS[1], '_pts', ARGV[1])
-      if ARGV[6] == '' then redis.call('HDEL', KEYS[1], '_stale') else redis.call('HSET', KEYS[1], '_stale', ARGV[6]) end
-      if ARGV[7] == '' then redis.call('HDEL', KEYS[1], '_rel') else redis.call('HSET', KEYS[1], '_rel', ARGV[7]) end
+      put('_pts', ARGV[1])
+      if ARGV[6] == '' then del[#del + 1] = '_stale' else put('_stale', ARGV[6]) end
+      if ARGV[7] == '' then del[#del + 1] = '_rel' else put('_rel', ARGV[7]) end
       meta['_stale'], meta['_rel'] = ARGV[6], ARGV[7]
     end
     local out = {stale, changed, newest, meta['_ev'] or '-', 0}
@@ -242,7 +246,9 @@ public enum KeyStateScripts {
       source[#source + 1] = name .. '\\0' .. cur[name][2] .. '\\0'
     end
     source[#source + 1] = '\\1' .. (meta['_stale'] or '') .. '\\0' .. (meta['_rel'] or '')
-    redis.call('HSET', KEYS[1], '_sig', redis.sha1hex(table.concat(source)))
+    put('_sig', redis.sha1hex(table.concat(source)))
+    redis.call('HSET', KEYS[1], unpack(writes))
+    if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return out
     """)

@@ -28,6 +28,9 @@ public struct SendSummary: Sendable, Equatable {
     /// The event's fan-out record, final (every slice done): it goes once the entry is
     /// acknowledged (until then a redelivery finds it and sends nothing). nil: no record.
     public var finishedRecord: String?
+    /// Writes of that record the acknowledgement's pipeline makes first (`Acknowledgement.before`):
+    /// a round trip of their own saved.
+    public var beforeAcknowledgement: [RedisCommand] = []
 }
 
 public struct SendConfiguration: Sendable {
@@ -357,11 +360,13 @@ public final class Sender: SendRole {
                 // Every tier's state waits for its flush (or is stale for it, or has nobody to
                 // reach): no fan-out now. A finished record of this entry's fan-out says so to a
                 // later delivery (no decision or broadcast again).
+                // Written in the acknowledgement's pipeline, before its XACK: whenever the entry is
+                // acknowledged the record is there, and if it isn't, the record may be.
                 var commands = [RedisCommand("HSET", fan, "left", 0, "b", 1), RedisCommand("EXPIRE", fan, 3600)]
                 if audiences.priorities.channel != nil { commands += audiences.live.map { broadcastCounted(plan.key, $0) } }
-                _ = try await redis.pipeline(commands)
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 summary.finishedRecord = fan
+                summary.beforeAcknowledgement = commands
                 return .outcome(.done(summary))
             }
         }

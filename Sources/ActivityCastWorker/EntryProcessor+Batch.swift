@@ -24,6 +24,8 @@ extension EntryProcessor {
         var deadLettered: [(entry: StreamEntry, reason: String)] = []
         var stale = 0
         var records: [String] = []
+        /// Written in the acknowledgement's pipeline, before the XACK (`SendSummary.beforeAcknowledgement`).
+        var beforeAck: [RedisCommand] = []
     }
 
     func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?,
@@ -154,6 +156,7 @@ extension EntryProcessor {
             case .success(.done(let summary)):
                 // Finished fan-out records of entries acknowledged below: they go after the acknowledgement.
                 if let record = summary.finishedRecord { carried.records.append(record) }
+                carried.beforeAck += summary.beforeAcknowledgement
             case .success(.handedOff):
                 // Other workers are sending its slices; the last of them acknowledges it.
                 carried.outcome[index] = .handedOff

@@ -42,9 +42,10 @@ extension EntryProcessor {
         also += s.refunds.map { AttemptScripts.refund(errors, $0) }
         // A fresh entry has no attempts or errors to clear.
         var ack = Acknowledgement(stream: feed.stream, group: settings.group, ids: s.ack, keys: keys, also: also)
+        ack.before = carried.beforeAck
         ack.clearErrors = redelivered
         let counters = stats.stream(feed.stream)
-        if !s.ack.isEmpty || !also.isEmpty {
+        if !s.ack.isEmpty || !also.isEmpty || !ack.before.isEmpty {
             switch try await ack.run(redis, unlinkAfter: carried.records) {
             case .failure(let error):
                 // Not acknowledged: the entries stay pending and are done again (idempotently).

@@ -14,7 +14,7 @@ extension Int64: RedisArgument { public var redisBytes: [UInt8] { Array(String(s
 
 /// One command as its argument list. A command built from a script carries its `EVAL` form so
 /// a `NOSCRIPT` reply (a restarted or flushed Redis) is answered by sending the source.
-public struct RedisCommand: Sendable {
+public struct RedisCommand: Sendable, Equatable {
     public var arguments: [[UInt8]]
     var evalFallback: [[UInt8]]?
 
