@@ -21,7 +21,8 @@ package struct ClusterPipelinePlan: Sendable, Equatable {
         // Transactions: MULTI up to EXEC or DISCARD (or the end) share one slot.
         var index = 0
         while index < commands.count {
-            guard commands[index].name == "MULTI" else { index += 1; continue }
+            // (The length first: `name` makes a String, and this runs for every command sent.)
+            guard commands[index].arguments[0].count == 5, commands[index].name == "MULTI" else { index += 1; continue }
             var end = index + 1
             while end < commands.count, !["EXEC", "DISCARD"].contains(commands[end].name) { end += 1 }
             let last = min(end, commands.count - 1)
