@@ -186,6 +186,39 @@ import TestSupport
         await cluster.stop()
     }
 
+    @Test func retriesTryAgainUntilTheMigrationEndsThenGivesTheReply() async throws {
+        let cluster = try await RedisClusterServers()
+        let patient = try cluster.connection(cluster: .init(retryFor: .seconds(5)))
+        let hasty = try cluster.connection(cluster: .init(retryFor: .milliseconds(200)))
+        defer { patient.close(); hasty.close() }
+        let a = "{split}a", b = "{split}b"
+        let slot = CommandKeys.slot(Array(a.utf8))
+        _ = try await patient.pipeline([RedisCommand("SET", a, 1), RedisCommand("SET", b, 2)])
+        _ = try await hasty.command("PING")
+        let from = try await cluster.primaryPort(forSlot: slot)
+        let to = cluster.ports.prefix(3).first { $0 != from }!
+        // Half the slot's keys moved: a command on both can be served by neither node now.
+        try await cluster.beginMigration(slot: slot, from: from, to: to)
+        try await cluster.migrateKeys(slot: slot, from: from, to: to, keys: [a])
+        #expect(try await cluster.admin(from).pipeline([RedisCommand("EXISTS", a, b)])[0].errorMessage?.hasPrefix("TRYAGAIN") == true)
+
+        // A short retry budget ends with Redis's answer, as an error reply (not thrown).
+        let started = ContinuousClock.now
+        let gaveUp = try await hasty.pipeline([RedisCommand("EXISTS", a, b), RedisCommand("GET", "elsewhere")])
+        #expect(gaveUp[0].errorMessage?.hasPrefix("TRYAGAIN") == true)
+        #expect(gaveUp[1] == .null)
+        #expect(ContinuousClock.now - started >= .milliseconds(200))
+
+        // A longer one outlasts the migration, and follows the MOVED that ends it.
+        async let waited = patient.pipeline([RedisCommand("EXISTS", a, b)])
+        try await Task.sleep(for: .milliseconds(400))
+        try await cluster.migrateKeys(slot: slot, from: from, to: to)
+        try await cluster.finishMigration(slot: slot, from: from, to: to)
+        #expect(try await waited == [.integer(2)])
+        #expect(try await patient.node(forKey: a).port == to)
+        await cluster.stop()
+    }
+
     @Test func recoversFromAFailoverByItself() async throws {
         let cluster = try await RedisClusterServers()
         // One seed, the node about to die: the client must find the cluster through the others.
