@@ -37,6 +37,12 @@ import TestSupport
         }
         #expect(holders == Set(cluster.ports.prefix(3)))
 
+        // One pipeline per node, whatever the size: 10,000 commands are three round trips.
+        let big = (0..<10_000).map { RedisCommand("SET", "big:\($0)", $0) }
+        let trips = redis.stats.roundTrips
+        #expect(try await redis.pipeline(big).allSatisfy { $0 == .status("OK") })
+        #expect(redis.stats.roundTrips - trips == 3)
+
         // Many callers at once, each pipeline across the nodes, each with its own replies.
         try await withThrowingTaskGroup(of: Void.self) { group in
             for caller in 0..<50 {
@@ -314,6 +320,10 @@ import TestSupport
         let zero = server.connection()
         defer { zero.close() }
         #expect(try await zero.send(RedisCommand("GET", "in-three")) == .null)
+        // Asking what the server is cost one round trip, once, on the connection then used.
+        #expect(zero.stats.roundTrips == 2 && zero.stats.connects == 1)
+        _ = try await zero.command("PING")
+        #expect(zero.stats.roundTrips == 3)
 
         // Several seeds for a single Redis is a mistake, said once and for all.
         let seeds = RedisConnection(configuration: RedisConfiguration(url: try RedisURL("redis://127.0.0.1:\(server.port),127.0.0.1:1")))
