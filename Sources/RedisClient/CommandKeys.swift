@@ -14,6 +14,9 @@ public enum CommandKeys {
         case script
         /// `XREADGROUP`/`XREAD`: the first half of the arguments after `STREAMS`.
         case streams
+        /// `MIGRATE host port key|"" db timeout … [KEYS k …]`: the key at index 3, or, when that is
+        /// empty, every argument after `KEYS`.
+        case migrate
     }
 
     public static let table: [String: Spec] = {
@@ -23,7 +26,7 @@ public enum CommandKeys {
                      "FAILOVER", "WAIT", "MULTI", "EXEC", "QUIT",
                      // A pattern, not a key: every node's keys (tests and ops only).
                      "KEYS"] { t[name] = Spec.none }
-        for name in ["GET", "SET", "STRLEN", "TYPE", "RPUSH", "LPUSH", "LRANGE", "LLEN", "EXPIRE", "PEXPIRE", "TTL", "PTTL", "PERSIST", "INCR", "INCRBY",
+        for name in ["GET", "SET", "APPEND", "STRLEN", "TYPE", "RPUSH", "LPUSH", "LRANGE", "LLEN", "EXPIRE", "PEXPIRE", "TTL", "PTTL", "PERSIST", "INCR", "INCRBY",
                      "HGET", "HSET", "HMGET", "HDEL", "HINCRBY", "HGETALL", "HVALS", "HKEYS", "HLEN", "HEXISTS", "HSCAN", "HSETNX",
                      "SADD", "SREM", "SCARD", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SRANDMEMBER", "SSCAN",
                      "ZADD", "ZREM", "ZCARD", "ZRANGE", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE", "ZCOUNT", "ZSCORE", "ZINCRBY",
@@ -35,6 +38,7 @@ public enum CommandKeys {
         for name in ["DEL", "UNLINK", "EXISTS", "TOUCH"] { t[name] = .all(from: 1) }
         for name in ["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO"] { t[name] = .script }
         for name in ["XREADGROUP", "XREAD"] { t[name] = .streams }
+        t["MIGRATE"] = .migrate
         return t
     }()
 
@@ -57,6 +61,11 @@ public enum CommandKeys {
             let rest = arguments.count - s - 1
             guard rest > 0, rest % 2 == 0 else { return nil }
             return Array(arguments[(s + 1)..<(s + 1 + rest / 2)])
+        case .migrate:
+            guard arguments.count > 5 else { return nil }
+            if !arguments[3].isEmpty { return [arguments[3]] }
+            guard let k = arguments[6...].firstIndex(where: { String(decoding: $0, as: UTF8.self).uppercased() == "KEYS" }) else { return nil }
+            return Array(arguments[(k + 1)...])
         }
     }
 

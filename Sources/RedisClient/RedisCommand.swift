@@ -71,6 +71,9 @@ public struct RedisError: Error, CustomStringConvertible, Sendable {
         case unexpectedReply
         /// The connection was closed by its owner.
         case closed
+        /// A Redis Cluster can't run this command as asked: its keys span hash slots (`CROSSSLOT`),
+        /// or nothing says which of its arguments are keys. A bug in the caller: retrying won't help.
+        case unroutable
     }
 
     public var kind: Kind

@@ -1,25 +1,25 @@
-import Foundation
-import NetIO
-import OpenSSLKit
 import Synchronization
 
-/// One Redis connection with its own I/O thread.
+/// Redis, as callers see it: pipelines of commands in, one reply per command out — from a single
+/// Redis or a Redis Cluster, found out on first use (`RedisConfiguration.topology`).
 ///
-/// Callers `await` batches of commands; the thread takes everything queued, writes it in one go
-/// (pipelining across callers too), reads the replies and resumes each caller once. So there is
-/// one thread hop per batch, never per command, and no blocking call ever runs on Swift's
-/// cooperative pool. The connection opens lazily and reopens after a failure with capped
-/// exponential back-off and jitter; a batch that was in flight when it broke fails with
-/// `connectionLost` (its commands may or may not have run), and the caller decides whether to retry.
+/// On a single Redis this is one `RedisNodeConnection` (one I/O thread; see there for
+/// pipelining, reconnects and what a lost connection means). On a cluster it keeps one
+/// `RedisNodeConnection` per primary and routes each command by its keys' hash slot
+/// (`CommandKeys`): a pipeline's commands for different nodes are sent concurrently, and the
+/// replies come back in the caller's order. Redirections, failovers and slot migrations are
+/// followed (`ClusterRouter`); a command whose keys span slots throws `unroutable`.
 ///
-/// A blocking command (`XREADGROUP … BLOCK`) holds the connection until it returns: give such
-/// readers a connection of their own.
+/// What differs on a cluster: commands on different nodes run in no particular order relative to
+/// each other (within a slot the order holds); a command without keys goes with its neighbours in
+/// the pipeline, or to any primary (`pipeline(_:on:)` chooses one); a multi-key command needs its
+/// keys in one slot, so blocking reads of several streams are split per slot by the caller
+/// (`keyGroups`); database 0 only.
 public final class RedisConnection: Sendable {
     public let configuration: RedisConfiguration
-    private let queue: JobQueue
-    private let counters: Counters
+    private let state: Mutex<State>
 
-    /// Counters for benchmarks and metrics.
+    /// Counters for benchmarks and metrics, summed over a cluster's node connections.
     public struct Stats: Sendable, Equatable {
         public init(roundTrips: Int, commands: Int, connects: Int, failures: Int = 0) {
             self.roundTrips = roundTrips; self.commands = commands; self.connects = connects; self.failures = failures
@@ -32,46 +32,81 @@ public final class RedisConnection: Sendable {
         public var failures: Int
     }
 
+    private enum Mode {
+        /// Not asked yet: `probe` asks the first seed (database 0); `single` is the connection a
+        /// single Redis would be used through (the probe itself for database 0).
+        case undecided(probe: RedisNodeConnection, single: RedisNodeConnection)
+        case standalone(RedisNodeConnection)
+        case cluster(ClusterRouter)
+        /// The configuration can't work with what answered (a database on a cluster, several
+        /// seeds of a single Redis): every call throws this.
+        case refused(RedisError)
+    }
+
+    private enum Route {
+        case standalone(RedisNodeConnection)
+        case cluster(ClusterRouter)
+    }
+
+    private struct State {
+        var mode: Mode
+        var detection: Task<Route, Error>?
+        var closed = false
+    }
+
     public init(configuration: RedisConfiguration) {
         self.configuration = configuration
-        self.queue = JobQueue()
-        self.counters = Counters()
-        let io = IOThreadState(configuration: configuration, queue: queue, counters: counters)
-        let thread = Thread { nameCurrentThread("redis-io"); io.run() }
-        thread.name = "redis-io"
-        thread.start()
+        let url = configuration.url
+        let mode: Mode
+        switch configuration.topology {
+        case .standalone:
+            mode = .standalone(RedisNodeConnection(configuration: configuration))
+        case .automatic, .cluster:
+            // The probe needs database 0: a cluster node refuses SELECT, so a connection that
+            // selects another database couldn't even ask.
+            let probe = RedisNodeConnection(configuration: configuration.node(url.seeds[0]))
+            let single = url.database == 0 ? probe : RedisNodeConnection(configuration: configuration)
+            mode = .undecided(probe: probe, single: single)
+        }
+        state = Mutex(State(mode: mode))
     }
-
-    deinit { queue.close() }
 
     public var stats: Stats {
-        Stats(roundTrips: counters.roundTrips.load(ordering: .relaxed),
-              commands: counters.commands.load(ordering: .relaxed),
-              connects: counters.connects.load(ordering: .relaxed), failures: counters.failures.load(ordering: .relaxed))
+        switch state.withLock({ $0.mode }) {
+        case .undecided(let probe, let single):
+            if probe === single { return probe.stats }
+            var total = probe.stats
+            total += single.stats
+            return total
+        case .standalone(let connection): return connection.stats
+        case .cluster(let router): return router.stats
+        case .refused: return Stats(roundTrips: 0, commands: 0, connects: 0)
+        }
     }
 
-    /// Sends `commands` as one pipeline and returns one reply per command, error replies
-    /// included as `.error` values. `EVALSHA` commands that meet `NOSCRIPT` are resent as `EVAL`.
-    /// `blocking` extends the reply timeout for a blocking command's BLOCK time. `limits` caps
-    /// what nested values of these replies may cost (bigger ones arrive as `.oversized`).
+    /// Sends `commands` as one pipeline (on a cluster: one per node, concurrently) and returns one
+    /// reply per command, in order, error replies included as `.error` values. `EVALSHA` commands
+    /// that meet `NOSCRIPT` are resent as `EVAL`. `blocking` extends the reply timeout for a
+    /// blocking command's BLOCK time. `limits` caps what nested values of these replies may cost
+    /// (bigger ones arrive as `.oversized`).
     public func pipeline(_ commands: [RedisCommand], blocking: Duration = .zero, limits: RESPDecoder.Limits? = nil) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
-        var bytes: [UInt8] = []
-        for command in commands {
-            command.checkKeys()
-            RESPEncoder.append(command.arguments, to: &bytes)
+        switch try await route() {
+        case .standalone(let connection): return try await connection.pipeline(commands, blocking: blocking, limits: limits)
+        case .cluster(let router): return try await router.pipeline(commands, on: nil, blocking: blocking, limits: limits)
         }
-        var replies = try await submit(bytes: bytes, count: commands.count, extra: blocking, limits: limits)
+    }
 
-        // A flushed or restarted Redis forgets scripts: send the source for those that missed.
-        let missed = replies.indices.filter { commands[$0].evalFallback != nil && replies[$0].errorMessage?.hasPrefix("NOSCRIPT") == true }
-        if !missed.isEmpty {
-            var retry: [UInt8] = []
-            for i in missed { RESPEncoder.append(commands[i].evalFallback!, to: &retry) }
-            let second = try await submit(bytes: retry, count: missed.count, extra: .zero, limits: limits)
-            for (i, reply) in zip(missed, second) { replies[i] = reply }
+    /// `commands` to one node of a cluster (`primaries()`, `keyGroups`): what a command without
+    /// keys is for (`INFO`, `SCAN`, `WAIT`, `SCRIPT FLUSH`). A keyed command the node doesn't
+    /// serve is redirected as usual. On a single Redis, the same as `pipeline(_:)`.
+    public func pipeline(_ commands: [RedisCommand], on node: RedisNodeAddress, blocking: Duration = .zero,
+                         limits: RESPDecoder.Limits? = nil) async throws -> [RESPValue] {
+        guard !commands.isEmpty else { return [] }
+        switch try await route() {
+        case .standalone(let connection): return try await connection.pipeline(commands, blocking: blocking, limits: limits)
+        case .cluster(let router): return try await router.pipeline(commands, on: node, blocking: blocking, limits: limits)
         }
-        return replies
     }
 
     /// Sends one command; an error reply throws `RedisError(.server)`.
@@ -88,275 +123,215 @@ public final class RedisConnection: Sendable {
 
     /// Why Redis refused this connection's `CLIENT SETNAME` (the connection works without the
     /// name), or nil.
-    public var clientNameRefusal: String? { counters.clientNameRefusal.withLock { $0 } }
-
-    /// Stops the I/O thread; queued and later commands fail with `closed`.
-    public func close() { queue.close() }
-
-    private func submit(bytes: [UInt8], count: Int, extra: Duration, limits: RESPDecoder.Limits?) async throws -> [RESPValue] {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.push(Job(bytes: bytes, replies: count, extra: extra, limits: limits, continuation: continuation))
+    public var clientNameRefusal: String? {
+        switch state.withLock({ $0.mode }) {
+        case .undecided(let probe, let single): return single.clientNameRefusal ?? probe.clientNameRefusal
+        case .standalone(let connection): return connection.clientNameRefusal
+        case .cluster(let router): return router.clientNameRefusal
+        case .refused: return nil
         }
     }
-}
 
-struct Job: Sendable {
-    let bytes: [UInt8]
-    let replies: Int
-    let extra: Duration
-    let limits: RESPDecoder.Limits?
-    let continuation: CheckedContinuation<[RESPValue], Error>
-}
-
-final class Counters: Sendable {
-    let clientNameRefusal = Mutex<String?>(nil)
-    let roundTrips = Atomic<Int>(0)
-    let commands = Atomic<Int>(0)
-    let connects = Atomic<Int>(0)
-    let failures = Atomic<Int>(0)
-}
-
-/// Jobs waiting for the I/O thread, guarded by a condition variable the thread sleeps on.
-final class JobQueue: @unchecked Sendable {
-    // All fields are read and written only with `condition` locked.
-    private let condition = NSCondition()
-    private var jobs: [Job] = []
-    private var closed = false
-
-    func push(_ job: Job) {
-        condition.lock()
-        if closed {
-            condition.unlock()
-            job.continuation.resume(throwing: RedisError(.closed, "the Redis connection was closed"))
-            return
+    /// Stops the I/O threads; queued and later commands fail with `closed`.
+    public func close() {
+        let mode = state.withLock { s in
+            s.closed = true
+            return s.mode
         }
-        jobs.append(job)
-        condition.signal()
-        condition.unlock()
+        RedisConnection.close(mode)
     }
 
-    func close() {
-        condition.lock()
-        closed = true
-        condition.broadcast()
-        condition.unlock()
+    private static func close(_ mode: Mode) {
+        switch mode {
+        case .undecided(let probe, let single):
+            probe.close()
+            single.close()
+        case .standalone(let connection): connection.close()
+        case .cluster(let router): router.close()
+        case .refused: break
+        }
     }
 
-    /// Everything queued, waiting for at least one job; nil once closed and drained.
-    func takeAll() -> [Job]? {
-        condition.lock()
-        defer { condition.unlock() }
-        while jobs.isEmpty && !closed { condition.wait() }
-        if closed {
-            let rest = jobs
-            jobs = []
-            for job in rest { job.continuation.resume(throwing: RedisError(.closed, "the Redis connection was closed")) }
-            return nil
+    // MARK: - Topology
+
+    /// A single Redis or a cluster (asking on first use).
+    public func topology() async throws -> RedisConfiguration.Topology {
+        switch try await route() {
+        case .standalone: return .standalone
+        case .cluster: return .cluster
         }
-        let all = jobs
-        jobs = []
-        return all
     }
 
-    /// Sleeps until `deadline` unless closed first; returns false if closed.
-    func sleep(until deadline: Deadline) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        while !closed && !deadline.hasPassed {
-            let seconds = Double(deadline.nanoseconds &- Deadline.now().nanoseconds) / 1e9
-            _ = condition.wait(until: Date(timeIntervalSinceNow: max(0, seconds)))
+    /// The primaries serving slots (one node on a single Redis).
+    public func primaries() async throws -> [RedisNodeAddress] {
+        switch try await route() {
+        case .standalone: return [configuration.url.seeds[0]]
+        case .cluster(let router): return router.map.primaries
         }
-        return !closed
-    }
-}
-
-/// The state only the I/O thread touches: the socket, the TLS session and the reply parser.
-/// `@unchecked Sendable` because it crosses into the thread once and is confined there after.
-final class IOThreadState: @unchecked Sendable {
-    let configuration: RedisConfiguration
-    let queue: JobQueue
-    let counters: Counters
-    private var stream: ByteStream?
-    private var decoder = RESPDecoder()
-    private var failures = 0
-    private var nextAttempt = Deadline(nanoseconds: 0)
-    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
-    private var tlsContext: TLSContext?
-
-    init(configuration: RedisConfiguration, queue: JobQueue, counters: Counters) {
-        self.configuration = configuration
-        self.queue = queue
-        self.counters = counters
     }
 
-    func run() {
-        while let jobs = queue.takeAll() {
-            execute(jobs)
+    /// The slot map routed by now; nil on a single Redis.
+    public func slotMap() async throws -> ClusterSlotMap? {
+        switch try await route() {
+        case .standalone: return nil
+        case .cluster(let router): return router.map
         }
-        stream?.close()
-        stream = nil
     }
 
-    private func execute(_ jobs: [Job]) {
-        let stream: ByteStream
-        do {
-            stream = try connectedStream()
-        } catch {
-            counters.failures.add(1, ordering: .relaxed)
-            fail(jobs, error)
-            return
-        }
-        var bytes: [UInt8]
-        if jobs.count == 1 {
-            bytes = jobs[0].bytes
-        } else {
-            bytes = []
-            bytes.reserveCapacity(jobs.reduce(0) { $0 + $1.bytes.count })
-            for job in jobs { bytes.append(contentsOf: job.bytes) }
-        }
-        let extra = jobs.map(\.extra).max() ?? .zero
-        let deadline = Deadline.after(configuration.commandTimeout + extra)
-        counters.roundTrips.add(1, ordering: .relaxed)
-        counters.commands.add(jobs.reduce(0) { $0 + $1.replies }, ordering: .relaxed)
-        var index = 0
-        do {
-            try bytes.withUnsafeBytes { try stream.writeAll($0, deadline: deadline) }
-            var replies: [RESPValue] = []
-            replies.reserveCapacity(jobs[0].replies)
-            decoder.limits = jobs[0].limits
-            while index < jobs.count {
-                if let reply = try decoder.next() {
-                    replies.append(reply)
-                    if replies.count == jobs[index].replies {
-                        jobs[index].continuation.resume(returning: replies)
-                        replies = []
-                        index += 1
-                        if index < jobs.count {
-                            replies.reserveCapacity(jobs[index].replies)
-                            decoder.limits = jobs[index].limits
-                        }
-                    }
-                    continue
-                }
-                let n = try readBuffer.withUnsafeMutableBytes { try stream.readSome(into: $0, deadline: deadline) }
-                try readBuffer.withUnsafeBytes { try decoder.feed(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+    /// Reads a cluster's slot map again now (nothing on a single Redis).
+    public func refreshSlotMap() async throws {
+        if case .cluster(let router) = try await route() { try await router.refreshMap() }
+    }
+
+    /// The node `key` is served by, as the map says now.
+    public func node(forKey key: String) async throws -> RedisNodeAddress {
+        try await keyGroups([key])[0].node
+    }
+
+    /// `keys` grouped so that each group can share one multi-key command (an `XREADGROUP` of
+    /// several streams): on a cluster, by hash slot, with the node serving it (a command's keys
+    /// must share a slot, not only a node); on a single Redis, one group. Groups come in the
+    /// order of their first key; each group keeps its keys' order.
+    public func keyGroups(_ keys: [String]) async throws -> [RedisKeyGroup] {
+        switch try await route() {
+        case .standalone:
+            return keys.isEmpty ? [] : [RedisKeyGroup(node: configuration.url.seeds[0], slot: nil, keys: keys)]
+        case .cluster(let router):
+            let map = router.map
+            let fallback = map.primaries.first ?? configuration.url.seeds[0]
+            return ClusterPipelinePlan.group(Array(keys.indices)) { CommandKeys.slot(Array(keys[$0].utf8)) }.map { group in
+                RedisKeyGroup(node: map.primary(forSlot: group.node) ?? fallback, slot: group.node, keys: group.indices.map { keys[$0] })
             }
-        } catch {
-            // The replies can no longer be matched to commands: drop the connection.
-            disconnect()
-            let mapped: RedisError
-            switch error {
-            case StreamError.timedOut(let what): mapped = RedisError(.timeout, "Redis \(configuration.url.host):\(configuration.url.port) timed out \(what)")
-            case let e as RESPDecoder.ProtocolError: mapped = RedisError(.connectionLost, e.description)
-            default: mapped = RedisError(.connectionLost, "lost the connection to Redis \(configuration.url.host):\(configuration.url.port): \(error)")
+        }
+    }
+
+    // MARK: - Deciding
+
+    private enum Step {
+        case ready(Route)
+        case wait(Task<Route, Error>)
+        case fail(RedisError)
+    }
+
+    private func route() async throws -> Route {
+        let step = state.withLock { s -> Step in
+            if s.closed { return .fail(RedisError(.closed, "the Redis connection was closed")) }
+            switch s.mode {
+            case .standalone(let connection): return .ready(.standalone(connection))
+            case .cluster(let router): return .ready(.cluster(router))
+            case .refused(let error): return .fail(error)
+            case .undecided(let probe, let single):
+                if let detection = s.detection { return .wait(detection) }
+                let detection = Task { try await self.decide(probe: probe, single: single) }
+                s.detection = detection
+                return .wait(detection)
             }
-            // Jobs before `index` were answered and resumed already; only the rest fail.
-            counters.failures.add(1, ordering: .relaxed)
-            fail(jobs[index...], mapped)
+        }
+        switch step {
+        case .ready(let route): return route
+        case .fail(let error): throw error
+        case .wait(let detection): return try await detection.value
         }
     }
 
-    private func fail(_ jobs: some Sequence<Job>, _ error: Error) {
-        for job in jobs { job.continuation.resume(throwing: error) }
-    }
-
-    private func disconnect() {
-        stream?.close()
-        stream = nil
-        decoder = RESPDecoder()
-    }
-
-    /// The open stream, reconnecting (after the back-off delay) if there is none or the server
-    /// hung up while it was idle.
-    private func connectedStream() throws -> ByteStream {
-        if let stream, !peerHungUp() { return stream }
-        disconnect()
-        if failures > 0 {
-            guard queue.sleep(until: nextAttempt) else { throw RedisError(.closed, "the Redis connection was closed") }
-        }
+    /// What the seeds are. Connection failures and the like are thrown and asked again on the
+    /// next call; a decision is kept.
+    private func decide(probe: RedisNodeConnection, single: RedisNodeConnection) async throws -> Route {
+        let outcome: Outcome
         do {
-            let stream = try open()
-            self.stream = stream
-            failures = 0
-            counters.connects.add(1, ordering: .relaxed)
-            return stream
+            outcome = try await detect(probe: probe, single: single)
         } catch {
-            failures += 1
-            let delay = configuration.backoff.delay(afterFailures: failures, random: Double.random(in: 0...1))
-            nextAttempt = Deadline.after(delay)
-            if let e = error as? RedisError { throw e }
-            throw RedisError(.connectionFailed, "cannot connect to Redis \(configuration.url): \(error)")
+            state.withLock { $0.detection = nil }
+            throw error
         }
+        let (route, closed) = state.withLock { s -> (Route?, Bool) in
+            s.detection = nil
+            switch outcome {
+            case .standalone:
+                s.mode = .standalone(single)
+                return (.standalone(single), s.closed)
+            case .standaloneThisOnce:
+                return (.standalone(single), s.closed)
+            case .cluster(let router):
+                s.mode = .cluster(router)
+                return (.cluster(router), s.closed)
+            case .refused(let error):
+                s.mode = .refused(error)
+                return (nil, s.closed)
+            }
+        }
+        switch outcome {
+        case .standalone where probe !== single: probe.close()
+        case .cluster, .refused:
+            probe.close()
+            single.close()
+        default: break
+        }
+        if closed, let route {
+            // Closed while deciding: what the decision opened goes too.
+            if case .cluster(let router) = route { router.close() } else { single.close() }
+        }
+        if case .refused(let error) = outcome { throw error }
+        return route!
     }
 
-    /// An idle connection whose server went away (restart, `timeout` config) reads as EOF: find
-    /// out before writing a batch into it.
-    private func peerHungUp() -> Bool {
-        guard let plain = stream as? PlainStream else { return tlsHungUp() }
-        var p = pollfd(fd: plain.socket.fd, events: Int16(POLLIN), revents: 0)
-        return poll(&p, 1, 0) > 0  // RESP never sends unsolicited data on a request connection
+    private enum Outcome {
+        case standalone
+        /// Busy or loading: this call goes to the single connection, the next asks again.
+        case standaloneThisOnce
+        case cluster(ClusterRouter)
+        case refused(RedisError)
     }
 
-    private func tlsHungUp() -> Bool {
-        guard let tls = stream as? TLSStream else { return false }
-        var p = pollfd(fd: tls.socket.fd, events: Int16(POLLIN) | pollRDHUP, revents: 0)
-        // TLS 1.3 may deliver session tickets after the handshake; only a hang-up counts.
-        return poll(&p, 1, 0) > 0 && (p.revents & (Int16(POLLHUP | POLLERR) | pollRDHUP)) != 0
-    }
-
-    private func open() throws -> ByteStream {
+    private func detect(probe: RedisNodeConnection, single: RedisNodeConnection) async throws -> Outcome {
         let url = configuration.url
-        let deadline = Deadline.after(configuration.connectTimeout)
-        let socket = try Socket.connectTCP(host: url.host, port: url.port, timeout: configuration.connectTimeout)
-        let stream: ByteStream
-        if url.tls {
-            if tlsContext == nil {
-                do {
-                    tlsContext = try TLSContext.client(verifyPeer: url.verifyPeer, caFile: url.caFile, alpn: [])
-                } catch {
-                    throw RedisError(.connectionFailed, "TLS setup for \(url) failed: \(error)")
-                }
-            }
-            stream = try TLSStream(socket: socket, context: tlsContext!, serverName: url.serverName ?? url.host, deadline: deadline)
-        } else {
-            stream = PlainStream(socket: socket)
-        }
-        // AUTH, SELECT and CLIENT SETNAME in one round trip.
-        var hello: [(RedisCommand, RedisError.Kind)] = []
-        if let password = url.password {
-            if let user = url.username { hello.append((RedisCommand("AUTH", user, password), .authentication)) }
-            else { hello.append((RedisCommand("AUTH", password), .authentication)) }
-        }
-        if url.database != 0 { hello.append((RedisCommand("SELECT", url.database), .authentication)) }
-        let named = configuration.clientName != nil
-        if let name = configuration.clientName { hello.append((RedisCommand("CLIENT", "SETNAME", name), .connectionFailed)) }
-        if hello.isEmpty { return stream }
-        var bytes: [UInt8] = []
-        for (command, _) in hello { RESPEncoder.append(command.arguments, to: &bytes) }
-        try bytes.withUnsafeBytes { try stream.writeAll($0, deadline: deadline) }
-        var replies: [RESPValue] = []
-        while replies.count < hello.count {
-            if let reply = try decoder.next() { replies.append(reply); continue }
-            let n = try readBuffer.withUnsafeMutableBytes { try stream.readSome(into: $0, deadline: deadline) }
-            try readBuffer.withUnsafeBytes { try decoder.feed(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
-        }
-        for (index, ((command, kind), reply)) in zip(hello, replies).enumerated() {
-            if named, index == hello.count - 1, let message = reply.errorMessage {
-                // The name only labels the connection in CLIENT LIST: an ACL user without
-                // `client|setname` still works, and the owner is told why the name is missing.
-                counters.clientNameRefusal.withLock { $0 = String(message.prefix(300)) }
+        if configuration.topology == .cluster { return try await startCluster() }
+        var lastError: Error?
+        for (index, seed) in url.seeds.enumerated() {
+            let asking = index == 0 ? probe : RedisNodeConnection(configuration: configuration.node(seed))
+            defer { if index > 0 { asking.close() } }
+            let reply: RESPValue
+            do {
+                reply = try await asking.pipeline([RedisCommand("INFO", "cluster")])[0]
+            } catch let error as RedisError where error.isConnectionProblem && index < url.seeds.count - 1 {
+                lastError = error
                 continue
             }
-            if let message = reply.errorMessage {
-                stream.close()
-                decoder = RESPDecoder()
-                // Never echo arguments: AUTH carries the password.
-                throw RedisError(kind, "Redis \(url) refused \(command.name): \(message)")
+            if let info = reply.string {
+                if info.contains("cluster_enabled:1") { return try await startCluster() }
+                if !url.additionalSeeds.isEmpty {
+                    return .refused(RedisError(.authentication, "\(url.seeds.count) seeds are given (\(url)), but \(seed) is not a cluster node (cluster_enabled:0): give a single Redis one host"))
+                }
+                return .standalone
             }
+            // `INFO` refused: LOADING or BUSY will pass; anything else (an ACL without INFO) is a
+            // Redis that doesn't say, used as a single one.
+            let message = reply.errorMessage ?? ""
+            if message.hasPrefix("LOADING") || message.hasPrefix("BUSY") { return .standaloneThisOnce }
+            return .standalone
         }
-        return stream
+        throw lastError ?? RedisError(.connectionFailed, "no Redis seed answered (\(url))")
+    }
+
+    private func startCluster() async throws -> Outcome {
+        let url = configuration.url
+        if url.database != 0 {
+            return .refused(RedisError(.authentication, "\(url) is a Redis Cluster, which has database 0 only: remove /\(url.database) from the URL (keys are told apart by their prefix)"))
+        }
+        return .cluster(try await ClusterRouter.start(configuration: configuration))
     }
 }
 
-/// Linux's POLLRDHUP (peer closed its writing half); Glibc's module doesn't export the macro.
-private let pollRDHUP: Int16 = 0x2000
+/// Keys that may share one multi-key command, and the node that serves them.
+public struct RedisKeyGroup: Sendable, Equatable {
+    public var node: RedisNodeAddress
+    /// Their hash slot on a cluster; nil on a single Redis (any keys may go together).
+    public var slot: Int?
+    public var keys: [String]
+
+    public init(node: RedisNodeAddress, slot: Int?, keys: [String]) {
+        self.node = node
+        self.slot = slot
+        self.keys = keys
+    }
+}

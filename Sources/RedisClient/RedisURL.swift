@@ -1,7 +1,9 @@
 import Foundation
 
 /// Where and how to reach Redis: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for
-/// TLS. TLS options ride in the query: `?ca=/path/ca.pem` trusts that CA (default: the system's),
+/// TLS. A cluster may be given several seeds, comma-separated: `redis://h1:7000,h2:7001,h3`
+/// (each with its own port, 6379 when left out; one is enough, the others are asked when it
+/// doesn't answer). TLS options ride in the query: `?ca=/path/ca.pem` trusts that CA (default: the system's),
 /// `?verify=false` turns certificate verification off (logged loudly by the caller), and
 /// `?sni=name` sets the server name checked against the certificate (default: the host).
 public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
@@ -14,6 +16,11 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
     public var caFile: String?
     public var verifyPeer: Bool
     public var serverName: String?
+    /// The seeds after the first (`host`, `port`): `redis://h1:1,h2:2` has `h2:2` here.
+    public var additionalSeeds: [RedisNodeAddress]
+
+    /// Every seed, the URL's `host:port` first.
+    public var seeds: [RedisNodeAddress] { [RedisNodeAddress(host: host, port: port)] + additionalSeeds }
 
     public struct ParseError: Error, CustomStringConvertible, Sendable {
         public var description: String
@@ -21,10 +28,10 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
 
     public init(tls: Bool = false, host: String = "127.0.0.1", port: Int = 6379, username: String? = nil,
                 password: String? = nil, database: Int = 0, caFile: String? = nil, verifyPeer: Bool = true,
-                serverName: String? = nil) {
+                serverName: String? = nil, additionalSeeds: [RedisNodeAddress] = []) {
         self.tls = tls; self.host = host; self.port = port; self.username = username
         self.password = password; self.database = database; self.caFile = caFile
-        self.verifyPeer = verifyPeer; self.serverName = serverName
+        self.verifyPeer = verifyPeer; self.serverName = serverName; self.additionalSeeds = additionalSeeds
     }
 
     public init(_ string: String) throws {
@@ -55,24 +62,13 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             }
         }
 
-        var portText: Substring? = nil
-        if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { throw fail("unterminated IPv6 address") }
-            host = String(rest[rest.index(after: rest.startIndex)..<close])
-            let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty { throw fail("unexpected text after the IPv6 address") }
-        } else if let colon = rest.lastIndex(of: ":") {
-            host = String(rest[..<colon]); portText = rest[rest.index(after: colon)...]
-        } else {
-            host = String(rest)
+        var seeds: [RedisNodeAddress] = []
+        for part in rest.split(separator: ",", omittingEmptySubsequences: false) {
+            seeds.append(try RedisURL.seed(part, fail))
         }
-        guard !host.isEmpty else { throw fail("the host is missing") }
-        if let portText {
-            guard let p = Int(portText), (1...65535).contains(p) else { throw fail("the port must be 1-65535, got '\(portText)'") }
-            port = p
-        } else {
-            port = 6379
-        }
+        host = seeds[0].host
+        port = seeds[0].port
+        additionalSeeds = Array(seeds.dropFirst())
         if path.isEmpty {
             database = 0
         } else {
@@ -102,6 +98,26 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// One `host[:port]` (or `[v6]:port`) of the authority.
+    private static func seed(_ text: Substring, _ fail: (String) -> ParseError) throws -> RedisNodeAddress {
+        let host: String
+        var portText: Substring? = nil
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { throw fail("unterminated IPv6 address") }
+            host = String(text[text.index(after: text.startIndex)..<close])
+            let after = text[text.index(after: close)...]
+            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty { throw fail("unexpected text after the IPv6 address") }
+        } else if let colon = text.lastIndex(of: ":") {
+            host = String(text[..<colon]); portText = text[text.index(after: colon)...]
+        } else {
+            host = String(text)
+        }
+        guard !host.isEmpty else { throw fail("the host is missing") }
+        guard let portText else { return RedisNodeAddress(host: host, port: 6379) }
+        guard let p = Int(portText), (1...65535).contains(p) else { throw fail("the port must be 1-65535, got '\(portText)'") }
+        return RedisNodeAddress(host: host, port: p)
+    }
+
     /// The URL with the password replaced by `***`: safe for logs.
     public var description: String {
         var s = tls ? "rediss://" : "redis://"
@@ -110,8 +126,7 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
             if password != nil { s += ":***" }
             s += "@"
         }
-        s += host.contains(":") ? "[\(host)]" : host
-        s += ":\(port)"
+        s += seeds.map(\.description).joined(separator: ",")
         if database != 0 { s += "/\(database)" }
         if !verifyPeer { s += "?verify=false" }
         return s

@@ -115,7 +115,7 @@ public final class RedisServer: @unchecked Sendable {
     private static func answeringPID(port: Int, tls: TLSFiles?) async -> Int32?? {
         var url = RedisURL(tls: tls != nil, host: "127.0.0.1", port: port)
         if let tls { url.caFile = tls.ca }
-        let connection = RedisConnection(configuration: RedisConfiguration(url: url, connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
+        let connection = RedisNodeConnection(configuration: RedisConfiguration(url: url, connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
         defer { connection.close() }
         guard let reply = try? await connection.pipeline([RedisCommand("INFO", "server")])[0] else { return nil }
         guard let info = reply.string else { return .some(nil) }
