@@ -27,7 +27,8 @@ public final class Worker: Sendable {
     public let settings: Settings
     public let consumer: String
     public let stats: WorkerStats
-    private let reader: RedisConnection
+    /// The blocking reads of the input streams (one connection, or one per slot on a cluster).
+    private let streamReader: StreamReader
     private let redis: RedisConnection
     private let logger: Logger
     private let conditions: ConditionLog
@@ -87,10 +88,10 @@ public final class Worker: Sendable {
         readerConfig.clientName = "activitycast-reader-\(consumer)"
         var commandConfig = settings.redisConfiguration
         commandConfig.clientName = "activitycast-\(consumer)"
-        self.reader = RedisConnection(configuration: readerConfig)
+        self.streamReader = StreamReader(configuration: readerConfig)
         let redis = RedisConnection(configuration: commandConfig)
         self.redis = redis
-        self.groupLoss = GroupLoss(connections: [reader, redis])
+        self.groupLoss = GroupLoss(connections: [streamReader.main, redis])
         var sliceConfig = settings.redisConfiguration
         sliceConfig.clientName = "activitycast-slicework-\(consumer)"
         let sliceRedis = RedisConnection(configuration: sliceConfig)
@@ -141,7 +142,7 @@ public final class Worker: Sendable {
     public enum Mode: Sendable { case full, decodeOnly }
 
     deinit {
-        reader.close()
+        streamReader.close()
         redis.close()
         sliceRedis.close()
         apns?.shutdown()
@@ -167,7 +168,7 @@ public final class Worker: Sendable {
 
     /// Redis round trips and commands of both connections, for the benchmark.
     public var redisStats: RedisConnection.Stats {
-        let a = reader.stats, b = redis.stats
+        let a = streamReader.stats, b = redis.stats
         return .init(roundTrips: a.roundTrips + b.roundTrips, commands: a.commands + b.commands, connects: a.connects + b.connects,
                      failures: a.failures + b.failures)
     }
@@ -273,28 +274,15 @@ public final class Worker: Sendable {
     private func read(_ healthy: [Settings.Feed]) async -> Result<[StreamRead], Error>? {
         let room = settings.maxInFlight - inFlight.load(ordering: .relaxed)
         let count = max(1, min(settings.batchSize, room / healthy.count))
-        let reader = self.reader, group = settings.group, consumer = self.consumer, block = settings.block
-        let limits = processor.readLimits
-        let read = Task { () -> Result<[StreamRead], Error> in
-            do {
-                let reply = try await reader.pipeline([.xreadgroup(group: group, consumer: consumer, count: count, block: block,
-                                                                   streams: healthy.map { ($0.stream, ">") })],
-                                                      blocking: block, limits: limits)[0]
-                return .success(try StreamReplies.read(reply))
-            } catch {
-                return .failure(error)
-            }
-        }
-        if let result = await stop.race({ await read.value }) { return result }
-        // Stopping with a read in flight: what it delivers is this worker's to finish, so wait for
-        // it (it returns within `block`) — unless Redis is frozen past the deadline.
-        return await StopSignal.within(drainDeadline) { await read.value }
+        return await streamReader.read(healthy.map(\.stream), group: settings.group, consumer: consumer, count: count, block: settings.block,
+                                  limits: processor.readLimits, stop: stop, deadline: { [self] in drainDeadline })
     }
 
     /// Each stream's batch goes to the processor on its own task.
     private func dispatch(_ reads: [StreamRead], healthy: [Settings.Feed], completed: AsyncStream<Int>.Continuation) {
         for read in reads where !read.entries.isEmpty {
-            guard let feed = healthy.first(where: { $0.stream == read.stream }) else { continue }
+            // Any input stream: a read on a cluster may come back after its stream was set aside.
+            guard let feed = settings.inputStreams.first(where: { $0.stream == read.stream }) else { continue }
             let n = read.entries.count
             inFlight.add(n, ordering: .relaxed)
             stats.stream(feed.stream)?.read.add(n, ordering: .relaxed)

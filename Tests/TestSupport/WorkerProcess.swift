@@ -16,8 +16,14 @@ public func activitycastExecutable() throws -> String {
 /// Runs `activitycast` with `ACTIVITYCAST_*` settings as environment variables and JSON logs.
 public func startActivitycast(_ arguments: [String], redis: RedisServer, settings: [String: String] = [:], logName: String,
                               output: ChildProcess.Output = .files) throws -> ChildProcess {
+    try startActivitycast(arguments, redisURL: redis.urlString, settings: settings, logName: logName, output: output)
+}
+
+/// The same against any Redis URL (a cluster's seeds).
+public func startActivitycast(_ arguments: [String], redisURL: String, settings: [String: String] = [:], logName: String,
+                              output: ChildProcess.Output = .files) throws -> ChildProcess {
     // Ops endpoints off unless a test asks for them: every worker would take the default port.
-    var env = ["ACTIVITYCAST_REDIS_URL": redis.urlString, "ACTIVITYCAST_LOG_FORMAT": "json", "ACTIVITYCAST_OPS_LISTEN": "off"]
+    var env = ["ACTIVITYCAST_REDIS_URL": redisURL, "ACTIVITYCAST_LOG_FORMAT": "json", "ACTIVITYCAST_OPS_LISTEN": "off"]
     for (k, v) in settings { env["ACTIVITYCAST_" + k.uppercased().replacingOccurrences(of: ".", with: "_")] = v }
     return try ChildProcess(executable: try activitycastExecutable(), arguments: arguments, environment: env, logName: logName, output: output)
 }

@@ -1,0 +1,97 @@
+import ActivityCastCore
+import ActivityCastSettings
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// The worker on a Redis Cluster of 3 primaries and 3 replicas that the test starts on loopback
+/// ports (and stops by PID): the same send path, its keys spread over the nodes by hash slot.
+@Suite(.serialized) struct ClusterWorkerTests {
+    /// A whole match with two workers: the feed stream, the registrations stream and the slices
+    /// stream sit in different slots (so on different nodes or not, never in one command), and
+    /// every kind of device ends on the final state — per token, on the channel, started by a
+    /// push-to-start — with nothing dead-lettered or left pending.
+    @Test func aWholeMatchOnAClusterReachesEveryDevice() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess()
+        let redis = try cluster.connection()
+        defer { redis.close() }
+        let prefix = "c\(UInt32.random(in: 0...UInt32.max))"
+        let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 2), "prefix": prefix])
+        let reg = settings.registrationsStream, sports = settings.feeds[0].stream
+        // The premise: the input streams are in different slots.
+        let groups = try await redis.keyGroups(settings.inputStreams.map(\.stream) + [settings.keys.slices])
+        #expect(groups.count >= 3, "the streams share slots: \(groups)")
+        func worker(_ name: String) throws -> ChildProcess {
+            var env = sandbox.settings
+            env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "5000",
+                       "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
+            return try startActivitycast(["worker", "--consumer", name], redisURL: cluster.urlString(seeds: 2), settings: env, logName: name)
+        }
+        let w1 = try worker("w1"), w2 = try worker("w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        func add(_ stream: String, _ fields: [(String, String)]) async throws {
+            _ = try await redis.send(RedisCommand("XADD", [stream, "*"] + fields.flatMap { [$0.0, $0.1] as [any RedisArgument] }))
+        }
+        func drainedAll() async -> Bool {
+            for s in settings.inputStreams.map(\.stream) + [settings.keys.slices] {
+                guard let reply = try? await redis.send(RedisCommand("XINFO", "GROUPS", s)), let groups = reply.array else { return false }
+                for g in groups {
+                    let fields = g.array ?? []
+                    var values: [String: RESPValue] = [:]
+                    var i = 0
+                    while i + 1 < fields.count { values[fields[i].string ?? ""] = fields[i + 1]; i += 2 }
+                    if (values["pending"]?.int ?? 1) != 0 || (values["lag"]?.int ?? 0) != 0 { return false }
+                }
+            }
+            return true
+        }
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        let starter = String(repeating: "c3", count: 32), onChannel = String(repeating: "b2", count: 32)
+        // 40 per-token devices (registrations over 64 bytes: a hash table): a fan-out of 4 slices
+        // of about 16, on the slices stream for both workers.
+        let perToken = (0..<40).map { String(format: "%064x", 0xc1_0000 + $0) }
+        try await add(reg, [("type", "start.token"), ("ts", next()), ("device", "c"), ("activity_type", "MatchActivityAttributes"),
+                            ("token", starter), ("env", "development")])
+        try await add(reg, [("type", "follow"), ("ts", next()), ("device", "c"), ("target", "team:ars")])
+        try await add(sports, [("type", "match.scheduled"), ("ts", next()), ("match", "k1"), ("home", "ars"), ("away", "che"),
+                               ("kickoff", String(ts + 600_000))])
+        for (i, token) in perToken.enumerated() {
+            try await add(reg, [("type", "activity.token"), ("ts", next()), ("device", "a\(i)"), ("key", "match:k1"), ("activity", "A\(i)"),
+                                ("token", token), ("env", "development")])
+        }
+        try await add(reg, [("type", "activity.token"), ("ts", next()), ("device", "b"), ("key", "match:k1"), ("activity", "B"),
+                            ("token", onChannel), ("env", "development"), ("broadcast", "true")])
+        #expect(await eventually(timeout: .seconds(60)) { await drainedAll() })
+        try await add(sports, [("type", "match.started"), ("ts", next()), ("match", "k1"), ("home", "ars"), ("away", "che")])
+        try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "k1"), ("home_score", "1"), ("away_score", "0"),
+                               ("clock", "15'"), ("period", "first_half")])
+        try await add(sports, [("type", "match.moment"), ("ts", next()), ("match", "k1"), ("moment", "goal"), ("team", "home"),
+                               ("player", "B. Saka"), ("clock", "70'"), ("home_score", "2"), ("away_score", "0")])
+        try await add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "k1"), ("home_score", "2"), ("away_score", "1")])
+        #expect(await eventually(timeout: .seconds(60)) { await drainedAll() })
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+
+        func state(_ token: String) async throws -> [String: Any] {
+            (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
+        }
+        var ended = 0
+        for token in perToken {
+            let s = try await state(token)
+            if s["homeScore"] as? Int == 2, s["awayScore"] as? Int == 1, s["period"] as? String == "full_time" { ended += 1 }
+        }
+        #expect(ended == perToken.count, "\(ended) of \(perToken.count) per-token devices on the final state")
+        let channelID = try #require(try await redis.send(RedisCommand("HGET", "\(prefix):{match:k1}:channels", "development")).string?
+            .split(separator: " ").first.map(String.init))
+        let channel = (try await sandbox.get("/sandbox/channels/\(channelID)"))?["contentState"] as? [String: Any] ?? [:]
+        #expect(channel["homeScore"] as? Int == 2 && channel["awayScore"] as? Int == 1, "the channel: \(channel)")
+        #expect((try await sandbox.get("/sandbox/devices/\(starter)"))?["startsReceived"] as? Int == 1)
+        // The keys really are spread: the key's state and the streams sit on more than one node.
+        let nodes = Set(try await redis.keyGroups(["\(prefix):{match:k1}:state", reg, sports, settings.keys.slices]).map(\.node))
+        #expect(nodes.count >= 2)
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+    }
+}
