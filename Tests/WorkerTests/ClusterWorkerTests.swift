@@ -94,4 +94,90 @@ import TestSupport
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
     }
+
+    /// The primary holding the feed stream SIGKILLed in the middle of a match, its replica promoted
+    /// by the cluster: the workers carry on by themselves (the client refreshes its slot map),
+    /// every event published before and after (each confirmed by `WAIT 1`) reaches every device,
+    /// and the workers stop cleanly.
+    @Test func aFailoverMidMatchLosesNothing() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess()
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        let prefix = "f\(UInt32.random(in: 0...UInt32.max))"
+        let url = cluster.urlString(seeds: 3)
+        let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix])
+        let reg = settings.registrationsStream, sports = settings.feeds[0].stream
+        func worker(_ name: String) throws -> ChildProcess {
+            var env = sandbox.settings
+            env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "3000",
+                       "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
+            return try startActivitycast(["worker", "--consumer", name], redisURL: url, settings: env, logName: name)
+        }
+        let w1 = try worker("w1"), w2 = try worker("w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        /// Published once, and (`replicated`) on the node's replica too: `WAIT` goes with the
+        /// `XADD` before it, to its node. (After the failover the promoted node has no replica left.)
+        var replicated = true
+        func add(_ stream: String, _ fields: [(String, String)]) async throws {
+            let deadline = ContinuousClock.now + .seconds(20)
+            var last = ""
+            var added = false
+            while ContinuousClock.now < deadline {
+                do {
+                    var commands: [RedisCommand] = []
+                    if !added { commands.append(RedisCommand("XADD", [stream, "*"] + fields.flatMap { [$0.0, $0.1] as [any RedisArgument] })) }
+                    if replicated { commands.append(RedisCommand("WAIT", 1, 1000)) }
+                    let replies = try await redis.pipeline(commands)
+                    if !added {
+                        if let e = replies[0].errorMessage { throw RedisError(.server, e) }
+                        added = true
+                    }
+                    if !replicated || (replies.last?.int ?? 0) >= 1 { return }
+                    last = "\(replies)"
+                } catch {
+                    last = "\(error)"
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            Issue.record("could not publish to \(stream) in 20 s: \(last)")
+        }
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        let tokens = (0..<40).map { String(format: "%064x", 0xf1_0000 + $0) }
+        for (i, token) in tokens.enumerated() {
+            try await add(reg, [("type", "activity.token"), ("ts", next()), ("device", "d\(i)"), ("key", "match:f1"), ("activity", "A\(i)"),
+                                ("token", token), ("env", "development")])
+        }
+        try await add(sports, [("type", "match.started"), ("ts", next()), ("match", "f1"), ("home", "ars"), ("away", "che")])
+        for minute in 1...5 {
+            try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "f1"), ("home_score", "0"), ("away_score", "0"),
+                                   ("clock", "\(minute)'"), ("period", "first_half")])
+        }
+        // Mid-match: the feed stream's primary dies.
+        let victim = try await cluster.primaryPort(forKey: sports)
+        await cluster.kill(port: victim)
+        let promoted = try await cluster.waitForPromotion(of: victim)
+        replicated = false
+        #expect(promoted != victim)
+        for minute in 6...10 {
+            try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "f1"), ("home_score", "\(minute - 5)"), ("away_score", "0"),
+                                   ("clock", "\(minute)'"), ("period", "first_half")])
+        }
+        try await add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "f1"), ("home_score", "5"), ("away_score", "1")])
+        func finals() async throws -> Int {
+            var n = 0
+            for token in tokens {
+                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
+                if s["homeScore"] as? Int == 5, s["awayScore"] as? Int == 1, s["period"] as? String == "full_time" { n += 1 }
+            }
+            return n
+        }
+        let reached = await eventually(timeout: .seconds(60)) { (try? await finals()) == tokens.count }
+        let count = (try? await finals()) ?? -1
+        #expect(reached, "\(count) of \(tokens.count) devices on the final state after the failover")
+        #expect(w1.isRunning && w2.isRunning, "a worker died with the node")
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+    }
 }
