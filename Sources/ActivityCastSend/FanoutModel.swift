@@ -207,102 +207,124 @@ public struct FanoutModel: Equatable, Sendable {
     public mutating func step(_ call: FanoutStepCall, registered: ([String]) -> Bool = { !$0.isEmpty }, scan: (Scan) -> UInt64?) -> Step {
         let gen = call.gen, j = call.slice, now = call.nowMillis
         guard var record = records[gen] else { return .gone }
-        let member = Self.member(gen, j)
-        let n = call.slices == 0 ? record.slices : call.slices
         if record.left > 0, record.run != run, newest?.gen == gen {
             // Another Redis process: another scan order. Every slice starts again.
-            record.progress = [:]
-            record.waiting = [:]
-            record.due = [:]
-            record.queued = false
-            record.left = record.slices
-            record.run = run
-            record.restarted = true
+            record = Record(slices: record.slices, left: record.slices, broadcastDone: record.broadcastDone, queued: false,
+                            hasEntry: record.hasEntry, run: run, restarted: true)
             records[gen] = record
             return .relaid(slices: record.slices)
         }
-        let progress = record.progress[j]
-        if progress == .done { return .done(left: record.left) }
-        let (lo, hi) = SliceMath.bounds(index: j, count: n)
-        var pos = lo
-        var inFlight: (range: FanoutBatchRange, last: Bool)?
-        // The range is sent and tokens wait (`round` batches of them sent), or a batch of them is out.
-        var round: Int?, out: Int?
-        switch progress {
-        case .at(let place)?: pos = place
-        case .inFlight(let range, let last)?: inFlight = (range, last)
-        case .waiting(let r)?: round = r
-        case .retrying(let r)?: out = r
-        case .done?, nil: break
-        }
-        var waiting = record.waiting[j] ?? [], due = record.due[j] ?? 0
-        func wait(for list: [FanoutWaiting], at: Int64) {
-            (waiting, due) = (list, at)
-            record.waiting[j] = list.isEmpty ? nil : list
-            record.due[j] = list.isEmpty ? nil : at
-        }
-        if let batch = inFlight, call.confirm == .range(batch.range) {
-            leases[member] = nil
-            if !call.failing.isEmpty { wait(for: waiting + call.failing, at: max(due, now + call.retryAfterMillis)) }
-            if batch.last {
-                if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
-                record.progress[j] = .waiting(round: 0)
-                round = 0
-            } else {
-                record.progress[j] = .at(batch.range.to)
-                pos = batch.range.to
-            }
-            inFlight = nil
-        } else if let r = out, call.confirm == .waiting(round: r) {
-            leases[member] = nil
-            wait(for: call.failing, at: now + call.retryAfterMillis)
-            if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
-            record.progress[j] = .waiting(round: r)
-            (round, out) = (r, nil)
-        }
+        if record.progress[j] == .done { return .done(left: record.left) }
+        let n = call.slices == 0 ? record.slices : call.slices
+        var at = Position(record.progress[j], bounds: SliceMath.bounds(index: j, count: n))
+        if let finished = confirm(call, &record, &at) { return finished }
         if call.want == 0 {
             records[gen] = record
             return .paused(left: record.left)
         }
         // Another worker's batch keeps its lease, superseded or not.
-        if inFlight != nil || out != nil, let end = leases[member], end > now {
+        if at.inFlight != nil || at.out != nil, let end = leases[Self.member(gen, j)], end > now {
             records[gen] = record
             return .busy(msLeft: end - now)
         }
         if newest?.gen != gen { return .superseded(left: final(gen, j, &record)) }
-        let fresh: FanoutResent = record.restarted ? .afterRestart : .fresh
         // Ended leases go, whoever's; a live one of another fan-out (an older one) makes this wait.
         leases = leases.filter { $0.value > now }
         if leases.keys.contains(where: { !$0.hasPrefix(gen + "|") }) {
             records[gen] = record
             return .wait(left: record.left)
         }
-        // The waiting tokens, when due (at once after a takeover: its worker stopped with them).
+        return handOut(call, &record, at, registered: registered, scan: scan)
+    }
+
+    /// Where a slice stands before a step: a place in its range, a range batch in flight, its range
+    /// sent with tokens waiting (`round` batches of them sent), or a batch of them out (`out`).
+    private struct Position {
+        var lo: UInt64, hi: UInt64
+        var pos: UInt64
+        var inFlight: (range: FanoutBatchRange, last: Bool)?
+        var round: Int?
+        var out: Int?
+
+        init(_ progress: Progress?, bounds: (lo: UInt64, hi: UInt64)) {
+            (lo, hi, pos) = (bounds.lo, bounds.hi, bounds.lo)
+            switch progress {
+            case .at(let place)?: pos = place
+            case .inFlight(let range, let last)?: inFlight = (range, last)
+            case .waiting(let r)?: round = r
+            case .retrying(let r)?: out = r
+            case .done?, nil: break
+            }
+        }
+    }
+
+    /// Records the caller's batch as sent, if it is the one in flight; its failing tokens wait.
+    /// Returns `finished` when that ends the slice.
+    private mutating func confirm(_ call: FanoutStepCall, _ record: inout Record, _ at: inout Position) -> Step? {
+        let gen = call.gen, j = call.slice, now = call.nowMillis
+        let waiting = record.waiting[j] ?? []
+        if let batch = at.inFlight, call.confirm == .range(batch.range) {
+            leases[Self.member(gen, j)] = nil
+            if !call.failing.isEmpty { Self.wait(&record, j, waiting + call.failing, at: max(record.due[j] ?? 0, now + call.retryAfterMillis)) }
+            at.inFlight = nil
+            guard batch.last else {
+                record.progress[j] = .at(batch.range.to)
+                at.pos = batch.range.to
+                return nil
+            }
+        } else if let r = at.out, call.confirm == .waiting(round: r) {
+            leases[Self.member(gen, j)] = nil
+            Self.wait(&record, j, call.failing, at: now + call.retryAfterMillis)
+            (at.out, at.round) = (nil, r)
+        } else {
+            return nil
+        }
+        // The range is sent (or a round of waiting tokens): what still waits, else the slice is done.
+        if record.waiting[j] == nil { return .finished(left: final(gen, j, &record)) }
+        let r = at.round ?? 0
+        record.progress[j] = .waiting(round: r)
+        at.round = r
+        return nil
+    }
+
+    /// Slice `j`'s waiting tokens become `list`, due at `at` (none: both go).
+    private static func wait(_ record: inout Record, _ j: Int, _ list: [FanoutWaiting], at: Int64) {
+        record.waiting[j] = list.isEmpty ? nil : list
+        record.due[j] = list.isEmpty ? nil : at
+    }
+
+    /// The next batch: the waiting tokens when due (at once after a takeover: its worker stopped
+    /// with them), a range batch taken over, or the next range batch; once the range holds nothing
+    /// more, the waiting tokens, else the slice is done.
+    private mutating func handOut(_ call: FanoutStepCall, _ record: inout Record, _ at: Position, registered: ([String]) -> Bool,
+                                  scan: (Scan) -> UInt64?) -> Step {
+        let gen = call.gen, j = call.slice, now = call.nowMillis, lease = now + Int64(call.leaseMillis)
+        let member = Self.member(gen, j), fresh: FanoutResent = record.restarted ? .afterRestart : .fresh
         func waitingBatch(_ r: Int, again: Bool) -> Step {
-            if !again, now < due {
+            if !again, let due = record.due[j], now < due {
                 records[gen] = record
                 return .later(msLeft: due - now)
             }
-            guard registered(waiting.map(\.activity)) else { return .finished(left: final(gen, j, &record)) }
+            guard registered((record.waiting[j] ?? []).map(\.activity)) else { return .finished(left: final(gen, j, &record)) }
             record.progress[j] = .retrying(round: r)
-            leases[member] = now + Int64(call.leaseMillis)
+            leases[member] = lease
             records[gen] = record
             return .send(left: record.left, batch: .waiting(round: r), resent: again ? .afterTakeover : fresh)
         }
-        if let r = out { return waitingBatch(r, again: true) }
-        if let r = round { return waitingBatch(r + 1, again: false) }
-        // The range holds nothing more: the waiting tokens, else the slice is sent.
         func rangeSent() -> Step {
-            if waiting.isEmpty { return .finished(left: final(gen, j, &record)) }
+            if record.waiting[j] == nil { return .finished(left: final(gen, j, &record)) }
             record.progress[j] = .waiting(round: 0)
             return waitingBatch(1, again: false)
         }
-        if let batch = inFlight {
+        if let r = at.out { return waitingBatch(r, again: true) }
+        if let r = at.round { return waitingBatch(r + 1, again: false) }
+        var pos = at.pos
+        if let batch = at.inFlight {
             // Its worker stopped with it in flight: that batch again, exactly, whatever the
             // caller's `want` (all of it, and nothing more, goes as re-sent).
-            if scan(Scan(from: batch.range.from, lo: lo, hi: min(batch.range.to, hi), want: .max)) != nil {
+            if scan(Scan(from: batch.range.from, lo: at.lo, hi: min(batch.range.to, at.hi), want: .max)) != nil {
                 record.progress[j] = .inFlight(batch.range, last: batch.last)
-                leases[member] = now + Int64(call.leaseMillis)
+                leases[member] = lease
                 records[gen] = record
                 return .send(left: record.left, batch: .range(batch.range), resent: .afterTakeover)
             }
@@ -310,10 +332,10 @@ public struct FanoutModel: Equatable, Sendable {
             if batch.last { return rangeSent() }
             pos = batch.range.to
         }
-        guard let to = scan(Scan(from: pos, lo: lo, hi: hi, want: call.want)) else { return rangeSent() }
+        guard let to = scan(Scan(from: pos, lo: at.lo, hi: at.hi, want: call.want)) else { return rangeSent() }
         let range = FanoutBatchRange(from: pos, to: to)
-        record.progress[j] = .inFlight(range, last: to >= hi)
-        leases[member] = now + Int64(call.leaseMillis)
+        record.progress[j] = .inFlight(range, last: to >= at.hi)
+        leases[member] = lease
         records[gen] = record
         return .send(left: record.left, batch: .range(range), resent: fresh)
     }
