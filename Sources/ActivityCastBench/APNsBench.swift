@@ -26,9 +26,7 @@ struct APNsBench: AsyncParsableCommand {
     var h2loadOnly = false
 
     func run() async throws {
-        let settings = try common.settings()
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
+        let (settings, logger) = try benchSetup(common)
         var base = try makeAPNsClient(settings, logger: logger).configuration
         base.connections = connections
         base.maxConcurrentStreams = streams

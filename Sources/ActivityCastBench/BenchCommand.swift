@@ -19,6 +19,22 @@ package struct BenchCommand: AsyncParsableCommand {
     package init() {}
 }
 
+/// A bench's settings (`--sandbox`, when given, over the common options) and its logger: the
+/// workers' and the bench's own lines at warning and above, as text.
+func benchSetup(_ common: CommonOptions, sandbox: String? = nil) throws -> (Settings, Logger) {
+    let settings = try common.settings(extra: sandbox.map { ["sandbox.listen": $0] } ?? [:])
+    LineLogHandler.bootstrap(level: "warning", format: "text")
+    return (settings, Logger(label: "bench"))
+}
+
+extension Settings {
+    /// The configured sports feed, which the benches publish to.
+    func sportsFeed() throws -> Settings.Feed {
+        guard let feed = feeds.first(where: { $0.kind == .sports }) else { throw CommandFailure("no sports feed configured (streams.feeds)") }
+        return feed
+    }
+}
+
 struct IntakeBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "intake",

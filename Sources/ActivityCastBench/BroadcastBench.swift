@@ -49,12 +49,8 @@ struct BroadcastBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var extra: [String: String] = [:]
-        if let sandbox { extra["sandbox.listen"] = sandbox }
-        let settings = try common.settings(extra: extra)
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
-        guard let feed = settings.feeds.first(where: { $0.kind == .sports }) else { throw CommandFailure("no sports feed configured (streams.feeds)") }
+        let (settings, logger) = try benchSetup(common, sandbox: sandbox)
+        let feed = try settings.sportsFeed()
         let redis = RedisConnection(configuration: settings.redisConfiguration)
         defer { redis.close() }
         let admin = try makeAPNsClient(settings, logger: logger)
@@ -316,26 +312,34 @@ struct DeliveryLog {
     /// Every delivery after `since`, up to the newest.
     func fetch(after since: Int) async throws -> Fetched {
         var out = Fetched(last: since)
-        var limit = 150
+        out.last = try await read(after: since, logSize: "the broadcasts of one run") { d in
+            guard d["kind"] as? String == "broadcast", let micros = d["receivedMicros"] as? Int,
+                  let clock = (d["contentState"] as? [String: Any])?["clock"] as? String, let number = Int(clock) else { return }
+            out.broadcasts.append((number, Int64(micros)))
+        }
+        return out
+    }
+
+    /// Hands every delivery after `since`, up to the newest, to `each`, a page at a time (halved
+    /// while a page is too large for the client); returns the sequence number of the last.
+    /// `logSize`: what the sandbox's `--delivery-log` must hold, said when it overwrote any.
+    func read(after since: Int, logSize: String, _ each: ([String: Any]) -> Void) async throws -> Int {
+        var last = since, limit = 150
         while true {
             let page: [String: Any]
             do {
-                page = try await get("/sandbox/deliveries?since=\(out.last)&limit=\(limit)")
+                page = try await get("/sandbox/deliveries?since=\(last)&limit=\(limit)")
             } catch is PageTooLarge where limit > 1 {
                 limit /= 2
                 continue
             }
             if let overwritten = page["overwritten"] as? Int, overwritten > 0 {
-                throw CommandFailure("the sandbox's delivery log overwrote \(overwritten) deliveries before they were read: start it with a larger --delivery-log (at least the broadcasts of one run)")
+                throw CommandFailure("the sandbox's delivery log overwrote \(overwritten) deliveries before they were read: start it with a larger --delivery-log (at least \(logSize))")
             }
             let list = page["deliveries"] as? [[String: Any]] ?? []
-            for d in list {
-                guard d["kind"] as? String == "broadcast", let micros = d["receivedMicros"] as? Int,
-                      let clock = (d["contentState"] as? [String: Any])?["clock"] as? String, let number = Int(clock) else { continue }
-                out.broadcasts.append((number, Int64(micros)))
-            }
-            if let last = list.last?["sequence"] as? Int { out.last = last }
-            if list.isEmpty || out.last >= (page["last"] as? Int ?? 0) { return out }
+            list.forEach(each)
+            if let sequence = list.last?["sequence"] as? Int { last = sequence }
+            if list.isEmpty || last >= (page["last"] as? Int ?? 0) { return last }
         }
     }
 

@@ -58,12 +58,8 @@ struct FanoutBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var extra: [String: String] = [:]
-        if let sandbox { extra["sandbox.listen"] = sandbox }
-        let settings = try common.settings(extra: extra)
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
-        guard let feed = settings.feeds.first(where: { $0.kind == .sports }) else { throw CommandFailure("no sports feed configured (streams.feeds)") }
+        let (settings, logger) = try benchSetup(common, sandbox: sandbox)
+        let feed = try settings.sportsFeed()
         let redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
         defer { redis.connection.close() }
         let admin = try makeAPNsClient(settings, channels: true, logger: logger)

@@ -23,9 +23,7 @@ struct LanesBench: AsyncParsableCommand {
     @Option(help: "Runs; each has an idle and a flood phase. Medians are reported.") var runs = 3
 
     func run() async throws {
-        let settings = try common.settings()
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
+        let (settings, logger) = try benchSetup(common)
         let configuration = try makeAPNsClient(settings, logger: logger).configuration
         let signer = try ProviderTokenSigner.load(pemFile: settings.apns.keyFile, pem: settings.apns.keyPEM,
                                                   identity: try ProviderIdentity(keyID: settings.apns.keyID, teamID: settings.apns.teamID))

@@ -55,12 +55,8 @@ struct PriorityBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var extra: [String: String] = [:]
-        if let sandbox { extra["sandbox.listen"] = sandbox }
-        let settings = try common.settings(extra: extra)
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
-        guard let feed = settings.feeds.first(where: { $0.kind == .sports }) else { throw CommandFailure("no sports feed configured (streams.feeds)") }
+        let (settings, logger) = try benchSetup(common, sandbox: sandbox)
+        let feed = try settings.sportsFeed()
         let redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
         defer { redis.connection.close() }
         let admin = try makeAPNsClient(settings, channels: true, logger: logger)
@@ -363,53 +359,25 @@ struct FloodStats {
 /// Reads the device pushes of the sandbox's delivery log (`GET /sandbox/deliveries?since=`),
 /// page by page.
 struct DevicePushLog {
-    let client: APNsClient
+    let log: DeliveryLog
+
+    init(client: APNsClient) { log = DeliveryLog(client: client) }
 
     struct Push { var target: String; var priority: Int; var timestamp: Int64; var micros: Int64; var alert: Bool }
     struct Fetched { var devices: [Push] = []; var broadcasts = 0; var last: Int }
 
-    func lastSequence() async throws -> Int {
-        guard let last = try await get("/sandbox/deliveries?since=0&limit=0")["last"] as? Int else {
-            throw CommandFailure("the sandbox's delivery log has no paging (GET /sandbox/deliveries?since=): an older sandbox?")
-        }
-        return last
-    }
+    func lastSequence() async throws -> Int { try await log.lastSequence() }
 
     /// Every delivery after `since`, up to the newest.
     func fetch(after since: Int) async throws -> Fetched {
         var out = Fetched(last: since)
-        var limit = 150
-        while true {
-            let page: [String: Any]
-            do {
-                page = try await get("/sandbox/deliveries?since=\(out.last)&limit=\(limit)")
-            } catch is DeliveryLog.PageTooLarge where limit > 1 {
-                limit /= 2
-                continue
-            }
-            if let overwritten = page["overwritten"] as? Int, overwritten > 0 {
-                throw CommandFailure("the sandbox's delivery log overwrote \(overwritten) deliveries before they were read: start it with a larger --delivery-log (at least the flood's tokens plus B's pushes)")
-            }
-            let list = page["deliveries"] as? [[String: Any]] ?? []
-            for d in list {
-                if d["kind"] as? String == "broadcast" { out.broadcasts += 1; continue }
-                guard let target = d["target"] as? String, let micros = (d["receivedMicros"] as? NSNumber)?.int64Value,
-                      let timestamp = (d["timestamp"] as? NSNumber)?.doubleValue else { continue }
-                out.devices.append(Push(target: target, priority: (d["priority"] as? NSNumber)?.intValue ?? 0, timestamp: Int64(timestamp),
-                                        micros: micros, alert: d["alert"] as? Bool ?? false))
-            }
-            if let last = list.last?["sequence"] as? Int { out.last = last }
-            if list.isEmpty || out.last >= (page["last"] as? Int ?? 0) { return out }
+        out.last = try await log.read(after: since, logSize: "the flood's tokens plus B's pushes") { d in
+            if d["kind"] as? String == "broadcast" { out.broadcasts += 1; return }
+            guard let target = d["target"] as? String, let micros = (d["receivedMicros"] as? NSNumber)?.int64Value,
+                  let timestamp = (d["timestamp"] as? NSNumber)?.doubleValue else { return }
+            out.devices.append(Push(target: target, priority: (d["priority"] as? NSNumber)?.intValue ?? 0, timestamp: Int64(timestamp),
+                                    micros: micros, alert: d["alert"] as? Bool ?? false))
         }
-    }
-
-    private func get(_ path: String) async throws -> [String: Any] {
-        let result = await client.request(method: "GET", path: path, headers: [])
-        guard case .response(let r) = result, r.status == 200 else { throw CommandFailure("GET \(path) on the sandbox: \(result)") }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(r.body)) as? [String: Any] else {
-            if r.body.count >= DeliveryLog.bodyCap { throw DeliveryLog.PageTooLarge() }
-            throw CommandFailure("GET \(path) on the sandbox: not JSON: \(String(decoding: r.body.prefix(200), as: UTF8.self))")
-        }
-        return object
+        return out
     }
 }

@@ -90,11 +90,7 @@ struct SoakBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var extra: [String: String] = [:]
-        if let sandbox { extra["sandbox.listen"] = sandbox }
-        let settings = try common.settings(extra: extra)
-        LineLogHandler.bootstrap(level: "warning", format: "text")
-        let logger = Logger(label: "bench")
+        let (settings, logger) = try benchSetup(common, sandbox: sandbox)
         guard let sports = settings.feeds.first(where: { $0.kind == .sports })?.stream,
               let transit = settings.feeds.first(where: { $0.kind == .transit })?.stream else {
             throw CommandFailure("the soak needs a sports and a transit feed (streams.feeds)")

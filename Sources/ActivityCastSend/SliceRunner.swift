@@ -344,8 +344,8 @@ struct SliceRunner: SendRole {
         }
         var waiting = try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows,
                                                  kind: .token, entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, parking: parking)
-        // Sent without the alert (a batch sent again): what waits stays without it, whatever APNs said.
-        if payload != batch.head.payload { waiting.tokens = waiting.tokens.map { FanoutWaiting(activity: $0.activity, quiet: true) } }
+        // A batch sent again went without the alert: what of it waits stays without it, whatever APNs said.
+        if resent { waiting.tokens = waiting.tokens.map { FanoutWaiting(activity: $0.activity, quiet: true) } }
         return waiting
     }
 

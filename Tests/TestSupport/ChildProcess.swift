@@ -240,7 +240,11 @@ public func freeLoopbackPort() -> Int {
 }
 
 /// True when something accepts TCP connections on 127.0.0.1:`port`.
-public func loopbackPortAccepts(_ port: Int) -> Bool {
+public func loopbackPortAccepts(_ port: Int) -> Bool { withLoopbackSocket(port, connect) }
+
+/// True when a fresh TCP socket's `call` (`bind`, `connect`) with 127.0.0.1:`port` succeeds; the
+/// socket is closed after.
+func withLoopbackSocket(_ port: Int, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return false }
     defer { close(fd) }
@@ -249,7 +253,7 @@ public func loopbackPortAccepts(_ port: Int) -> Bool {
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     addr.sin_port = in_port_t(UInt16(port).bigEndian)
     return withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
     }
 }
 

@@ -373,16 +373,5 @@ public final class RedisClusterServers: @unchecked Sendable {
         throw RedisServerError(description: "a cluster node did not start: \(lastError.suffix(500))")
     }
 
-    private static func portIsFree(_ port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-    }
+    private static func portIsFree(_ port: Int) -> Bool { withLoopbackSocket(port, bind) }
 }
