@@ -59,16 +59,12 @@ struct FanoutBench: AsyncParsableCommand {
 
     func run() async throws {
         let (settings, logger) = try benchSetup(common, sandbox: sandbox)
-        let feed = try settings.sportsFeed()
-        let redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
-        defer { redis.connection.close() }
-        let admin = try makeAPNsClient(settings, channels: true, logger: logger)
-        defer { admin.shutdown() }
-        let bench = Bench(settings: settings, redis: redis, sandbox: SandboxStatsReader(client: admin), feed: feed.stream,
-                          workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
+        let bench = try Bench(settings: settings, logger: logger, workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
+        defer { bench.close() }
+        let admin = bench.admin, feed = bench.feed
         let tag = label.isEmpty ? "" : "[\(label)] "
         let c = settings.apns.connections, m = settings.apns.maxConcurrentStreams
-        print("\(tag)target: sandbox \(admin.configuration.endpoint), stream \(feed.stream), prefix \(settings.prefix); APNs \(c) connection(s) x \(m) streams; "
+        print("\(tag)target: sandbox \(admin.configuration.endpoint), stream \(feed), prefix \(settings.prefix); APNs \(c) connection(s) x \(m) streams; "
               + "fanout.slice_size \(settings.sliceSize), fanout.batch \(settings.sliceBatch), fanout.slices_in_hand \(settings.slicesInHand); "
               + "\(workerPid.count) worker(s)")
 
@@ -415,6 +411,8 @@ final class Bench: @unchecked Sendable {
     // Used by one task at a time.
     let settings: Settings
     let redis: CountingRedis
+    /// An APNs client for the sandbox's own endpoints (its counters, its delivery log).
+    let admin: APNsClient
     let sandbox: SandboxStatsReader
     let feed: String
     let workers: [Int32]
@@ -425,16 +423,22 @@ final class Bench: @unchecked Sendable {
     private let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     private var keyNumber = 0
 
-    init(settings: Settings, redis: CountingRedis, sandbox: SandboxStatsReader, feed: String, workers: [Int32], sandboxPid: Int32?,
-         redisPid: Int32?, stallTimeout: Double) {
+    /// With the bench's own connections, which `close()` ends: Redis (its commands counted) and `admin`.
+    init(settings: Settings, logger: Logger, workers: [Int32], sandboxPid: Int32?, redisPid: Int32?, stallTimeout: Double) throws {
         self.settings = settings
-        self.redis = redis
-        self.sandbox = sandbox
-        self.feed = feed
+        feed = try settings.sportsFeed().stream
+        admin = try makeAPNsClient(settings, channels: true, logger: logger)
+        redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
+        sandbox = SandboxStatsReader(client: admin)
         self.workers = workers
         self.sandboxPid = sandboxPid
         self.redisPid = redisPid
         self.stallTimeout = stallTimeout
+    }
+
+    func close() {
+        redis.connection.close()
+        admin.shutdown()
     }
 
     /// The environment the sandbox serves (its tokens' `env`).

@@ -56,19 +56,15 @@ struct PriorityBench: AsyncParsableCommand {
 
     func run() async throws {
         let (settings, logger) = try benchSetup(common, sandbox: sandbox)
-        let feed = try settings.sportsFeed()
-        let redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
-        defer { redis.connection.close() }
-        let admin = try makeAPNsClient(settings, channels: true, logger: logger)
-        defer { admin.shutdown() }
-        let bench = Bench(settings: settings, redis: redis, sandbox: SandboxStatsReader(client: admin), feed: feed.stream,
-                          workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
+        let bench = try Bench(settings: settings, logger: logger, workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
+        defer { bench.close() }
+        let redis = bench.redis, admin = bench.admin, feed = bench.feed
         let log = DevicePushLog(client: admin)
         let b = settings.budgets
         func policy(_ name: String, _ p: AudiencePolicy) -> String {
             "\(name) \(p.bucket.capacity)+\(p.bucket.refillPerHour)/h spacing \(p.minSpacingMillis) ms"
         }
-        print("target: sandbox \(admin.configuration.endpoint), stream \(feed.stream), prefix \(settings.prefix); APNs \(settings.apns.connections) connection(s) x "
+        print("target: sandbox \(admin.configuration.endpoint), stream \(feed), prefix \(settings.prefix); APNs \(settings.apns.connections) connection(s) x "
               + "\(settings.apns.maxConcurrentStreams) streams; \(workerPid.count) worker(s); budgets (as this process reads them, the workers should agree): "
               + [policy("standard", b.standard), policy("frequent", b.frequent), policy("channel_no_storage", b.channelNoStorage)].joined(separator: ", "))
         if b.standard.minSpacingMillis > 0 {
@@ -85,7 +81,7 @@ struct PriorityBench: AsyncParsableCommand {
         func nextB() -> Int64 { bSecond += 1; return bSecond * 1000 + 500 }
 
         // Key B: its channels (first event), then its audience.
-        _ = try await publish(redis, feed.stream, type: "match.score", key: keyB, ts: nextB(), clock: "w")
+        _ = try await publish(redis, feed, type: "match.score", key: keyB, ts: nextB(), clock: "w")
         try await bench.waitAcknowledged(timeout: 30)
         try await AudienceLoader.load(redis, keys: settings.keys, key: keyB, count: audience, env: bench.env, ts: Int64(Date().timeIntervalSince1970 * 1000))
         let bTokens = Set((try await redis.send(RedisCommand("HVALS", settings.keys.tokens(keyB))).array ?? []).compactMap { $0.string?.lowercased() })
@@ -94,13 +90,13 @@ struct PriorityBench: AsyncParsableCommand {
         // Warm-up: B's path (connections, provider token, scripts), and a small priority-5 fan-out.
         let warmStart = ContinuousClock.now
         if warmup > 0 {
-            _ = try await series(redis, feed.stream, key: keyB, count: warmup, ts: nextB)
+            _ = try await series(redis, feed, key: keyB, count: warmup, ts: nextB)
         }
         let keyW = ActivityKey(kind: .match, id: "pb\(run)-w")
-        _ = try await publish(redis, feed.stream, type: "match.score", key: keyW, ts: wallMillis(), clock: "w")
+        _ = try await publish(redis, feed, type: "match.score", key: keyW, ts: wallMillis(), clock: "w")
         try await bench.waitAcknowledged(timeout: 30)
         try await AudienceLoader.load(redis, keys: settings.keys, key: keyW, count: 2000, env: bench.env, ts: wallMillis())
-        _ = try await publish(redis, feed.stream, type: "match.clock", key: keyW, ts: wallMillis(), clock: "w2")
+        _ = try await publish(redis, feed, type: "match.clock", key: keyW, ts: wallMillis(), clock: "w2")
         try await bench.waitAcknowledged(timeout: stallTimeout)
         print(String(format: "warm-up: %d updates to B (%d tokens) and a 2,000-token priority-5 fan-out in %.2f s (not measured)",
                      warmup, audience, (ContinuousClock.now - warmStart).seconds))
@@ -108,7 +104,7 @@ struct PriorityBench: AsyncParsableCommand {
         // Phase idle: B's updates alone.
         try await Task.sleep(for: .milliseconds(300))
         let idleSince = try await log.lastSequence()
-        let idleSent = try await series(redis, feed.stream, key: keyB, count: updates, ts: nextB)
+        let idleSent = try await series(redis, feed, key: keyB, count: updates, ts: nextB)
         try await bench.waitAcknowledged(timeout: stallTimeout)
         let idleLog = try await log.fetch(after: idleSince)
         let idle = BSamples(sent: idleSent, log: idleLog, tokens: bTokens, window: nil)
@@ -116,7 +112,7 @@ struct PriorityBench: AsyncParsableCommand {
 
         // Phase flood: A's audience, then its routine update, and B's updates while it fans out.
         let keyA = ActivityKey(kind: .match, id: "pb\(run)-a")
-        _ = try await publish(redis, feed.stream, type: "match.score", key: keyA, ts: wallMillis(), clock: "w")
+        _ = try await publish(redis, feed, type: "match.score", key: keyA, ts: wallMillis(), clock: "w")
         try await bench.waitAcknowledged(timeout: 30)
         let loadStart = ContinuousClock.now
         try await AudienceLoader.load(redis, keys: settings.keys, key: keyA, count: floodTokens, env: bench.env, ts: wallMillis())
@@ -126,8 +122,8 @@ struct PriorityBench: AsyncParsableCommand {
         let cpu = CPUProbe(workers: workerPid, sandbox: sandboxPid, redis: redisPid)
         let host = HostProbe(), steal = StealProbe()
         let phaseStart = ContinuousClock.now
-        let aIssued = try await publish(redis, feed.stream, type: "match.clock", key: keyA, ts: wallMillis(), clock: "flood")
-        let floodSent = try await series(redis, feed.stream, key: keyB, count: updates, ts: nextB)
+        let aIssued = try await publish(redis, feed, type: "match.clock", key: keyA, ts: wallMillis(), clock: "flood")
+        let floodSent = try await series(redis, feed, key: keyB, count: updates, ts: nextB)
         try await bench.waitAcknowledged(timeout: stallTimeout)
         // Before reading the log (which costs the sandbox and the bench): the whole phase.
         let phaseSeconds = (ContinuousClock.now - phaseStart).seconds
