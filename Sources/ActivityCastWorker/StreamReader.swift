@@ -12,7 +12,7 @@ import Synchronization
 /// in flight for the next call, so an idle stream's BLOCK never holds back a busy one, and no
 /// entry a read brings is dropped.
 final class StreamReader: Sendable {
-    /// The connection of a single Redis, or of the first slot's streams; asked for the layout.
+    /// The connection of a single Redis (and of streams in one slot); asked for the layout.
     let main: RedisConnection
     private let configuration: RedisConfiguration
     private let state = Mutex(State())
@@ -20,7 +20,7 @@ final class StreamReader: Sendable {
     private let wakes: AsyncStream<Void>
 
     private struct State {
-        /// Another connection per slot after the first (each holds a blocking read).
+        /// On a cluster, a connection per slot (each holds a blocking read).
         var connections: [Int: RedisConnection] = [:]
         /// Slots with a read in flight.
         var reading: Set<Int> = []
@@ -76,12 +76,12 @@ final class StreamReader: Sendable {
             // for it (it returns within `block`) — unless Redis is frozen past the deadline.
             return await StopSignal.within(deadline()) { await read.value }
         }
-        for (index, g) in groups.enumerated() {
+        for g in groups {
+            // A connection per slot, `main` never: a slot's read must not wait behind another's BLOCK.
             let slot = g.slot ?? -1
             let start = state.withLock { s -> RedisConnection? in
                 guard !s.reading.contains(slot) else { return nil }
                 s.reading.insert(slot)
-                if index == 0 { return main }
                 if let c = s.connections[slot] { return c }
                 let c = RedisConnection(configuration: configuration)
                 s.connections[slot] = c
