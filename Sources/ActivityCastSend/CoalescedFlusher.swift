@@ -139,10 +139,7 @@ struct CoalescedFlusher: SendRole {
     /// were and sends slice 0 alongside whoever has it: its batches are handed out once and
     /// leased (a batch in flight elsewhere answers `busy`), so helping re-sends nothing.
     func helpFlush(_ key: ActivityKey, gen: String, slices n: Int, queued: Bool) async throws {
-        if n > 1, !queued {
-            let replies = try await redis.pipeline(fanouts.queueOthers(key, gen: gen, slices: n))
-            if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing a flush's slices: \(bad)") }
-        }
+        if n > 1, !queued { try await fanouts.queueOthers(key, gen: gen, slices: n) }
         var summary = SendSummary()
         let slice = SliceRef(key: key, gen: gen, index: 0, count: n)
         if try await slices.runSlice(slice, summary: &summary, acknowledges: false, waits: false,

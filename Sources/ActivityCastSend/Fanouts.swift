@@ -63,18 +63,23 @@ struct Fanouts: SendRole {
             head = SliceHead(payload: payload, payload5: quiet, tiers: tiers, live: Set(live), entry: entry)
         }
         if slices > 1, !queued, broadcastPending { return .firstSlice(slices: slices, head: head, step: step, unqueued: true) }
-        if slices > 1, !queued {
-            let replies = try await redis.pipeline(queueOthers(key, gen: gen, slices: slices))
-            if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
-        }
+        if slices > 1, !queued { try await queueOthers(key, gen: gen, slices: slices) }
         return .firstSlice(slices: slices, head: head, step: step, unqueued: false)
     }
 
-    /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream,
-    /// and records that they are (`q`): commands for one pipeline.
-    func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0) -> [RedisCommand] {
-        (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
-            + [FanoutMark(record: keys.fanout(key, gen), .queued).command]
+    /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream
+    /// (with `also` in the same pipeline), then records that they are (`q`) once every `XADD` is
+    /// answered: the stream and the record may sit on different nodes of a cluster, so the mark
+    /// never rides beside the `XADD`s (one that failed beside a recorded `q` would leave the
+    /// fan-out unfinished for good). Until `q` is recorded, the entry's next delivery (or the
+    /// key's next flush) queues them again; a slice queued twice is harmless (its batches are
+    /// handed out once).
+    func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0, also: [RedisCommand] = []) async throws {
+        let adds = (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
+        let replies = try await redis.pipeline(adds + also)
+        if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
+        let marked = try await redis.send(FanoutMark(record: keys.fanout(key, gen), .queued).command)
+        if let bad = marked.errorMessage { throw RedisError(.server, "recording queued slices: \(bad)") }
     }
 
     /// Puts `slice` on the slices stream for any worker to take.

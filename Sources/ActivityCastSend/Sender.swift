@@ -487,9 +487,9 @@ public final class Sender: SendRole {
             let delivered = try await broadcasting.value
             var commands = [RedisCommand.script(FanoutScripts.mark, keys: [fan], args: ["b", 1, "live", delivered.map(\.rawValue).joined(separator: " ")])]
             commands += delivered.map { broadcastCounted(plan.key, $0) }
-            if unqueued { commands += fanouts.queueOthers(plan.key, gen: entry, slices: slices) }
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
+            if unqueued { try await fanouts.queueOthers(plan.key, gen: entry, slices: slices) }
             if finishEnd, plan.event == .end { try await finish(plan) }
             return .sending(sending, broadcasts: delivered.count)
         } catch {

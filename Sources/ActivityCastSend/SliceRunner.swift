@@ -375,10 +375,8 @@ struct SliceRunner: SendRole {
     /// they are (else the entry's next delivery queues them).
     private func relay(_ slice: SliceRef) async throws {
         logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
-        var commands = fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index)
-        commands.append(RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1))
-        let replies = try await redis.pipeline(commands)
-        if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices again: \(bad)") }
+        try await fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index,
+                                      also: [RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1)])
     }
 }
 

@@ -42,22 +42,8 @@ import TestSupport
         }
         let w1 = try worker("w1"), w2 = try worker("w2")
         defer { w1.removeLogs(); w2.removeLogs() }
-        func add(_ stream: String, _ fields: [(String, String)]) async throws {
-            _ = try await redis.send(RedisCommand("XADD", [stream, "*"] + fields.flatMap { [$0.0, $0.1] as [any RedisArgument] }))
-        }
-        func drainedAll() async -> Bool {
-            for s in settings.inputStreams.map(\.stream) + [settings.keys.slices] {
-                guard let reply = try? await redis.send(RedisCommand("XINFO", "GROUPS", s)), let groups = reply.array else { return false }
-                for g in groups {
-                    let fields = g.array ?? []
-                    var values: [String: RESPValue] = [:]
-                    var i = 0
-                    while i + 1 < fields.count { values[fields[i].string ?? ""] = fields[i + 1]; i += 2 }
-                    if (values["pending"]?.int ?? 1) != 0 || (values["lag"]?.int ?? 0) != 0 { return false }
-                }
-            }
-            return true
-        }
+        func add(_ stream: String, _ fields: [(String, String)]) async throws { _ = _ = try await xadd(redis, stream, fields) }
+        func drainedAll() async -> Bool { await drained(redis, settings) }
         var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
         func next() -> String { ts += 1000; return String(ts) }
         let starter = String(repeating: "c3", count: 32), onChannel = String(repeating: "b2", count: 32)
@@ -187,5 +173,68 @@ import TestSupport
         #expect(w1.isRunning && w2.isRunning, "a worker died with the node")
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
+    }
+
+    /// A fan-out's slices are queued on the slices stream, which sits on another node than the
+    /// fan-out's record; that node refuses writes (out of memory) when the slices are queued.
+    /// The record must not say they are (`q`) while they aren't: once the node accepts writes
+    /// again, the entry's next delivery queues them and every device gets the update.
+    @Test func slicesQueuedOnANodeThatRefusesAreQueuedAgainLater() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess()
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        // The slices stream alone on its node (the feed, the registrations and the key elsewhere).
+        var found: (Settings, Int)?
+        for _ in 0..<300 {
+            let prefix = "q\(UInt32.random(in: 0...UInt32.max))"
+            let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
+            let slicesNode = try await cluster.primaryPort(forKey: s.keys.slices)
+            var others: [Int] = []
+            for key in s.inputStreams.map(\.stream) + [s.deadLetterStream, "\(prefix):{match:q1}:state"] {
+                others.append(try await cluster.primaryPort(forKey: key))
+            }
+            if !others.contains(slicesNode) { found = (s, slicesNode); break }
+        }
+        let (settings, slicesNode) = try #require(found)
+        let reg = settings.registrationsStream, sports = settings.feeds[0].stream
+        var env = sandbox.settings
+        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "1000",
+                   "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
+        let w = try startActivitycast(["worker", "--consumer", "w1"], redisURL: cluster.urlString(seeds: 3), settings: env, logName: "w1")
+        defer { w.removeLogs() }
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        let tokens = (0..<40).map { String(format: "%064x", 0xa1_0000 + $0) }
+        for (i, token) in tokens.enumerated() {
+            _ = try await xadd(redis, reg, [("type", "activity.token"), ("ts", next()), ("device", "d\(i)"), ("key", "match:q1"), ("activity", "A\(i)"),
+                                        ("token", token), ("env", "development")])
+        }
+        _ = try await xadd(redis, sports, [("type", "match.started"), ("ts", next()), ("match", "q1"), ("home", "ars"), ("away", "che")])
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        func scored() async throws -> Int {
+            var n = 0
+            for token in tokens {
+                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
+                if s["homeScore"] as? Int == 1 { n += 1 }
+            }
+            return n
+        }
+        // The slices stream's node refuses writes: the score's other slices can't be queued (and
+        // slice 0 waits for them; the entry stays pending).
+        _ = try await cluster.on(slicesNode, RedisCommand("CONFIG", "SET", "maxmemory-policy", "noeviction"), RedisCommand("CONFIG", "SET", "maxmemory", "1"))
+        _ = try await xadd(redis, sports, [("type", "match.score"), ("ts", next()), ("match", "q1"), ("home_score", "1"), ("away_score", "0"),
+                                       ("clock", "15'"), ("period", "first_half")])
+        try await Task.sleep(for: .seconds(4))
+        let during = try await scored()
+        #expect(during < tokens.count, "\(during) devices updated while the slices couldn't be queued")
+        _ = try await cluster.on(slicesNode, RedisCommand("CONFIG", "SET", "maxmemory", "0"))
+        let reached = await eventually(timeout: .seconds(60)) { (try? await scored()) == tokens.count }
+        let after = (try? await scored()) ?? -1
+        #expect(reached, "\(after) of \(tokens.count) devices updated once the node took writes again")
+        #expect(await eventually(timeout: .seconds(30)) { await drained(redis, settings) })
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+        #expect(w.isRunning)
+        #expect(await w.stop() == 0)
     }
 }

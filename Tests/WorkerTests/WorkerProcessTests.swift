@@ -71,16 +71,28 @@ import TestSupport
         let feedIDs = try await publish(redis, settings, count: 20_000)
         let victim = try startActivitycast(["worker", "--consumer", "victim"], redis: server, settings: workerEnv(settings), logName: "victim")
         defer { victim.removeLogs() }
-        // Kill it mid-run, with batches read but not acknowledged.
+        // Kill it mid-run, with batches read but not acknowledged: stopped (SIGSTOP) at a moment
+        // it holds some (it can be between an acknowledgement and its next read), then killed.
         #expect(await eventually { plannedEntries(victim.stderr).count > 100 })
+        func orphans() async throws -> Int64 {
+            var n: Int64 = 0
+            for s in settings.inputStreams.map(\.stream) {
+                n += Int64(try StreamReplies.pending(try await redis.send(.xpending(stream: s, group: settings.group, count: 100_000, consumer: "victim"))).count)
+            }
+            return n
+        }
+        var orphaned: Int64 = 0
+        for _ in 0..<100 {
+            victim.kill(signal: SIGSTOP)
+            orphaned = try await orphans()
+            if orphaned > 0 { break }
+            victim.kill(signal: SIGCONT)
+            try await Task.sleep(for: .milliseconds(3))
+        }
         victim.kill(signal: SIGKILL)
         #expect(await victim.waitForExit(timeout: .seconds(5)) == 128 + SIGKILL)
-        var orphaned: Int64 = 0
-        for s in settings.inputStreams.map(\.stream) {
-            let p = try StreamReplies.pending(try await redis.send(.xpending(stream: s, group: settings.group, count: 100_000, consumer: "victim")))
-            orphaned += Int64(p.count)
-        }
         #expect(orphaned > 0)
+        #expect(try await orphans() == orphaned)
 
         let rescuer = try startActivitycast(["worker", "--consumer", "rescuer"], redis: server,
                                             settings: workerEnv(settings, ["worker.visibility_timeout_ms": "500"]), logName: "rescuer")

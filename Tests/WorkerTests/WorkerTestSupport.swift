@@ -46,6 +46,12 @@ func drained(_ redis: RedisConnection, _ stream: String) async -> Bool {
     return s.lag == 0 && s.pending == 0
 }
 
+/// True once every input stream and the slices stream are drained.
+func drained(_ redis: RedisConnection, _ settings: Settings) async -> Bool {
+    for stream in settings.inputStreams.map(\.stream) + [settings.keys.slices] where !(await drained(redis, stream)) { return false }
+    return true
+}
+
 func xadd(_ redis: RedisConnection, _ stream: String, _ fields: [(String, String)]) async throws -> String {
     try await redis.send(RedisCommand("XADD", [stream, "*"] + fields.flatMap { [$0.0, $0.1] as [any RedisArgument] })).string ?? ""
 }
