@@ -88,12 +88,15 @@ struct Fanouts: SendRole {
     /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
     /// finished it; `XACK` works for any consumer of the group), then its finished record goes
     /// (a redelivery of an acknowledged entry sends nothing: `acknowledgedAlready`).
-    func acknowledge(entry: String, record: String) async throws {
+    func acknowledge(entry: String, record: String) async throws -> AcknowledgedEntry? {
         let (stream, id) = Fanouts.split(entry: entry)
-        guard !stream.isEmpty, !id.isEmpty else { return }
+        guard !stream.isEmpty, !id.isEmpty else { return nil }
         // The record goes after the acknowledgement's answer, never beside it: it is what tells a
         // redelivery before it that the fan-out is over.
-        try await Acknowledgement(stream: stream, group: configuration.group, ids: [id], keys: keys).run(redis, unlinkAfter: [record])
+        switch try await Acknowledgement(stream: stream, group: configuration.group, ids: [id], keys: keys).run(redis, unlinkAfter: [record]) {
+        case .success(let n): return AcknowledgedEntry(stream: stream, count: n)
+        case .failure(let error): throw error
+        }
     }
 
     /// Whether `entry`, delivered again, was acknowledged meanwhile by the worker that finished it

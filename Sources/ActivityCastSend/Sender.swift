@@ -527,7 +527,7 @@ public final class Sender: SendRole {
                                         firstStep: first.step, broadcast: first.broadcast, waits: false,
                                         shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) })
         switch result {
-        case .final(let left) where left <= 0:
+        case .final(let left, _) where left <= 0:
             summary.finishedRecord = keys.fanout(slice.key, slice.gen)
             return .done(summary)
         case .gone: return .done(summary)
@@ -585,7 +585,9 @@ extension Sender {
     }
 
     /// A slice whose attempts ran out: final without being sent.
-    public func abandonSlice(_ slice: SliceRef, reason: String) async throws { try await slices.abandonSlice(slice, reason: reason) }
+    public func abandonSlice(_ slice: SliceRef, reason: String) async throws -> AcknowledgedEntry? {
+        try await slices.abandonSlice(slice, reason: reason)
+    }
 
     /// A coalesced state due for `audienceName` (`CoalescedFlusher.flush`).
     public func flush(_ key: ActivityKey, _ audienceName: String) async throws -> FlushResult { try await flusher.flush(key, audienceName) }

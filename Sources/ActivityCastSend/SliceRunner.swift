@@ -82,10 +82,20 @@ struct FanoutPrior {
     }
 }
 
+/// An event's entry that a fan-out's last slice acknowledged: its stream, and 1 if XACK found it
+/// pending (0: another worker acknowledged it first).
+public struct AcknowledgedEntry: Sendable, Equatable {
+    public var stream: String
+    public var count: Int
+}
+
 /// How taking a slice ended.
 public enum SliceResult: Sendable, Equatable {
     /// The slice has its final outcome (sent, or superseded); `left` slices of its fan-out remain.
-    case final(left: Int)
+    /// The fan-out's last slice, run by a slice taker, acknowledged its event's entry
+    /// (`acknowledged`: on which stream, and whether XACK found it pending), for that stream's
+    /// counters.
+    case final(left: Int, acknowledged: AcknowledgedEntry? = nil)
     /// The fan-out is over and cleared (a redelivered slice of a finished fan-out).
     case gone
     /// Another worker is sending a batch of it right now: leave it for later.
@@ -114,15 +124,16 @@ struct SliceRunner: SendRole {
     }
 
     /// A slice whose attempts ran out: final without being sent (recorded as a send failure).
-    func abandonSlice(_ slice: SliceRef, reason: String) async throws {
+    func abandonSlice(_ slice: SliceRef, reason: String) async throws -> AcknowledgedEntry? {
         let fan = keys.fanout(slice.key, slice.gen)
         let entry = try await redis.send(RedisCommand("HMGET", fan, "stream", "entry"))
         let reply = try await redis.send(FanoutAbandon(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index).command)
-        guard case .abandoned(let n) = try FanoutAbandonReply(reply) else { return }
+        guard case .abandoned(let n) = try FanoutAbandonReply(reply) else { return nil }
         try await recordFailures(slice.key, kind: "slice", [("slice \(slice.index + 1)/\(slice.count)", reason)], entry: slice.gen)
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "fanout_slices_abandoned", 1))
         let e = entry.array ?? []
-        if n == 0, e.count == 2 { try await fanouts.acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")", record: fan) }
+        guard n == 0, e.count == 2 else { return nil }
+        return try await fanouts.acknowledge(entry: "\(e[0].string ?? "")/\(e[1].string ?? "")", record: fan)
     }
 
     /// `acknowledges`: acknowledge the event's entry when this is the last slice (false for the
@@ -366,8 +377,8 @@ struct SliceRunner: SendRole {
         if case .done = step {} else if left <= 0, head.tiers.standard == 10 || head.tiers.frequent == 10 {
             await fanouts.refundUnsent(slice.key, fan)
         }
-        if left <= 0, acknowledges { try await fanouts.acknowledge(entry: head.entry, record: fan) }
-        return .final(left: left)
+        guard left <= 0, acknowledges else { return .final(left: left) }
+        return .final(left: left, acknowledged: try await fanouts.acknowledge(entry: head.entry, record: fan))
     }
 
     /// Redis restarted since the fan-out began (a new hash seed, so another scan order): every

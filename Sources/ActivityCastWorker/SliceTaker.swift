@@ -166,7 +166,11 @@ final class SliceTaker: Sendable {
         do {
             let result = try await sender.runSlice(slice, attempts: redelivered ? (errorsKey, "\(entry.id)#n") : nil, shouldStop: { stop.isStopped })
             switch result {
-            case .final, .gone:
+            case .final(_, let acknowledged):
+                await finish(entry)
+                stats.stream(stream)?.acked.add(1, ordering: .relaxed)
+                count(acknowledged)
+            case .gone:
                 await finish(entry)
                 stats.stream(stream)?.acked.add(1, ordering: .relaxed)
             case .paused:
@@ -192,9 +196,17 @@ final class SliceTaker: Sendable {
         _ = try? await acknowledgement(entry).run(redis)
     }
 
+    /// The event's own entry, acknowledged here by its fan-out's last slice: counted on its
+    /// stream, as its reader would have (it handed the entry off uncounted).
+    private func count(_ acknowledged: AcknowledgedEntry?) {
+        guard let acknowledged, let counters = stats.stream(acknowledged.stream) else { return }
+        if acknowledged.count > 0 { counters.acked.add(1, ordering: .relaxed) } else { counters.ackMissed.add(1, ordering: .relaxed) }
+    }
+
     private func deadLetter(_ entry: StreamEntry, reason: String, slice: SliceRef?) async {
         do {
-            if let slice { try await sender.abandonSlice(slice, reason: reason) }
+            var acknowledged: AcknowledgedEntry?
+            if let slice { acknowledged = try await sender.abandonSlice(slice, reason: reason) }
             var args: [any RedisArgument] = [settings.deadLetterStream, "MAXLEN", "~", settings.deadLetterMaxLength, "*",
                                               "reason", String(reason.prefix(1000)), "stream", stream, "id", entry.id, "consumer", consumer,
                                               "at", Int64(Date().timeIntervalSince1970 * 1000)]
@@ -202,6 +214,7 @@ final class SliceTaker: Sendable {
             _ = try await redis.send(RedisCommand("XADD", args))
             await finish(entry)
             stats.stream(stream)?.deadLettered.add(1, ordering: .relaxed)
+            count(acknowledged)
             logger.warning("dead letter", metadata: ["entry": "\(stream)/\(entry.id)", "reason": "\(reason.prefix(300))"])
         } catch {
             logger.warning("dead-lettering a slice failed; it stays pending", metadata: ["entry": "\(stream)/\(entry.id)", "error": "\(error)"])

@@ -111,10 +111,31 @@ import TestSupport
         let (server, sandbox, prefix, redis, env) = (rig.server, rig.sandbox, rig.prefix, rig.redis, rig.env)
         // The rig holds the processes: alive to the end of the test, whatever is used last.
         defer { redis.close(); withExtendedLifetime(rig) {} }
-        let (w, port) = try await worker(server, env, name: "ops-a")
+        var sliced = env
+        sliced["fanout.slice_size"] = "16"
+        let (w, port) = try await worker(server, sliced, name: "ops-a")
         defer { w.removeLogs() }
         let reg = "\(prefix):registrations", sports = "\(prefix):feed:sports"
-        let (registrations, events) = try await playSmallMatch(redis, prefix: prefix)
+        var (registrations, events) = try await playSmallMatch(redis, prefix: prefix)
+        // Fan-outs of two slices (20 tokens, `fanout.slice_size` 16 in `env`): an event's entry is
+        // acknowledged by whoever finishes its last slice — the reader, or a slice taker — and
+        // counted on the feed's stream either way.
+        var ts = Int64(Date().timeIntervalSince1970 * 1000)
+        for i in 0..<20 {
+            ts += 1
+            _ = try await xadd(redis, reg, [("type", "activity.token"), ("ts", "\(ts)"), ("device", "s\(i)"), ("key", "match:m2"),
+                                            ("activity", "S\(i)"), ("token", String(format: "%064x", 0x5c_0000 + i)), ("env", "development")])
+            registrations += 1
+        }
+        for goal in 1...4 {
+            ts += 1
+            _ = try await xadd(redis, sports, [("type", "match.score"), ("ts", "\(ts)"), ("match", "m2"), ("home_score", "\(goal)"), ("away_score", "0")])
+            events += 1
+        }
+        #expect(await eventually(timeout: .seconds(60)) {
+            guard let g = try? await groupState(redis, stream: sports), g.lag == 0, g.pending == 0 else { return false }
+            return await drained(redis, reg)
+        })
 
         let answer = try await get(port, "/metrics")
         #expect(answer.status == 200)
