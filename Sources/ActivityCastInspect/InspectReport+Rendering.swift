@@ -26,6 +26,18 @@ extension InspectReport {
         }
         out += table(rows)
         for s in streams { if let error = s.error { out += errorLine(error) } }
+        let totals = feedTotals
+        if !totals.isEmpty {
+            out += "\nSHARDED FEEDS (their shards added up)\n"
+            rows = [["feed", "kind", "shards", "length", "group", "pending", "lag"]]
+            for t in totals {
+                if t.groups.isEmpty { rows.append([cell(t.feed), t.kind, "\(t.shards)", "\(t.length)", "-", "-", "-"]) }
+                for g in t.groups {
+                    rows.append([cell(t.feed), t.kind, "\(t.shards)", "\(t.length)", cell(g.name), "\(g.pending)", g.lag.map(String.init) ?? "?"])
+                }
+            }
+            out += table(rows)
+        }
         out += "\nGROUPS\n"
         rows = [["stream", "group", "consumers", "pending", "oldest pending", "lag", "last delivered"]]
         for s in streams {

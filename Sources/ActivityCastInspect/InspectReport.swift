@@ -50,6 +50,55 @@ public struct InspectReport: Codable, Sendable {
         /// The age of its first entry, by its id's time: with trimming on, about the retention
         /// (more while a group lags or an entry stays pending). Nil when it is empty.
         public var oldestEntryAgeMillis: Int64? = nil
+        /// The sharded feed this stream is a shard of (`streams.shards`); nil otherwise.
+        public var feed: String? = nil
+    }
+
+    /// A sharded feed's shards added up: per group, what its shards hold, how many are
+    /// pending and not yet delivered (`lag`: nil when a shard's can't be told).
+    public struct FeedTotal: Sendable, Equatable {
+        public var feed: String
+        public var kind: String
+        public var shards: Int
+        public var length: Int64
+        public var entriesAdded: Int64?
+        public var groups: [GroupTotal]
+
+        public struct GroupTotal: Sendable, Equatable {
+            public var name: String
+            public var pending: Int64
+            public var lag: Int64?
+            public var entriesRead: Int64?
+            public var consumers: Int
+        }
+    }
+
+    /// The sharded feeds' totals, in the order their first shard is listed.
+    public var feedTotals: [FeedTotal] {
+        var out: [FeedTotal] = []
+        for s in streams {
+            guard let feed = s.feed else { continue }
+            var total = out.first { $0.feed == feed } ?? FeedTotal(feed: feed, kind: s.kind, shards: 0, length: 0, entriesAdded: 0, groups: [])
+            total.shards += 1
+            total.length += s.length
+            total.entriesAdded = Self.sum(total.entriesAdded, s.exists ? s.entriesAdded : 0)
+            for g in s.groups {
+                var t = total.groups.first { $0.name == g.name } ?? .init(name: g.name, pending: 0, lag: 0, entriesRead: 0, consumers: 0)
+                t.pending += g.pending
+                t.lag = Self.sum(t.lag, g.lag)
+                t.entriesRead = Self.sum(t.entriesRead, g.entriesRead)
+                t.consumers = max(t.consumers, g.consumers.count)
+                if let i = total.groups.firstIndex(where: { $0.name == g.name }) { total.groups[i] = t } else { total.groups.append(t) }
+            }
+            if let i = out.firstIndex(where: { $0.feed == feed }) { out[i] = total } else { out.append(total) }
+        }
+        return out
+    }
+
+    /// nil when either is unknown.
+    private static func sum(_ a: Int64?, _ b: Int64?) -> Int64? {
+        guard let a, let b else { return nil }
+        return a + b
     }
 
     /// One dead letter's `reason`, `stream` and `id` fields, each cut to its first

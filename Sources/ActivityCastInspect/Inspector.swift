@@ -32,16 +32,18 @@ public struct Inspector: Sendable {
         var streams: [InspectReport.Stream] = []
         // The feeds, and the slices of fan-outs under way (finished slices are deleted: its
         // length is the slices not yet finished, its pending ones are in some worker's hands).
-        for (name, kind) in settings.inputStreams.map({ ($0.stream, $0.kind.rawValue) }) + [(settings.keys.slices, "slices")] {
+        let read = settings.inputStreams.map { ($0.stream, $0.kind.rawValue, $0.shard?.feed) } + [(settings.keys.slices, "slices", nil)]
+        for (name, kind, feed) in read {
             do {
                 var s = try await stream(name, kind: kind)
                 s.retention = settings.retention.description
                 s.oldestEntryAgeMillis = s.firstID.flatMap(StreamID.init).map { max(0, now - Int64($0.ms)) }
+                s.feed = feed
                 streams.append(s)
             } catch {
                 let why = try await sectionError(error, key: name, expected: "stream")
                 streams.append(.init(name: name, kind: kind, exists: true, length: 0, firstID: nil, lastID: nil,
-                                     groups: [], error: why))
+                                     groups: [], error: why, feed: feed))
             }
         }
         let dlq = settings.deadLetterStream

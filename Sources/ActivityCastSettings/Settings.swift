@@ -12,7 +12,17 @@ public struct Settings: Sendable {
     public struct Feed: Sendable, Equatable {
         public var kind: StreamKind
         public var stream: String
-        public init(kind: StreamKind, stream: String) { self.kind = kind; self.stream = stream }
+        /// Set when the feed is sharded (`streams.shards` > 1): each shard is a feed of its own
+        /// here (read, trimmed, inspected as one), and this says which (`FeedShards`).
+        public var shard: Shard?
+        public init(kind: StreamKind, stream: String, shard: Shard? = nil) { self.kind = kind; self.stream = stream; self.shard = shard }
+
+        public struct Shard: Sendable, Equatable {
+            /// The feed's name as configured (its shards' streams are `<feed>:{<index>}`).
+            public var feed: String
+            public var index: Int
+            public var count: Int
+        }
     }
 
     public var redisURL: RedisURL
@@ -106,6 +116,7 @@ public enum SettingsLoader {
         ("streams.retention_entries", "10000"),
         ("streams.trim_interval_ms", "10000"),
         ("streams.feeds", "sports=<prefix>:feed:sports,transit=<prefix>:feed:transit"),
+        ("streams.shards", "1"),
         ("worker.consumer", "<hostname>-<pid>"),
         ("worker.batch_size", "256"),
         ("worker.block_ms", "1000"),
@@ -370,6 +381,16 @@ public enum SettingsLoader {
             }
             if feeds.isEmpty {
                 throw wrong("streams.feeds", "is empty; write 'none' to read no feed stream (the worker then applies only registrations)")
+            }
+        }
+        let shards = try int("streams.shards", 1, 1...1024)
+        if shards > 1 {
+            if let braced = feeds.first(where: { $0.stream.contains("{") || $0.stream.contains("}") }) {
+                throw wrong("streams.shards", "a sharded feed's stream name must not contain { or } (each shard's hash tag is added to it), got '\(shown(braced.stream))'")
+            }
+            feeds = feeds.flatMap { feed in
+                (0..<shards).map { Settings.Feed(kind: feed.kind, stream: FeedShards.stream(feed.stream, shard: $0),
+                                                  shard: .init(feed: feed.stream, index: $0, count: shards)) }
             }
         }
         let registrations = try name("streams.registrations", "\(prefix):registrations")

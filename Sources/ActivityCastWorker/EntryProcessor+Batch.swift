@@ -89,7 +89,9 @@ extension EntryProcessor {
             while i + 1 < fields.count { raw.append(RawField(name: fields[i], value: fields[i + 1])); i += 2 }
             switch decoder.decode(kind: feed.kind, fields: raw) {
             case .failure(let error): return .deadLetter(error.reason, copyFields: true)
-            case .success(let decoded): return handle(decoded, fields: raw, entryID: entry.id, stream: feed.stream)
+            case .success(let decoded):
+                if let shard = feed.shard { checkShard(shard, of: feed, fields: raw, entryID: entry.id) }
+                return handle(decoded, fields: raw, entryID: entry.id, stream: feed.stream)
             }
         }
     }

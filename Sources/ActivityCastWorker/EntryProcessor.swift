@@ -235,6 +235,24 @@ struct EntryProcessor: Sendable {
         }
     }
 
+    /// An entry of a sharded feed belongs on its key's shard (`FeedShards`): one published to
+    /// another shard is still processed, but its key's events are no longer read in one order
+    /// (the merge still never shows an older state after a newer, by `ts`). Counted per stream
+    /// (`activitycast_stream_entries_misplaced_total`) and logged once per stream, so a
+    /// publisher's mistake is seen.
+    func checkShard(_ shard: Settings.Feed.Shard, of feed: Settings.Feed, fields: [RawField], entryID: String) {
+        let pairs = fields.map { (String(decoding: $0.name, as: UTF8.self), String(decoding: $0.value, as: UTF8.self)) }
+        guard let key = FeedShards.key(kind: feed.kind, fields: pairs) else { return }
+        let belongs = FeedShards.shard(ofKey: key, count: shard.count)
+        guard belongs != shard.index, let counters = stats.stream(feed.stream) else { return }
+        if counters.misplaced.add(1, ordering: .relaxed).newValue == 1 {
+            logger.warning("an entry of a sharded feed was published to another shard than its key's: its key's events may be applied out of order (publishers pick the shard as docs/schema.md says)", metadata: [
+                "entry": "\(feed.stream)/\(entryID)", "key": "\(key)", "shard": "\(belongs)", "stream_shard": "\(shard.index)",
+                "feed": "\(shard.feed)", "shards": "\(shard.count)",
+            ])
+        }
+    }
+
     /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
     /// concurrently. Returns each entry's result.
     func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,

@@ -28,6 +28,8 @@ public final class WorkerStats: Sendable {
         let refused = Atomic<Int>(0)
         let claimed = Atomic<Int>(0)
         let stale = Atomic<Int>(0)
+        /// Entries of a sharded feed found on another shard than their key's (`checkShard`).
+        let misplaced = Atomic<Int>(0)
 
         /// `outcome` label → count, as `activitycast_stream_entries_total` names them.
         var byOutcome: [(String, Int)] {

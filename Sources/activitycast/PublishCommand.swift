@@ -15,7 +15,8 @@ struct PublishCommand: AsyncParsableCommand {
           activitycast publish match.score match=4711 home_score=1 away_score=0
           activitycast publish activity.token            (the built-in example)
           activitycast publish --list
-        `ts` defaults to now. The entry is not validated here: a bad one becomes a dead letter,
+        `ts` defaults to now. On a sharded feed (streams.shards) the entry goes to its key's shard.
+        The entry is not validated here: a bad one becomes a dead letter,
         which is how the worker's error handling can be demonstrated.
         """)
 
@@ -72,8 +73,10 @@ struct PublishCommand: AsyncParsableCommand {
         } else {
             switch Examples.kind(of: type) {
             case .registrations: target = settings.registrationsStream
-            case .some(let kind): guard let feed = settings.feeds.first(where: { $0.kind == kind }) else { throw ValidationError("no \(kind.rawValue) feed is configured; use --stream") }
-                target = feed.stream
+            case .some(let kind):
+                // A sharded feed: the shard of the entry's key (FeedShards).
+                guard let feed = settings.feedStream(kind, fields: pairs) else { throw ValidationError("no \(kind.rawValue) feed is configured; use --stream") }
+                target = feed
             case nil: throw ValidationError("unknown type '\(type)': say which stream with --stream")
             }
         }

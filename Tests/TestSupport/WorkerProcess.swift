@@ -30,7 +30,12 @@ public func startActivitycast(_ arguments: [String], redisURL: String, settings:
 
 /// Runs `activitycast` to completion and returns (exit status, stdout, stderr).
 public func runActivitycast(_ arguments: [String], redis: RedisServer, settings: [String: String] = [:], timeout: Duration = .seconds(60)) async throws -> (Int32, String, String) {
-    let child = try startActivitycast(arguments, redis: redis, settings: settings, logName: "cli")
+    try await runActivitycast(arguments, redisURL: redis.urlString, settings: settings, timeout: timeout)
+}
+
+/// The same against any Redis URL (a cluster's seeds).
+public func runActivitycast(_ arguments: [String], redisURL: String, settings: [String: String] = [:], timeout: Duration = .seconds(60)) async throws -> (Int32, String, String) {
+    let child = try startActivitycast(arguments, redisURL: redisURL, settings: settings, logName: "cli")
     defer { child.removeLogs() }
     guard let status = await child.waitForExit(timeout: timeout) else {
         await child.stop()

@@ -237,4 +237,96 @@ import TestSupport
         #expect(w.isRunning)
         #expect(await w.stop() == 0)
     }
+
+    /// A sharded feed (`streams.shards: 4`): each match's events go to its key's shard —
+    /// `activitycast publish` picks it, and it is `CLUSTER KEYSLOT <key>` modulo 4 as
+    /// docs/schema.md tells publishers — the shards sit on more than one node, two workers read
+    /// them all, and every device of every match ends on its final state. An entry published to
+    /// the wrong shard is still applied, and the worker says so. `inspect --json` lists each
+    /// shard and their totals.
+    @Test func aShardedFeedSpreadsMatchesOverNodesAndKeepsEachOnItsShard() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess()
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        let prefix = "s\(UInt32.random(in: 0...UInt32.max))", url = cluster.urlString(seeds: 3)
+        var env = sandbox.settings
+        env.merge(["prefix": prefix, "streams.shards": "4", "worker.block_ms": "100", "worker.claim_interval_ms": "200",
+                   "worker.visibility_timeout_ms": "5000"]) { _, new in new }
+        let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix, "streams.shards": "4"])
+        let sports = settings.feeds.filter { $0.kind == .sports }
+        #expect(sports.map(\.stream) == (0..<4).map { "\(prefix):feed:sports:{\($0)}" })
+        #expect(Set(try await redis.keyGroups(sports.map(\.stream)).map(\.node)).count >= 2, "the shards all sit on one node")
+        // The shard is the key's hash slot (as the cluster computes it) modulo 4.
+        let anyNode = try await cluster.primaryPort(forKey: sports[0].stream)
+        for i in 0..<40 {
+            let key = "match:m\(i)"
+            let slot = try await cluster.on(anyNode, RedisCommand("CLUSTER", "KEYSLOT", key))[0].int
+            #expect(FeedShards.shard(ofKey: key, count: 4) == slot.map { Int($0) % 4 }, "\(key): slot \(slot ?? -1)")
+        }
+        let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
+        let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        let matches = (0..<8).map { "m\($0)" }
+        var tokens: [String: [String]] = [:]
+        for (m, match) in matches.enumerated() {
+            tokens[match] = (0..<3).map { String(format: "%064x", 0x5a_0000 + m * 16 + $0) }
+            for (i, token) in tokens[match]!.enumerated() {
+                _ = try await xadd(redis, settings.registrationsStream, [("type", "activity.token"), ("ts", next()), ("device", "\(match)d\(i)"),
+                                                                         ("key", "match:\(match)"), ("activity", "A\(match)\(i)"), ("token", token),
+                                                                         ("env", "development")])
+            }
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        // Each match's events through `activitycast publish`, which prints the stream it chose.
+        func publish(_ fields: [String]) async throws -> String {
+            let (status, out, err) = try await runActivitycast(["publish"] + fields, redisURL: url, settings: ["prefix": prefix, "streams.shards": "4"])
+            #expect(status == 0, "publish \(fields): \(err)")
+            return String(out.split(separator: " ").first ?? "")
+        }
+        for match in matches {
+            let expected = sports[FeedShards.shard(ofKey: "match:\(match)", count: 4)].stream
+            #expect(try await publish(["match.started", "ts=\(next())", "match=\(match)", "home=ars", "away=che"]) == expected)
+            for goal in 1...3 {
+                #expect(try await publish(["match.score", "ts=\(next())", "match=\(match)", "home_score=\(goal)", "away_score=0"]) == expected)
+            }
+        }
+        // One entry published to another shard than its key's (a publisher's mistake): applied,
+        // and said.
+        let misplaced = "m0", right = FeedShards.shard(ofKey: "match:m0", count: 4)
+        let wrong = sports[(right + 1) % 4].stream
+        #expect(try await publish(["match.full_time", "ts=\(next())", "match=\(misplaced)", "home_score=3", "away_score=1", "--stream", wrong]) == wrong)
+        for match in matches.dropFirst() {
+            _ = try await publish(["match.full_time", "ts=\(next())", "match=\(match)", "home_score=3", "away_score=1"])
+        }
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        var finals = 0, all = 0
+        for match in matches {
+            for token in tokens[match]! {
+                all += 1
+                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
+                if s["homeScore"] as? Int == 3, s["awayScore"] as? Int == 1 { finals += 1 }
+            }
+        }
+        #expect(finals == all, "\(finals) of \(all) devices on their match's final state")
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+        let said = (jsonLogLines(w1.stderr) + jsonLogLines(w2.stderr)).filter { ($0["msg"] ?? "").contains("published to another shard") }
+        #expect(said.count == 1, "\(said)")
+        #expect(said.first?["key"] == "match:m0" && said.first?["shard"] == "\(right)")
+
+        // inspect: every shard, and their totals (8 matches × 5 events, trimmed or not, all acknowledged).
+        let (status, out, err) = try await runActivitycast(["inspect", "--json"], redisURL: url, settings: ["prefix": prefix, "streams.shards": "4"])
+        #expect(status == 0, "\(err)")
+        let report = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any] ?? [:]
+        let listed = (report["streams"] as? [[String: Any]] ?? []).filter { $0["feed"] as? String == "\(prefix):feed:sports" }
+        #expect(listed.count == 4)
+        let (_, table, _) = try await runActivitycast(["inspect"], redisURL: url, settings: ["prefix": prefix, "streams.shards": "4"])
+        #expect(table.contains("SHARDED FEEDS"))
+        let row = table.split(separator: "\n").first { $0.contains("\(prefix):feed:sports ") && $0.contains("activitycast") }
+        #expect(row?.split(separator: " ").contains("4") == true, "\(row ?? "no row")")
+    }
 }

@@ -70,6 +70,41 @@ import TestSupport
         #expect(throws: SettingsError.self) { try SettingsLoader.load(file: dir.path + "/missing.yaml", environment: [:]) }
     }
 
+    /// `streams.shards`: each feed becomes that many streams `<feed>:{<i>}`, read as feeds of
+    /// their own; publishing picks the shard of the entry's key (`CLUSTER KEYSLOT` modulo N).
+    @Test func shardedFeedsAreSeveralStreamsAndPublishingPicksTheKeysShard() throws {
+        let one = try SettingsLoader.load(file: nil, environment: [:], overrides: [:])
+        #expect(one.feeds.map(\.stream) == ["ac:feed:sports", "ac:feed:transit"] && one.feeds.allSatisfy { $0.shard == nil })
+        #expect(one.feedStream(.sports, fields: [("match", "4711")]) == "ac:feed:sports")
+
+        let s = try SettingsLoader.load(file: nil, environment: ["ACTIVITYCAST_STREAMS_SHARDS": "3"], overrides: [:])
+        #expect(s.feeds.map(\.stream) == ["ac:feed:sports:{0}", "ac:feed:sports:{1}", "ac:feed:sports:{2}",
+                                          "ac:feed:transit:{0}", "ac:feed:transit:{1}", "ac:feed:transit:{2}"])
+        #expect(s.feeds.map { $0.shard?.index } == [0, 1, 2, 0, 1, 2] && s.feeds.allSatisfy { $0.shard?.count == 3 })
+        #expect(s.inputStreams.count == 7)
+        // CLUSTER KEYSLOT 123456789 is 12739 (CRC16-XMODEM's check value 0x31C3): shard 12739 % 3 = 1.
+        #expect(FeedShards.shard(ofKey: "123456789", count: 3) == 1 && FeedShards.shard(ofKey: "123456789", count: 4) == 3)
+        #expect(FeedShards.key(kind: .sports, fields: [("type", "match.score"), ("match", "4711")]) == "match:4711")
+        #expect(FeedShards.key(kind: .transit, fields: [("trip", "t9"), ("route", "r1")]) == "trip:t9")
+        #expect(FeedShards.key(kind: .transit, fields: [("route", "r1")]) == "route:r1")
+        #expect(FeedShards.key(kind: .transit, fields: [("trip", ""), ("stop", "s")]) == nil)
+        let key = "match:4711", shard = FeedShards.shard(ofKey: key, count: 3)
+        #expect(s.feedStream(.sports, fields: [("match", "4711")]) == "ac:feed:sports:{\(shard)}")
+        #expect(s.feedStream(.sports, fields: [("home", "ars")]) == "ac:feed:sports:{0}")  // no key: shard 0 (a dead letter there)
+        // Spread: 1,000 matches over 3 shards, none with fewer than a quarter.
+        let counts = (0..<1000).reduce(into: [0, 0, 0]) { c, i in c[FeedShards.shard(ofKey: "match:\(i)", count: 3)] += 1 }
+        #expect(counts.allSatisfy { $0 > 250 }, "\(counts)")
+
+        func failure(_ env: [String: String]) -> String {
+            do { _ = try SettingsLoader.load(file: nil, environment: env, overrides: [:]); return "no error" } catch { return "\(error)" }
+        }
+        #expect(failure(["ACTIVITYCAST_STREAMS_SHARDS": "0"]).contains("streams.shards"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_SHARDS": "2000"]).contains("streams.shards"))
+        #expect(failure(["ACTIVITYCAST_STREAMS_SHARDS": "2", "ACTIVITYCAST_STREAMS_FEEDS": "sports=f:{x}"])
+            == "setting streams.shards (from ACTIVITYCAST_STREAMS_SHARDS): a sharded feed's stream name must not contain { or } "
+            + "(each shard's hash tag is added to it), got 'f:{x}'")
+    }
+
     @Test func namesRejectControlCharactersAndConsumersNonASCII() throws {
         func failure(_ env: [String: String] = [:], _ overrides: [String: String] = [:]) -> String {
             do { _ = try SettingsLoader.load(file: nil, environment: env, overrides: overrides); return "no error" } catch { return "\(error)" }

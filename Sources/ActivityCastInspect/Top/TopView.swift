@@ -127,6 +127,16 @@ public struct TopState: Sendable {
                              "\(s.length)", g.oldestPendingAgeMillis.map(age) ?? "-", "\(g.consumers.count)", s.kind, kept])
             }
         }
+        // A sharded feed's shards added up, after them.
+        for t in report.feedTotals {
+            let before = reports.previous?.value.feedTotals.first { $0.feed == t.feed }
+            for g in t.groups {
+                let was = before?.groups.first { $0.name == g.name }
+                rows.append([cell("\(t.feed) (\(t.shards) shards)"), cell(g.name), g.lag.map(String.init) ?? "?", "\(g.pending)",
+                             rate(t.entriesAdded, before?.entriesAdded, dt), rate(g.entriesRead, was?.entriesRead, dt),
+                             "\(t.length)", "", "\(g.consumers)", t.kind, ""])
+            }
+        }
         return [""] + table(rows) + errors
     }
 

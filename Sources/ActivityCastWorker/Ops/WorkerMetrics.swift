@@ -101,6 +101,7 @@ final class WorkerMetrics: Sendable {
                     counter("activitycast_stream_entries_total", [("stream", stream), ("outcome", outcome)], n)
                 }
                 counter("activitycast_dead_letters_total", [("stream", stream)], c.deadLettered.load(ordering: .relaxed))
+                counter("activitycast_stream_entries_misplaced_total", [("stream", stream)], c.misplaced.load(ordering: .relaxed))
             }
             for (stream, view) in inputs.streams {
                 gauge("activitycast_stream_lag", [("stream", stream)], view.lag.map(Double.init) ?? .nan)
