@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Checks a KEDA ScaledObject with redis-streams triggers against KEDA's documented fields.
+"""Checks a KEDA ScaledObject with redis-streams (or redis-cluster-streams) triggers against KEDA's documented fields.
 
-    check-keda.py FILE [--worker-config Deploy/activitycast.yaml] [--deployment Deploy/k8s/worker.yaml]
+    check-keda.py FILE [--worker-config Deploy/activitycast.yaml] [--config-map Deploy/k8s/cluster/config.yaml]
+                       [--deployment Deploy/k8s/worker.yaml]
     check-keda.py FILE --self-test     # also proves that each kind of mistake below is rejected
 
 kubernetes-validate has no schema for the CRD, so this knows the fields itself, from
-  https://keda.sh/docs/latest/reference/scaledobject-spec/   (spec, triggers)
-  https://keda.sh/docs/latest/scalers/redis-streams/          (the trigger's metadata)
+  https://keda.sh/docs/latest/reference/scaledobject-spec/        (spec, triggers)
+  https://keda.sh/docs/latest/scalers/redis-streams/               (the single-node trigger's metadata)
+  https://keda.sh/docs/latest/scalers/redis-cluster-streams/       (the cluster trigger's metadata)
+--config-map: the workers' ConfigMap (ACTIVITYCAST_* variables), whose ACTIVITYCAST_PREFIX and
+ACTIVITYCAST_STREAMS_SHARDS win over the worker config: with N shards every feed is N streams
+<feed>:{0} … <feed>:{N-1}, each needing its trigger.
 It rejects unknown and missing fields, wrong types (trigger metadata values are strings, numbers
 in them must be whole numbers), and metadata KEDA would silently ignore (lagCount without
 consumerGroup, streamLength with one). With --worker-config it also checks that the triggers
@@ -60,6 +65,12 @@ REDIS_STREAMS = {
     "databaseIndex": INT, "addressFromEnv": STR, "hostFromEnv": STR, "portFromEnv": STR,
 }
 
+# redis-cluster-streams: the node list instead of one address; no databaseIndex on a cluster.
+REDIS_CLUSTER_STREAMS = {k: v for k, v in REDIS_STREAMS.items()
+                         if k not in ("address", "host", "port", "addressFromEnv", "hostFromEnv", "portFromEnv", "databaseIndex")}
+REDIS_CLUSTER_STREAMS.update({"addresses": STR, "hosts": STR, "ports": STR,
+                              "addressesFromEnv": STR, "hostsFromEnv": STR, "portsFromEnv": STR})
+
 
 def type_ok(value, kind):
     if isinstance(kind, tuple):
@@ -109,25 +120,38 @@ def walk(value, schema, path, problems):
         problems.append(f"{path}: must be {describe(schema)}, got {value!r}")
 
 
-def check_redis_streams(meta, path, problems):
+def check_redis_streams(meta, path, problems, cluster=False):
+    known, type_name = (REDIS_CLUSTER_STREAMS, "redis-cluster-streams") if cluster else (REDIS_STREAMS, "redis-streams")
     for key, value in meta.items():
-        if key not in REDIS_STREAMS:
-            problems.append(f"{path}.{key}: unknown redis-streams field (known: {', '.join(REDIS_STREAMS)})")
+        if key not in known:
+            problems.append(f"{path}.{key}: unknown {type_name} field (known: {', '.join(known)})")
             continue
         if not isinstance(value, str):
             problems.append(f"{path}.{key}: trigger metadata values are strings (quote it), got {value!r}")
             continue
-        kind = REDIS_STREAMS[key]
+        kind = known[key]
         if kind == INT and not (value.isdigit() or key == "port" and value.startswith("$")):
             problems.append(f"{path}.{key}: must be a whole number in a string, got {value!r}")
         if kind == BOOL and value not in ("true", "false"):
             problems.append(f"{path}.{key}: must be \"true\" or \"false\", got {value!r}")
     if "stream" not in meta:
         problems.append(f"{path}.stream: missing (required)")
-    if not ({"address", "addressFromEnv", "host", "hostFromEnv"} & meta.keys()):
-        problems.append(f"{path}: needs address, addressFromEnv, host or hostFromEnv")
-    if ("host" in meta or "hostFromEnv" in meta) and not ({"port", "portFromEnv"} & meta.keys()):
-        problems.append(f"{path}: host needs port or portFromEnv")
+    if cluster:
+        if not ({"addresses", "addressesFromEnv", "hosts", "hostsFromEnv"} & meta.keys()):
+            problems.append(f"{path}: needs addresses, addressesFromEnv, hosts or hostsFromEnv")
+        if ("hosts" in meta or "hostsFromEnv" in meta) and not ({"ports", "portsFromEnv"} & meta.keys()):
+            problems.append(f"{path}: hosts needs ports or portsFromEnv")
+        for node in (meta.get("addresses") or "").split(","):
+            if "addresses" in meta and not re.fullmatch(r"\s*[A-Za-z0-9.\-]+:\d+\s*", node):
+                problems.append(f"{path}.addresses: each node is host:port, got {node!r}")
+        if isinstance(meta.get("hosts"), str) and isinstance(meta.get("ports"), str) \
+                and len(meta["hosts"].split(",")) != len(meta["ports"].split(",")):
+            problems.append(f"{path}: hosts and ports must pair up one to one")
+    else:
+        if not ({"address", "addressFromEnv", "host", "hostFromEnv"} & meta.keys()):
+            problems.append(f"{path}: needs address, addressFromEnv, host or hostFromEnv")
+        if ("host" in meta or "hostFromEnv" in meta) and not ({"port", "portFromEnv"} & meta.keys()):
+            problems.append(f"{path}: host needs port or portFromEnv")
     group = "consumerGroup" in meta
     if "lagCount" in meta and not group:
         problems.append(f"{path}.lagCount: ignored without consumerGroup (the scaler would use streamLength)")
@@ -139,7 +163,7 @@ def check_redis_streams(meta, path, problems):
         problems.append(f"{path}.pendingEntriesCount: ignored when lagCount is set")
 
 
-def check(doc, worker_config=None, deployments=None):
+def check(doc, worker_config=None, deployments=None, config_map=None):
     problems = []
     if not isinstance(doc, dict):
         return ["the document is not a mapping"]
@@ -168,10 +192,16 @@ def check(doc, worker_config=None, deployments=None):
     for i, trigger in enumerate(triggers):
         if not isinstance(trigger, dict):
             continue
-        if trigger.get("type") == "redis-streams" and isinstance(trigger.get("metadata"), dict):
+        kind = trigger.get("type")
+        if kind in ("redis-streams", "redis-cluster-streams") and isinstance(trigger.get("metadata"), dict):
             meta = trigger["metadata"]
-            check_redis_streams(meta, f"spec.triggers[{i}].metadata", problems)
+            check_redis_streams(meta, f"spec.triggers[{i}].metadata", problems, cluster=kind == "redis-cluster-streams")
             watched[meta.get("stream")] = meta.get("consumerGroup")
+        elif kind is not None:
+            problems.append(f"spec.triggers[{i}].type: {kind!r}: the workers' streams are watched by redis-streams or redis-cluster-streams")
+    kinds = {t.get("type") for t in triggers if isinstance(t, dict)}
+    if len(kinds) > 1:
+        problems.append(f"spec.triggers: one Redis is either a single node or a cluster, not both ({', '.join(sorted(map(str, kinds)))})")
     names = [t.get("name") for t in triggers if isinstance(t, dict) and t.get("name")]
     if len(names) != len(set(names)):
         problems.append("spec.triggers: trigger names must be unique")
@@ -179,15 +209,18 @@ def check(doc, worker_config=None, deployments=None):
     if deployments is not None and target not in deployments:
         problems.append(f"spec.scaleTargetRef.name: no Deployment {target!r} (found: {', '.join(sorted(deployments)) or 'none'})")
     if worker_config is not None:
-        prefix = worker_config.get("prefix") or "ac"
-        group = worker_config.get("group") or "activitycast"
+        env = (config_map or {}).get("data") or {}
+        prefix = env.get("ACTIVITYCAST_PREFIX") or worker_config.get("prefix") or "ac"
+        group = env.get("ACTIVITYCAST_GROUP") or worker_config.get("group") or "activitycast"
         streams = worker_config.get("streams") or {}
-        expected = [f.get("stream") for f in streams.get("feeds") or []]
+        shards = int(env.get("ACTIVITYCAST_STREAMS_SHARDS") or streams.get("shards") or 1)
+        feeds = [f.get("stream") for f in streams.get("feeds") or []]
+        expected = [f"{f}:{{{i}}}" for f in feeds for i in range(shards)] if shards > 1 else feeds
         expected.append(streams.get("registrations") or f"{prefix}:registrations")
         expected.append(f"{prefix}:slices")
         for stream in expected:
             if stream not in watched:
-                problems.append(f"spec.triggers: no redis-streams trigger watches {stream}, a stream the workers read")
+                problems.append(f"spec.triggers: no trigger watches {stream}, a stream the workers read")
             elif watched[stream] != group:
                 problems.append(f"spec.triggers: the trigger on {stream} names group {watched[stream]!r}, the workers' is {group!r}")
         for stream in watched:
@@ -208,7 +241,7 @@ def mistakes(doc):
         broken("an unknown trigger metadata field", lambda d: t0(d)["metadata"].update(lagcount="5")),
         broken("an unknown trigger field", lambda d: t0(d).update(metricName="x")),
         broken("a missing stream", lambda d: t0(d)["metadata"].pop("stream")),
-        broken("a missing address", lambda d: t0(d)["metadata"].pop("address")),
+        broken("a missing address", lambda d: [t0(d)["metadata"].pop(k, None) for k in ("address", "addresses")]),
         broken("a missing scaleTargetRef.name", lambda d: d["spec"]["scaleTargetRef"].pop("name")),
         broken("a missing triggers list", lambda d: d["spec"].pop("triggers")),
         broken("lagCount as a number, not a string", lambda d: t0(d)["metadata"].update(lagCount=1000)),
@@ -223,7 +256,15 @@ def mistakes(doc):
         broken("a trigger on a stream the workers don't read", lambda d: t0(d)["metadata"].update(stream="ac:feed:sport")),
         broken("the wrong consumer group", lambda d: t0(d)["metadata"].update(consumerGroup="workers")),
         broken("a scale target that is not the worker Deployment", lambda d: d["spec"]["scaleTargetRef"].update(name="activitycast")),
-    ]
+        broken("a stream the workers read left without a trigger", lambda d: d["spec"]["triggers"].pop()),
+    ] + ([
+        broken("a single-node field on a cluster trigger", lambda d: t0(d)["metadata"].update(address="redis-0:6379")),
+        broken("databaseIndex on a cluster trigger", lambda d: t0(d)["metadata"].update(databaseIndex="1")),
+        broken("a node without its port", lambda d: t0(d)["metadata"].update(addresses="redis-0:6379,redis-1")),
+        broken("a single-node trigger beside cluster ones", lambda d: t0(d).update(type="redis-streams")),
+    ] if t0(doc).get("type") == "redis-cluster-streams" else [
+        broken("a cluster field on a single-node trigger", lambda d: t0(d)["metadata"].update(addresses="redis-0:6379")),
+    ])
 
 
 def main(argv):
@@ -231,7 +272,12 @@ def main(argv):
     self_test = "--self-test" in args
     if self_test:
         args.remove("--self-test")
-    worker_config = deployments = None
+    worker_config = deployments = config_map = None
+    if "--config-map" in args:
+        i = args.index("--config-map")
+        config_map = next((d for d in yaml.safe_load_all(open(args[i + 1], encoding="utf-8"))
+                           if isinstance(d, dict) and d.get("kind") == "ConfigMap"), None)
+        del args[i:i + 2]
     if "--worker-config" in args:
         i = args.index("--worker-config")
         worker_config = yaml.safe_load(open(args[i + 1], encoding="utf-8")) or {}
@@ -248,7 +294,7 @@ def main(argv):
     failed = False
     for doc in docs:
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc, dict) else None
-        problems = check(doc, worker_config, deployments)
+        problems = check(doc, worker_config, deployments, config_map)
         for p in problems:
             print(f"{args[0]}: ScaledObject {name}: {p}")
         failed |= bool(problems)
@@ -257,7 +303,7 @@ def main(argv):
         if self_test:
             caught = 0
             for description, bad in mistakes(doc):
-                if check(bad, worker_config, deployments):
+                if check(bad, worker_config, deployments, config_map):
                     caught += 1
                 else:
                     print(f"self-test: {description} was NOT rejected")

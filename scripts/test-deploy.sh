@@ -77,9 +77,14 @@ py="$venv/bin/python"
 bash Deploy/k8s/local/make-secrets.sh >"$work/secrets.yaml"
 # The schemas ship inside the package: no network needed (or used) from here on.
 "$venv/bin/kubernetes-validate" --strict --quiet Deploy/k8s/config.yaml Deploy/k8s/worker.yaml \
-  Deploy/k8s/local/config.yaml Deploy/k8s/local/redis.yaml Deploy/k8s/local/sandbox.yaml "$work/secrets.yaml"
+  Deploy/k8s/local/config.yaml Deploy/k8s/local/redis.yaml Deploy/k8s/local/sandbox.yaml "$work/secrets.yaml" \
+  Deploy/k8s/cluster/config.yaml Deploy/k8s/cluster/redis-cluster.yaml
 "$py" scripts/check-keda.py Deploy/k8s/keda-scaledobject.yaml --worker-config Deploy/activitycast.yaml \
   --deployment Deploy/k8s/worker.yaml --self-test
+# On a Redis Cluster: redis-cluster-streams triggers, one per shard of every feed (streams.shards in the ConfigMap).
+"$py" scripts/check-keda.py Deploy/k8s/cluster/keda-scaledobject.yaml --worker-config Deploy/activitycast.yaml \
+  --config-map Deploy/k8s/cluster/config.yaml --deployment Deploy/k8s/worker.yaml --self-test
+"$py" scripts/check-compose.py Deploy/compose.yaml Deploy/compose-cluster.yaml
 
 echo "== redis image (Debian's redis-server, for the local Redis pod)"
 t=$(now)
