@@ -148,7 +148,16 @@ import TestSupport
             try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "f1"), ("home_score", "0"), ("away_score", "0"),
                                    ("clock", "\(minute)'"), ("period", "first_half")])
         }
-        // Mid-match: the feed stream's primary dies.
+        func onMinute(_ clock: String) async throws -> Int {
+            var n = 0
+            for token in tokens {
+                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
+                if s["clock"] as? String == clock { n += 1 }
+            }
+            return n
+        }
+        // Mid-match, once the workers have shown every device the 5th minute: the feed stream's primary dies.
+        #expect(await eventually(timeout: .seconds(60)) { (try? await onMinute("5'")) == tokens.count })
         let victim = try await cluster.primaryPort(forKey: sports)
         await cluster.kill(port: victim)
         let promoted = try await cluster.waitForPromotion(of: victim)
@@ -328,5 +337,70 @@ import TestSupport
         #expect(table.contains("SHARDED FEEDS"))
         let row = table.split(separator: "\n").first { $0.contains("\(prefix):feed:sports ") && $0.contains("activitycast") }
         #expect(row?.split(separator: " ").contains("4") == true, "\(row ?? "no row")")
+    }
+
+    /// The whole cluster down (a primary and its replica frozen with SIGSTOP: its slots have no
+    /// node, so every node answers CLUSTERDOWN): the worker is not ready and says why, logs it
+    /// once rather than per batch, keeps running, and once the nodes are back it is ready again by
+    /// itself and applies what is published after.
+    @Test func aClusterThatIsDownIsNotReadyAndRecoversByItself() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess()
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        let prefix = "d\(UInt32.random(in: 0...UInt32.max))", url = cluster.urlString(seeds: 3)
+        let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix])
+        var env = sandbox.settings
+        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000"]) { _, new in new }
+        let ops = OpsEndpointTests()
+        let (w, port) = try await ops.worker(redisURL: url, env, name: "down")
+        defer { w.removeLogs() }
+        #expect(try await eventually(timeout: .seconds(30)) { try await ops.get(port, "/readyz").status == 200 })
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        func next() -> String { ts += 1000; return String(ts) }
+        let token = String(repeating: "d4", count: 32)
+        _ = try await xadd(redis, settings.registrationsStream, [("type", "activity.token"), ("ts", next()), ("device", "d"), ("key", "match:d1"),
+                                                                 ("activity", "A"), ("token", token), ("env", "development")])
+        #expect(await eventually(timeout: .seconds(30)) { await drained(redis, settings) })
+
+        // Down: the registrations stream's primary and its replica frozen.
+        let primary = try await cluster.primaryPort(forKey: settings.registrationsStream)
+        let shards = try await cluster.shards()
+        let replicas = shards.first { $0.primary == primary }?.replicas ?? []
+        let other = try #require(shards.first { $0.primary != primary }?.primary)
+        for node in [primary] + replicas { cluster.pause(port: node) }
+        var resumed = false
+        defer { if !resumed { for node in [primary] + replicas { cluster.resume(port: node) } } }
+        var answer = OpsEndpointTests.Answer(status: 0, contentType: "", body: "")
+        let notReady = try await eventually(timeout: .seconds(20)) {
+            answer = try await ops.get(port, "/readyz")
+            return answer.status == 503
+        }
+        // Past the node timeout (1 s) the other nodes see the slots without a node: CLUSTERDOWN.
+        try await Task.sleep(for: .seconds(4))
+        let state = try await cluster.on(other, RedisCommand("CLUSTER", "INFO"))[0].string ?? ""
+        #expect(state.contains("cluster_state:fail"), "\(state.prefix(60))")
+        let still = try await ops.get(port, "/readyz")
+        for node in [primary] + replicas { cluster.resume(port: node) }
+        resumed = true
+        #expect(notReady, "\(answer.status) \(answer.body)")
+        #expect(still.status == 503, "\(still.status) \(still.body)")
+        print("while the cluster was down: \(answer.body); 4 s later: \(still.body)")
+        #expect(w.isRunning)
+
+        // Back: ready again by itself, and what is published now reaches the device.
+        #expect(try await eventually(timeout: .seconds(30)) { try await ops.get(port, "/readyz").status == 200 })
+        for (i, type) in ["match.started", "match.score"].enumerated() {
+            var fields = [("type", type), ("ts", next()), ("match", "d1")]
+            fields += i == 0 ? [("home", "ars"), ("away", "che")] : [("home_score", "1"), ("away_score", "0")]
+            _ = try await xadd(redis, settings.feeds[0].stream, fields)
+        }
+        #expect(await eventually(timeout: .seconds(30)) {
+            ((try? await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any])?["homeScore"] as? Int == 1
+        })
+        #expect(await w.stop() == 0)
+        let problems = jsonLogLines(w.stderr).filter { $0["level"] == "error" || $0["level"] == "warning" }
+        print("the worker's warnings and errors while down and after: \(problems.map { $0["msg"] ?? "" })")
+        #expect(problems.count <= 6, "\(problems.count) lines: \(problems.prefix(8).map { ($0["msg"] ?? "").prefix(120) })")
     }
 }

@@ -46,11 +46,16 @@ import TestSupport
     /// A worker process serving its ops endpoints on a free loopback port (another if the first
     /// was taken in between).
     func worker(_ server: RedisServer, _ settings: [String: String], name: String) async throws -> (ChildProcess, Int) {
+        try await worker(redisURL: server.urlString, settings, name: name)
+    }
+
+    /// The same against any Redis URL (a cluster's seeds).
+    func worker(redisURL: String, _ settings: [String: String], name: String) async throws -> (ChildProcess, Int) {
         for _ in 0..<5 {
             let port = freeLoopbackPort()
             var env = settings
             env["ops.listen"] = "127.0.0.1:\(port)"
-            let child = try startActivitycast(["worker", "--consumer", name], redis: server, settings: env, logName: name)
+            let child = try startActivitycast(["worker", "--consumer", name], redisURL: redisURL, settings: env, logName: name)
             let up = await eventually(timeout: .seconds(20)) { child.stderr.contains("ops endpoints listening") || !child.isRunning }
             if up, child.isRunning { return (child, port) }
             _ = await child.stop()
