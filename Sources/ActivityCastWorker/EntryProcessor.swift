@@ -49,7 +49,7 @@ struct EntryProcessor: Sendable {
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
          sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil) {
         self.sender = sender
-        self.groupLoss = groupLoss ?? GroupLoss(connections: [redis])
+        self.groupLoss = groupLoss ?? GroupLoss(connections: [redis], streams: settings.inputStreams.map(\.stream))
         self.routes = routes
         self.settings = settings
         self.redis = redis

@@ -15,16 +15,23 @@ import Synchronization
 /// - **The group was destroyed and recreated** (`XGROUP DESTROY`, the stream deleted) with
 ///   Redis running on: this worker recreated it since the entries were read (after `NOGROUP`),
 ///   or the group is missing now. Once per recreation.
+/// - **The stream's primary failed over** (a Redis Cluster, or a replica promoted by Sentinel):
+///   another node serves the stream's slot than when the entries were read. Deliveries the old
+///   primary had not yet replicated were lost with it, so the new primary never delivered those
+///   entries: they were finished here, and are not delivered again. Once per stream and node.
 /// - Otherwise **another worker acknowledged them**: it claimed them after the visibility
 ///   timeout (this worker took longer than that to finish them).
 ///
 /// Before, every missed acknowledgement was put down to another worker, also after a Redis
 /// restart, once per batch in flight.
 ///
-/// Which Redis process served the worker when: `observe` records the `run_id` each time the
-/// worker's connections have connected a new number of times (at start, then after a read that
-/// follows a reconnect: one `INFO server` per reconnect). A reconnect since a batch began, and a
-/// `run_id` other than the one recorded for the connection count it began at, is a restart.
+/// Which Redis process served each stream when: `observe` records, per node serving one of the
+/// worker's streams, its address and `run_id` each time the worker's connections have connected
+/// a new number of times (at start, then after a read that follows a reconnect: one `INFO
+/// server` per node per reconnect; on a single Redis, one). A reconnect since a batch began, the
+/// same node serving the stream, and a `run_id` other than the one recorded for the connection
+/// count it began at, is a restart; another node serving it is a failover (run_ids of two nodes
+/// are never compared).
 /// (`uptime_in_seconds` alone can't say it: Redis counts it in whole seconds of the wall clock,
 /// so 0.2 s after a start it may say 1.)
 final class GroupLoss: Sendable {
@@ -40,8 +47,9 @@ final class GroupLoss: Sendable {
         var recreated: [String: ContinuousClock.Instant] = [:]
         /// Incidents already logged.
         var reported: Set<String> = []
-        /// `run_id` by the connections' connect count it was seen at (the last few).
-        var runIDs: [(connects: Int, runID: String)] = []
+        /// Per stream, the node serving it and its `run_id`, by the connections' connect count
+        /// they were seen at (the last few counts).
+        var seen: [(connects: Int, stream: String, process: RedisProcess)] = []
         /// When a read through the group last succeeded (the groups existed then), and the
         /// connect count then.
         var lastRead: (at: ContinuousClock.Instant, connects: Int)?
@@ -51,9 +59,12 @@ final class GroupLoss: Sendable {
     /// The worker's connections (reading, processing): their connect counts, summed, grow when
     /// Redis restarts under the worker.
     private let connections: [RedisConnection]
+    /// The streams whose nodes `observe` asks (the worker's input streams).
+    private let streams: [String]
 
-    init(connections: [RedisConnection]) {
+    init(connections: [RedisConnection], streams: [String]) {
         self.connections = connections
+        self.streams = streams
     }
 
     var connectsSoFar: Int { connections.reduce(0) { $0 + $1.stats.connects } }
@@ -69,34 +80,59 @@ final class GroupLoss: Sendable {
     /// Whether `observe` has something to learn: no `run_id` known for the current connect count.
     var needsObservation: Bool {
         let connects = connectsSoFar
-        return state.withLock { s in !s.runIDs.contains { $0.connects == connects } }
+        return state.withLock { s in !s.seen.contains { $0.connects == connects } }
     }
 
-    /// Records which Redis process (`run_id`) serves the current connect count.
+    /// Records which node and Redis process (`run_id`) serve each stream at the current connect
+    /// count: one `INFO server` per node.
     func observe(_ redis: RedisConnection) async {
         let before = connectsSoFar
-        guard let process = await Self.redisProcess(redis), connectsSoFar == before else { return }
+        guard let groups = try? await redis.keyGroups(streams) else { return }
+        var found: [(String, RedisProcess)] = []
+        var byNode: [String: RedisProcess] = [:]
+        for group in groups {
+            let node = "\(group.node)"
+            if byNode[node] == nil {
+                guard let process = await Self.redisProcess(redis, on: group.node) else { return }
+                byNode[node] = process
+            }
+            for stream in group.keys { found.append((stream, byNode[node]!)) }
+        }
+        guard connectsSoFar == before else { return }
         state.withLock { s in
-            guard !s.runIDs.contains(where: { $0.connects == before }) else { return }
-            s.runIDs.append((before, process.runID))
-            if s.runIDs.count > 8 { s.runIDs.removeFirst() }
+            guard !s.seen.contains(where: { $0.connects == before }) else { return }
+            s.seen += found.map { (before, $0.0, $0.1) }
+            let counts = Set(s.seen.map(\.connects)).sorted()
+            if counts.count > 8 { s.seen.removeAll { $0.connects < counts[counts.count - 8] } }
         }
     }
 
-    /// Whether Redis (now `current`) is another process than at connect count `connects`, when
-    /// the connections reconnected since. nil when it can't be told (no `run_id` recorded then).
-    private func restarted(since connects: Int, current: RedisProcess) -> Bool? {
-        guard connectsSoFar > connects else { return false }
-        guard let then = state.withLock({ s in s.runIDs.last { $0.connects == connects }?.runID }) else { return nil }
-        return then != current.runID
+    /// What became of the node that served `stream` at connect count `connects`, now that
+    /// `current` serves it.
+    enum Change: Equatable {
+        case none
+        /// The same node, another process: Redis restarted there.
+        case restarted
+        /// Another node serves the stream: a failover (or a slot moved).
+        case failedOver(from: String)
+        /// No node recorded then for the stream: can't be told.
+        case unknown
     }
 
-    /// `INFO server`'s `run_id` and `uptime_in_seconds`.
+    private func change(of stream: String, since connects: Int, current: RedisProcess) -> Change {
+        guard connectsSoFar > connects else { return .none }
+        guard let then = state.withLock({ s in s.seen.last { $0.connects == connects && $0.stream == stream }?.process }) else { return .unknown }
+        if then.node != current.node { return .failedOver(from: then.node) }
+        return then.runID != current.runID ? .restarted : .none
+    }
+
+    /// `INFO server`'s `run_id` and `uptime_in_seconds`, and the node that answered.
     struct RedisProcess: Sendable {
         var runID: String
         var uptimeSeconds: Int64
+        var node: String
 
-        init?(info: String) {
+        init?(info: String, node: String) {
             var runID: String?, uptime: Int64?
             for line in info.split(whereSeparator: \.isNewline) {  // "\r\n" is one Character
                 if line.hasPrefix("run_id:") { runID = String(line.dropFirst(7)) }
@@ -105,12 +141,19 @@ final class GroupLoss: Sendable {
             guard let runID, let uptime else { return nil }
             self.runID = runID
             uptimeSeconds = uptime
+            self.node = node
         }
     }
 
-    static func redisProcess(_ redis: RedisConnection) async -> RedisProcess? {
-        guard let reply = try? await redis.pipeline([RedisCommand("INFO", "server")])[0] else { return nil }
-        return reply.string.flatMap(RedisProcess.init(info:))
+    static func redisProcess(_ redis: RedisConnection, on node: RedisNodeAddress) async -> RedisProcess? {
+        guard let reply = try? await redis.pipeline([RedisCommand("INFO", "server")], on: node)[0] else { return nil }
+        return reply.string.flatMap { RedisProcess(info: $0, node: "\(node)") }
+    }
+
+    /// The process serving `stream` now.
+    static func redisProcess(_ redis: RedisConnection, serving stream: String) async -> RedisProcess? {
+        guard let node = try? await redis.node(forKey: stream) else { return nil }
+        return await redisProcess(redis, on: node)
     }
 
     /// The message for a Redis that came back without its data.
@@ -132,6 +175,17 @@ final class GroupLoss: Sendable {
         logger.error("\(Self.lostDataMessage)", metadata: meta)
     }
 
+    /// Logs, once per stream and new node, that the stream's primary failed over since entries
+    /// were read, and what that cost.
+    private func reportFailover(_ stream: String, from: String, to: String, logger: Logger, _ metadata: Logger.Metadata) {
+        guard state.withLock({ $0.reported.insert("failover|\(stream)|\(to)").inserted }) else { return }
+        var meta = metadata
+        meta["stream"] = "\(stream)"
+        meta["from_node"] = "\(from)"
+        meta["to_node"] = "\(to)"
+        logger.error("the stream's Redis primary failed over since these entries were read: its deliveries that the old primary had not yet replicated were lost with it, so the new primary never delivered them; they were finished here and are not delivered again", metadata: meta)
+    }
+
     /// The worker recreated `stream`'s group after `NOGROUP` (`restoring`). Returns true if it
     /// logged why (Redis came back without its data since the last read through the group);
     /// false leaves the caller to say the group was destroyed.
@@ -140,7 +194,8 @@ final class GroupLoss: Sendable {
             s.recreated[stream] = .now
             return s.lastRead
         }
-        guard let lastRead, let process = await Self.redisProcess(redis), restarted(since: lastRead.connects, current: process) == true else {
+        guard let lastRead, let process = await Self.redisProcess(redis, serving: stream),
+              change(of: stream, since: lastRead.connects, current: process) == .restarted else {
             return false
         }
         reportLostData(stream, process, logger: logger, ["group": "\(group)", "from_id": "\(position ?? "0-0")"])
@@ -151,17 +206,28 @@ final class GroupLoss: Sendable {
     /// found `missed` of them no longer pending: says why (see above).
     func explainMissedAcknowledgements(stream: String, group: String, missed: Int, acknowledged: Int, since baseline: Baseline,
                                        redis: RedisConnection, logger: Logger) async {
-        let replies = try? await redis.pipeline([RedisCommand("INFO", "server"), RedisCommand("XINFO", "GROUPS", stream)])
+        let node = try? await redis.node(forKey: stream)
+        let commands = [RedisCommand("INFO", "server"), RedisCommand("XINFO", "GROUPS", stream)]
+        var replies: [RESPValue]?
+        if let node { replies = try? await redis.pipeline(commands, on: node) } else { replies = try? await redis.pipeline(commands) }
         let counts: Logger.Metadata = ["group": "\(group)", "unacknowledged": "\(missed)", "of": "\(acknowledged)"]
-        if let process = replies?[0].string.flatMap(RedisProcess.init(info:)) {
-            // Without a run_id recorded then, only an uptime shorter than the time since by more
-            // than its rounding says it.
-            let elapsed = ContinuousClock.now - baseline.at
-            let restart = restarted(since: baseline.connects, current: process)
-                ?? (Double(process.uptimeSeconds) + 1 < elapsed.seconds)
-            if restart {
+        if let node, let process = replies?[0].string.flatMap({ RedisProcess(info: $0, node: "\(node)") }) {
+            switch change(of: stream, since: baseline.connects, current: process) {
+            case .restarted:
                 reportLostData(stream, process, logger: logger, counts)
                 return
+            case .failedOver(let from):
+                reportFailover(stream, from: from, to: process.node, logger: logger, counts)
+                return
+            case .unknown:
+                // Without a node recorded then, only an uptime shorter than the time since by
+                // more than its rounding says it.
+                if Double(process.uptimeSeconds) + 1 < (ContinuousClock.now - baseline.at).seconds {
+                    reportLostData(stream, process, logger: logger, counts)
+                    return
+                }
+            case .none:
+                break
             }
         }
         var groupMissing = false

@@ -91,7 +91,7 @@ public final class Worker: Sendable {
         self.streamReader = StreamReader(configuration: readerConfig)
         let redis = RedisConnection(configuration: commandConfig)
         self.redis = redis
-        self.groupLoss = GroupLoss(connections: [streamReader.main, redis])
+        self.groupLoss = GroupLoss(connections: [streamReader.main, redis], streams: settings.inputStreams.map(\.stream))
         var sliceConfig = settings.redisConfiguration
         sliceConfig.clientName = "activitycast-slicework-\(consumer)"
         let sliceRedis = RedisConnection(configuration: sliceConfig)

@@ -182,6 +182,14 @@ import TestSupport
         #expect(w1.isRunning && w2.isRunning, "a worker died with the node")
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
+        // A failover is not a restart (the run_ids of two nodes are never compared), and is said
+        // once per stream and node, not per batch.
+        for w in [w1, w2] {
+            let lines = jsonLogLines(w.stderr)
+            #expect(!lines.contains { ($0["msg"] ?? "").hasPrefix("REDIS RESTARTED") }, "a failover taken for a restart")
+            let failovers = lines.filter { ($0["msg"] ?? "").contains("primary failed over") }
+            #expect(Set(failovers.map { "\($0["stream"] ?? "") \($0["to_node"] ?? "")" }).count == failovers.count, "\(failovers)")
+        }
     }
 
     /// A fan-out's slices are queued on the slices stream, which sits on another node than the
