@@ -8,10 +8,12 @@
 #   (defaults: 1 worker, 2000 events/s, 1000 keys, 10 s, 3 runs; other arguments go to the bench)
 #   LOG_LEVEL=info bash scripts/bench-broadcast.sh   # workers log every plan and send (default: warning)
 #   BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # another build (e.g. an older commit's), not rebuilt
+#   bash scripts/bench-broadcast.sh --cluster 3   # against a private Redis Cluster of 3 primaries (no replicas)
+#   ACTIVITYCAST_STREAMS_SHARDS=3 bash scripts/bench-broadcast.sh --cluster 3   # the feed sharded over them
 # At the end it prints Redis's command time, commands and scripts per event (INFO commandstats).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=1 rate=2000 keys=1000 seconds=10
+workers=1 rate=2000 keys=1000 seconds=10 cluster=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -19,7 +21,8 @@ while [ $# -gt 0 ]; do
     --events-per-second) rate=$2; args+=("$1" "$2"); shift 2 ;;
     --keys) keys=$2; args+=("$1" "$2"); shift 2 ;;
     --seconds) seconds=$2; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    --cluster) cluster=$2; shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -38,12 +41,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_private_redis "$work"
+start_bench_redis "$work" "$cluster"
+redis_pid_args=()
+for pid in "${redis_pids[@]}"; do redis_pid_args+=(--redis-pid "$pid"); done
 
 # The sandbox keeps every broadcast of a run (two per event: a channel per APNs environment) until
 # the bench has read them after the run.
 delivery_log=$(awk -v r="$rate" -v s="$seconds" -v k="$keys" 'BEGIN { n = int(2.5 * (r * s + k)); print (n < 10000 ? 10000 : n) }')
-export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
+export ACTIVITYCAST_REDIS_URL="$redis_url" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="bench" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
 "$bin" sandbox --delivery-log "$delivery_log" >"$work/sandbox.log" 2>&1 &
 sandbox_pid=$!
@@ -57,8 +62,8 @@ for i in $(seq "$workers"); do
   worker_args+=(--worker-pid "$!")
 done
 
-echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); $workers worker(s), log level ${LOG_LEVEL:-warning}"
-"$bin" bench broadcast --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"
+echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); $workers worker(s), log level ${LOG_LEVEL:-warning}; redis: $([ "$cluster" -gt 0 ] && echo "cluster of $cluster primaries" || echo "one node"), feed shards ${ACTIVITYCAST_STREAMS_SHARDS:-1}"
+"$bin" bench broadcast --sandbox-pid "$sandbox_pid" "${redis_pid_args[@]}" "${worker_args[@]}" "${args[@]}"
 
 # Redis's own account of the whole bench (warm-up, every run, the publisher's XADDs and the
 # workers' idle polls): command time and calls per event, scripts counted once each (their inner
@@ -66,8 +71,11 @@ echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 
 runs=3
 for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[$i]}" = "--runs" ] && runs=${args[$((i + 1))]}; done
 events=$((keys + runs * rate * seconds))
-redis-cli -p "$redis_port" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
-  /^cmdstat_/ { name = substr($1, 9); calls[name] = $3; usec[name] = $5; total += $5; count += $3 }
+# (On a cluster, every primary's added up.)
+ports=$redis_port
+[ "$cluster" -gt 0 ] && ports=$(redis-cli -p "$redis_port" cluster nodes | awk '/master/ { split($2, a, "[:@]"); print a[2] }')
+for p in $ports; do redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
+  /^cmdstat_/ { name = substr($1, 9); calls[name] += $3; usec[name] += $5; total += $5; count += $3 }
   END {
     printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), over %d events\n",
       total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, n

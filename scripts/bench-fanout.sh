@@ -16,9 +16,11 @@
 #   BIN=/tmp/old/activitycast bash scripts/bench-fanout.sh   # another build, not rebuilt
 #   PERF=/tmp/prof bash scripts/bench-fanout.sh ...   # also `perf record -g` worker 1, redis-server and the sandbox (DIR/perf-<sitting>.data)
 #   LOGS=/tmp/fanout-logs LOG_LEVEL=info bash scripts/bench-fanout.sh ...   # keep the workers', sandbox's and redis-server's logs
+#   bash scripts/bench-fanout.sh --cluster 3 ...   # against a private Redis Cluster of 3 primaries (no replicas); Redis's
+#                                                  # work is every primary's added up, and shown per primary
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tokens=100000,1000000 worker_counts=1,3 trips=1,1000,100000 connections=2 streams=1000 ops=on
+tokens=100000,1000000 worker_counts=1,3 trips=1,1000,100000 connections=2 streams=1000 ops=on cluster=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --connections) connections=$2; shift 2 ;;
     --streams) streams=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    --cluster) cluster=$2; shift 2 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -55,9 +58,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_private_redis "$work"
+start_bench_redis "$work" "$cluster"
+redis_pid_args=()
+for pid in "${redis_pids[@]}"; do redis_pid_args+=(--redis-pid "$pid"); done
 
-export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
+export ACTIVITYCAST_REDIS_URL="$redis_url" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="bench" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
 export ACTIVITYCAST_APNS_CONNECTIONS="$connections" ACTIVITYCAST_APNS_MAX_CONCURRENT_STREAMS="$streams"
 # h2load opens all its streams at once; the sandbox (like APNs) allows one stream before it has
@@ -67,7 +72,7 @@ sandbox_pid=$!
 pids+=("$sandbox_pid")
 wait_for_sandbox "$work/sandbox.log"
 
-echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(h2load --version 2>/dev/null | head -1), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?'); redis: $([ "$cluster" -gt 0 ] && echo "cluster of $cluster primaries" || echo "one node"), feed shards ${ACTIVITYCAST_STREAMS_SHARDS:-1}"
 echo "fanout settings from the environment: $(env | grep -E '^ACTIVITYCAST_(FANOUT|WORKER)_' | tr '\n' ' ' || true); ops endpoints: $ops"
 sitting=0
 IFS=, read -ra counts <<<"$worker_counts"
@@ -100,7 +105,7 @@ while True:
   sitting_trips=$trips
   [ "$sitting" -gt 1 ] && sitting_trips=none
   "$bin" bench fanout --label "$n worker$([ "$n" -gt 1 ] && echo s)" --tokens "$tokens" --trips "$sitting_trips" \
-    --sandbox-pid "$sandbox_pid" --redis-pid "$redis_pid" "${worker_args[@]}" "${args[@]}"
+    --sandbox-pid "$sandbox_pid" "${redis_pid_args[@]}" "${worker_args[@]}" "${args[@]}"
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid" 2>/dev/null || true
     wait "$perf_pid" 2>/dev/null || true

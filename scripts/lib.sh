@@ -29,6 +29,53 @@ start_private_redis() {
   wait_for_redis "$redis_port"
 }
 
+# Starts the Redis the benches run against: with CLUSTER (a number, 0 or empty: one node) a Redis
+# Cluster of that many primaries (no replicas), each a private, non-persistent redis-server on a
+# free loopback port with its files and log in DIR/node-<port>, joined by `redis-cli --cluster
+# create` (slots spread evenly). Sets redis_port (the first node), redis_pids (every node),
+# redis_pid (the first), redis_url (every node as a seed, or the one node), and adds the PIDs to
+# the caller's `pids` array (stopped by its trap).
+start_bench_redis() {
+  local dir=$1 n=${2:-0}
+  if [ "${n:-0}" -le 0 ]; then
+    start_private_redis "$dir"
+    redis_pids=("$redis_pid")
+    redis_url="redis://127.0.0.1:$redis_port"
+    return
+  fi
+  redis_pids=()
+  local ports=() seeds=() p
+  for _ in $(seq "$n"); do
+    # A cluster node also listens on port + 10000 (the cluster bus): at most 55535, both free.
+    p=$(python3 -c '
+import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); port = a.getsockname()[1]
+    if port > 55535: a.close(); continue
+    b = socket.socket()
+    try: b.bind(("127.0.0.1", port + 10000))
+    except OSError: a.close(); continue
+    print(port); break')
+    mkdir -p "$dir/node-$p"
+    redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/node-$p" --cluster-enabled yes \
+      --cluster-config-file nodes.conf --cluster-node-timeout 5000 >"$dir/node-$p/redis.log" 2>&1 &
+    redis_pids+=("$!")
+    pids+=("$!")
+    ports+=("$p")
+    seeds+=("127.0.0.1:$p")
+  done
+  for p in "${ports[@]}"; do wait_for_redis "$p"; done
+  redis-cli --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes >"$dir/cluster-create.log" 2>&1 \
+    || { cat "$dir/cluster-create.log" >&2; return 1; }
+  for _ in $(seq 200); do
+    redis-cli -p "${ports[0]}" cluster info | grep -q 'cluster_state:ok' && break
+    sleep 0.05
+  done
+  redis_port=${ports[0]}
+  redis_pid=${redis_pids[0]}
+  redis_url="redis://$(IFS=,; echo "${seeds[*]}")"
+}
+
 # Waits (up to 5 s) until the redis-server on PORT answers.
 wait_for_redis() {
   for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done

@@ -68,7 +68,7 @@ struct IntakeBench: AsyncParsableCommand {
             ])
             let redis = RedisConnection(configuration: settings.redisConfiguration)
             defer { redis.close() }
-            try await preload(redis, stream: settings.feeds[0].stream, count: events)
+            try await preload(redis, settings, count: events)
 
             let worker = Worker(settings: settings, logger: Logger(label: "bench"), mode: mode == "full" ? .full : .decodeOnly)
             var service: OpsService?
@@ -106,8 +106,9 @@ struct IntakeBench: AsyncParsableCommand {
             print(String(format: "run %d, ops %@: %d events in %.3f s = %.0f events/s, %.4f Redis round trips/event (acked %d, dead-lettered %d)%@",
                          run, opsMode, events, seconds, Double(events) / seconds, roundTrips, snapshot.acked, snapshot.deadLettered,
                          scrapes.map { ", \($0) scrapes" } ?? ""))
-            let keys = ["\(prefix):feed:sports", "\(prefix):registrations", "\(prefix):deadletter", "\(prefix):keys"]
-            _ = try await redis.send(RedisCommand("DEL", keys))
+            // One DEL per key: on a cluster they sit in different slots.
+            let keys = settings.feeds.map(\.stream) + ["\(prefix):registrations", "\(prefix):deadletter", "\(prefix):keys"]
+            _ = try await redis.pipeline(keys.map { RedisCommand("DEL", $0) })
         } }
         let baseline = byMode[opsModes[0]].map { $0.map(\.rate).sorted()[$0.count / 2] }
         for opsMode in opsModes {
@@ -120,15 +121,17 @@ struct IntakeBench: AsyncParsableCommand {
         }
     }
 
-    /// Adds `count` realistic score updates, pipelined in chunks (not timed).
-    private func preload(_ redis: RedisConnection, stream: String, count: Int) async throws {
+    /// Adds `count` realistic score updates over 500 matches, each to its match's shard of the
+    /// sports feed (`streams.shards`), pipelined in chunks (not timed).
+    private func preload(_ redis: RedisConnection, _ settings: Settings, count: Int) async throws {
+        let streams = (0..<500).map { settings.feedStream(.sports, fields: [("match", "m\($0)")]) ?? settings.feeds[0].stream }
         let base = Int64(Date().timeIntervalSince1970 * 1000)
         var done = 0
         while done < count {
             let n = min(5000, count - done)
             let commands = (0..<n).map { i -> RedisCommand in
                 let k = done + i
-                return RedisCommand("XADD", stream, "*", "type", "match.score", "ts", base + Int64(k), "match", "m\(k % 500)",
+                return RedisCommand("XADD", streams[k % 500], "*", "type", "match.score", "ts", base + Int64(k), "match", "m\(k % 500)",
                                     "home_score", k % 7, "away_score", k % 5, "clock", "\(k % 90)'", "period", "second_half")
             }
             for r in try await redis.pipeline(commands) { _ = try r.orThrow("XADD") }

@@ -1,5 +1,6 @@
 import ActivityCastCommandSupport
 import ActivityCastCore
+import ActivityCastSettings
 import ActivityCastWorker
 import APNs
 import ArgumentParser
@@ -35,7 +36,7 @@ struct BroadcastBench: AsyncParsableCommand {
     @Option(help: "Runs; the median of each figure is reported.") var runs = 3
     @Option(help: "A worker's PID (repeatable): its CPU during each run is reported.") var workerPid: [Int32] = []
     @Option(help: "The sandbox's PID: its CPU during each run is reported.") var sandboxPid: Int32?
-    @Option(help: "redis-server's PID: its CPU during each run is reported.") var redisPid: Int32?
+    @Option(help: "redis-server's PID (once per node of a cluster): its CPU during each run is reported.") var redisPid: [Int32] = []
     @Option(help: "Seconds to wait for the workers to finish a run's events before giving up.") var drainTimeout = 60.0
     @Option(help: "Write every measured event to this CSV file (run, event, key, XADD µs, first and last receipt µs; empty: lost), for a closer look.")
     var dump: String?
@@ -56,8 +57,7 @@ struct BroadcastBench: AsyncParsableCommand {
         let admin = try makeAPNsClient(settings, logger: logger)
         defer { admin.shutdown() }
         let log = DeliveryLog(client: admin)
-        let publisher = Publisher(redis: redis, stream: feed.stream, group: settings.group, keys: keys,
-                                  matchPrefix: "bb\(UInt32.random(in: 0...UInt32.max))-")
+        let publisher = try Publisher(redis: redis, settings: settings, keys: keys, matchPrefix: "bb\(UInt32.random(in: 0...UInt32.max))-")
         let perRun = Int((eventsPerSecond * seconds).rounded())
         print("target: sandbox \(admin.configuration.endpoint), stream \(feed.stream); \(Int(eventsPerSecond)) events/s over \(keys) keys, "
               + "\(perRun) events per run; latency = the sandbox's receipt of the broadcast − XADD issued (wall clock, µs)")
@@ -208,18 +208,21 @@ func wallMicros() -> Int64 {
 /// Adds `match.score` events at a steady rate and knows when the workers have finished them.
 final class Publisher: Sendable {
     let redis: RedisConnection
-    let stream: String
     let group: String
     let keys: Int
     let matchPrefix: String
+    /// Per key (round-robin), the sports feed's stream it goes to: its shard (`streams.shards`),
+    /// or the feed itself.
+    let streams: [String]
     private let counter = NumberCounter()
 
-    init(redis: RedisConnection, stream: String, group: String, keys: Int, matchPrefix: String) {
+    init(redis: RedisConnection, settings: Settings, keys: Int, matchPrefix: String) throws {
         self.redis = redis
-        self.stream = stream
-        self.group = group
+        self.group = settings.group
         self.keys = keys
         self.matchPrefix = matchPrefix
+        let feed = try settings.sportsFeed().stream
+        streams = (0..<keys).map { settings.feedStream(.sports, fields: [("match", "\(matchPrefix)\($0)")]) ?? feed }
     }
 
     /// `count` events, event i due at start + i/rate on the monotonic clock (a late one goes at
@@ -231,7 +234,7 @@ final class Publisher: Sendable {
         var lateness: [Int64] = []
         lateness.reserveCapacity(count)
         var micros = [Int64](repeating: 0, count: count)
-        let (redis, stream, keys, prefix) = (self.redis, self.stream, self.keys, self.matchPrefix)
+        let (redis, streams, keys, prefix) = (self.redis, self.streams, self.keys, self.matchPrefix)
         try await withThrowingTaskGroup(of: (Int, Int64).self) { group in
             for i in 0..<count {
                 let due = start + .nanoseconds(Int64((Double(i) * 1e9 / rate).rounded()))
@@ -240,6 +243,7 @@ final class Publisher: Sendable {
                 let number = first + i
                 group.addTask {
                     let issued = wallMicros()
+                    let stream = streams[number % keys]
                     let reply = try await redis.send(RedisCommand("XADD", stream, "*", "type", "match.score", "ts", issued / 1000,
                                                                   "match", "\(prefix)\(number % keys)", "home_score", 0, "away_score", 0,
                                                                   "clock", String(number)))
@@ -274,7 +278,7 @@ final class Publisher: Sendable {
     /// Waits until the group has delivered every entry of the stream and none is pending: every
     /// event's sends have a final outcome.
     func waitDrained(timeout: Duration, hint: String) async throws {
-        try await BenchRedis.waitConsumed(streams: [stream], group: group, timeout: timeout, hint: hint) { try await redis.pipeline($0) }
+        try await BenchRedis.waitConsumed(streams: Array(Set(streams)).sorted(), group: group, timeout: timeout, hint: hint) { try await redis.pipeline($0) }
     }
 }
 
@@ -361,16 +365,17 @@ struct DeliveryLog {
 struct CPUProbe: CustomStringConvertible {
     let workers: [Int32]
     let sandbox: Int32?
-    let redis: Int32?
+    /// redis-server: one node, or every node of a cluster.
+    let redis: [Int32]
     private var start: [Int32: Double] = [:]
     private let selfStart = cpuSeconds(RUSAGE_SELF)
     private var shares: [(String, Double)] = []
 
-    init(workers: [Int32], sandbox: Int32?, redis: Int32?) {
+    init(workers: [Int32], sandbox: Int32?, redis: [Int32]) {
         self.workers = workers
         self.sandbox = sandbox
         self.redis = redis
-        for pid in workers + [sandbox, redis].compactMap({ $0 }) { start[pid] = Self.processCPU(pid) }
+        for pid in workers + redis + [sandbox].compactMap({ $0 }) { start[pid] = Self.processCPU(pid) }
     }
 
     func finish(seconds: Double) -> CPUProbe {
@@ -382,7 +387,11 @@ struct CPUProbe: CustomStringConvertible {
             done.shares.append(("workers\(detail)", each.reduce(0, +)))
         }
         if let sandbox { done.shares.append(("sandbox", share(sandbox))) }
-        if let redis { done.shares.append(("redis-server", share(redis))) }
+        if !redis.isEmpty {
+            let each = redis.map(share)
+            let detail = redis.count > 1 ? " (\(redis.count) nodes: " + each.map { String(format: "%.0f%%", $0 * 100) }.joined(separator: ", ") + ")" : ""
+            done.shares.append(("redis-server\(detail)", each.reduce(0, +)))
+        }
         done.shares.append(("bench (publisher)", (cpuSeconds(RUSAGE_SELF) - selfStart) / seconds))
         return done
     }

@@ -37,7 +37,7 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "Label of this sitting in the output (e.g. '1 worker').") var label = ""
     @Option(help: "A worker's PID (repeatable): its CPU, threads and peak RSS are reported.") var workerPid: [Int32] = []
     @Option(help: "The sandbox's PID: its CPU and busiest thread are reported.") var sandboxPid: Int32?
-    @Option(help: "redis-server's PID: its CPU is reported.") var redisPid: Int32?
+    @Option(help: "redis-server's PID (once per node of a cluster): its CPU is reported.") var redisPid: [Int32] = []
     @Option(help: "The h2load binary.") var h2load = "/usr/bin/h2load"
     @Flag(help: "Skip the h2load comparison.") var noH2load = false
     @Option(help: "Give up on a fan-out when the sandbox has received nothing new for this many seconds.") var stallTimeout = 60.0
@@ -212,6 +212,8 @@ struct RedisDelta {
     var cpuSeconds: Double
     /// `INFO commandstats`: calls and µs per command (script calls counted under their command).
     var calls: [String: (calls: Int, usec: Int)]
+    /// On a cluster, each primary's CPU seconds (by address); empty on one node.
+    var nodeCPU: [(node: String, seconds: Double)] = []
 
     func describe(per n: Int, unit: String, top: Int = 8) -> String {
         let d = Double(max(1, n))
@@ -226,16 +228,39 @@ struct RedisDelta {
         }
         let sorted = calls.filter { $0.value.calls > 0 }.sorted { $0.value.calls > $1.value.calls }.prefix(top)
         s += "; calls/\(unit): " + sorted.map { String(format: "%@ %.2f", $0.key, Double($0.value.calls) / d) }.joined(separator: ", ")
+        if nodeCPU.count > 1 {
+            s += "; Redis CPU/\(unit) per primary: " + nodeCPU.map { String(format: "%@ %.2f µs", $0.node, $0.seconds * 1e6 / d) }.joined(separator: ", ")
+        }
         return s
     }
 }
 
-/// One `INFO stats cpu commandstats` reading.
+/// One `INFO stats cpu commandstats` reading (on a cluster, every primary's added up).
 struct RedisSnapshot {
     var reads = 0
     var commands = 0
     var cpuSeconds = 0.0
     var calls: [String: (calls: Int, usec: Int)] = [:]
+    /// The `INFO` replies this adds up: one per node.
+    var infos = 1
+    /// Per node (on a cluster): CPU seconds.
+    var nodeCPU: [(node: String, seconds: Double)] = []
+
+    /// The nodes' readings added up.
+    init(nodes: [(node: String, snapshot: RedisSnapshot)]) {
+        infos = 0
+        for (node, n) in nodes {
+            reads += n.reads
+            commands += n.commands
+            cpuSeconds += n.cpuSeconds
+            infos += n.infos
+            for (name, v) in n.calls {
+                let was = calls[name] ?? (0, 0)
+                calls[name] = (was.calls + v.calls, was.usec + v.usec)
+            }
+            nodeCPU.append((node, n.cpuSeconds))
+        }
+    }
 
     init(_ text: String) {
         for raw in text.split(whereSeparator: \.isNewline) {
@@ -267,13 +292,19 @@ struct RedisSnapshot {
         for (name, v) in later.calls {
             let before = self.calls[name] ?? (0, 0)
             var n = v.calls - before.calls - (own[name] ?? 0)
-            if name == "info" { n -= 1 }
+            if name == "info" { n -= later.infos }
             if n > 0 { calls[name] = (n, v.usec - before.usec) }
         }
-        let ownCommands = own.values.reduce(0, +) + 1
-        return RedisDelta(reads: max(0, later.reads - reads - ownTrips - 1 - Int((idle.reads * seconds).rounded())),
-                          commands: max(0, later.commands - commands - ownCommands - Int((idle.commands * seconds).rounded())),
-                          cpuSeconds: max(0, later.cpuSeconds - cpuSeconds - idle.cpu * seconds), calls: calls)
+        let ownCommands = own.values.reduce(0, +) + later.infos
+        var delta = RedisDelta(reads: max(0, later.reads - reads - ownTrips - later.infos - Int((idle.reads * seconds).rounded())),
+                               commands: max(0, later.commands - commands - ownCommands - Int((idle.commands * seconds).rounded())),
+                               cpuSeconds: max(0, later.cpuSeconds - cpuSeconds - idle.cpu * seconds), calls: calls)
+        if later.nodeCPU.count > 1 {
+            delta.nodeCPU = later.nodeCPU.map { node in
+                (node.node, max(0, node.seconds - (nodeCPU.first { $0.node == node.node }?.seconds ?? 0)))
+            }
+        }
+        return delta
     }
 }
 
@@ -309,8 +340,13 @@ final class CountingRedis: @unchecked Sendable {
 
     /// `INFO` sections the bench reads; not counted (the snapshot accounts for its own INFO).
     func snapshot() async throws -> (RedisSnapshot, own: [String: Int], trips: Int) {
-        let reply = try await connection.send(RedisCommand("INFO", "stats", "cpu", "commandstats"))
-        return (RedisSnapshot(reply.string ?? ""), sent, trips)
+        // Every primary of a cluster, added up (one node otherwise).
+        var nodes: [(node: String, snapshot: RedisSnapshot)] = []
+        for node in try await connection.primaries() {
+            let reply = try await connection.pipeline([RedisCommand("INFO", "stats", "cpu", "commandstats")], on: node)[0].orThrow("INFO")
+            nodes.append(("\(node)", RedisSnapshot(reply.string ?? "")))
+        }
+        return (RedisSnapshot(nodes: nodes), sent, trips)
     }
 }
 
@@ -415,18 +451,21 @@ final class Bench: @unchecked Sendable {
     let admin: APNsClient
     let sandbox: SandboxStatsReader
     let feed: String
+    /// Every stream of the sports feed: its shards (`streams.shards`), or the feed alone.
+    let feeds: [String]
     let workers: [Int32]
     let sandboxPid: Int32?
-    let redisPid: Int32?
+    let redisPid: [Int32]
     let stallTimeout: Double
     private var lastTs: Int64 = 0
     private let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     private var keyNumber = 0
 
     /// With the bench's own connections, which `close()` ends: Redis (its commands counted) and `admin`.
-    init(settings: Settings, logger: Logger, workers: [Int32], sandboxPid: Int32?, redisPid: Int32?, stallTimeout: Double) throws {
+    init(settings: Settings, logger: Logger, workers: [Int32], sandboxPid: Int32?, redisPid: [Int32], stallTimeout: Double) throws {
         self.settings = settings
         feed = try settings.sportsFeed().stream
+        feeds = settings.feeds.filter { $0.kind == .sports }.map(\.stream)
         admin = try makeAPNsClient(settings, channels: true, logger: logger)
         redis = CountingRedis(RedisConnection(configuration: settings.redisConfiguration))
         sandbox = SandboxStatsReader(client: admin)
@@ -459,9 +498,11 @@ final class Bench: @unchecked Sendable {
     func publish(_ key: ActivityKey, clock: String) async throws -> (id: String, micros: Int64) {
         let ts = nextTs()
         let issued = wallMicros()
-        let reply = try await redis.send(RedisCommand("XADD", feed, "*", "type", "match.score", "ts", ts, "match", key.id,
+        // The match's shard of the feed (`streams.shards`; the feed itself when unsharded).
+        let stream = settings.feedStream(.sports, fields: [("match", key.id)]) ?? feed
+        let reply = try await redis.send(RedisCommand("XADD", stream, "*", "type", "match.score", "ts", ts, "match", key.id,
                                                       "home_score", 1, "away_score", 0, "clock", clock))
-        guard let id = reply.string else { throw CommandFailure("XADD \(feed): \(reply)") }
+        guard let id = reply.string else { throw CommandFailure("XADD \(stream): \(reply)") }
         return (id, issued)
     }
 
@@ -500,7 +541,7 @@ final class Bench: @unchecked Sendable {
     /// Waits until the feed's consumer group has delivered and acknowledged every entry, and no
     /// slice is pending.
     func waitAcknowledged(timeout: Double) async throws {
-        try await BenchRedis.waitConsumed(streams: [feed], slices: settings.keys.slices, group: settings.group, timeout: .seconds(timeout),
+        try await BenchRedis.waitConsumed(streams: feeds, slices: settings.keys.slices, group: settings.group, timeout: .seconds(timeout),
                                           poll: .milliseconds(5), hint: "are workers running against this Redis?") { try await redis.pipeline($0) }
     }
 
@@ -510,8 +551,7 @@ final class Bench: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(stallTimeout)
         while ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(2))
-            let replies = try await redis.pipeline([RedisCommand("XPENDING", feed, settings.group),
-                                                    RedisCommand("XPENDING", settings.keys.slices, settings.group)])
+            let replies = try await redis.pipeline((feeds + [settings.keys.slices]).map { RedisCommand("XPENDING", $0, settings.group) })
             if replies.allSatisfy({ $0.array?.first?.int == 0 }) { return }
         }
         throw CommandFailure("entries still pending after \(Int(stallTimeout)) s")

@@ -41,7 +41,7 @@ struct PriorityBench: AsyncParsableCommand {
     @Option(help: "Updates to B before the idle phase (connections, scripts; not measured).") var warmup = 20
     @Option(help: "A worker's PID (repeatable): its CPU during the flood is reported.") var workerPid: [Int32] = []
     @Option(help: "The sandbox's PID: its CPU during the flood is reported.") var sandboxPid: Int32?
-    @Option(help: "redis-server's PID: its CPU during the flood is reported.") var redisPid: Int32?
+    @Option(help: "redis-server's PID (once per node of a cluster): its CPU during the flood is reported.") var redisPid: [Int32] = []
     @Option(help: "Give up when the workers have not finished the events after this many seconds.") var stallTimeout = 60.0
     @Option(help: "Write every measured update to this CSV file (phase, update, XADD µs, first and last receipt µs, tokens that had this very update, counted).") var dump: String?
 

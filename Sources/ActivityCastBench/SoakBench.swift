@@ -60,7 +60,7 @@ struct SoakBench: AsyncParsableCommand {
     @Option(help: "A worker's /metrics URL (repeatable): the events it counted stale explain scores that got no broadcast of their own.")
     var workerMetrics: [String] = []
     @Option(help: "The sandbox's PID: its RSS is sampled.") var sandboxPid: Int32?
-    @Option(help: "redis-server's PID: its CPU over the soak is reported.") var redisPid: Int32?
+    @Option(help: "redis-server's PID (once per node of a cluster): its CPU over the soak is reported.") var redisPid: [Int32] = []
     @Option(help: "Seconds to wait for the workers to finish everything after the soak before counting what was lost.") var drainTimeout = 120.0
     @Option(help: "Limit: Redis used_memory slope after warm-up, MB (10^6 bytes) per minute.") var maxSlope = 1.0
     @Option(help: "Limit: each worker's RSS slope after warm-up, MiB per minute (judged when 10 minutes or more follow the warm-up).") var maxRssSlope = 0.05

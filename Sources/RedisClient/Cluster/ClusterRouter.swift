@@ -134,6 +134,10 @@ final class ClusterRouter: Sendable {
                 case .success(let r):
                     nodeReplies = r
                 }
+                let expected = group.indices.count + group.indices.filter { asking[$0] != nil }.count
+                guard nodeReplies.count == expected else {
+                    throw RedisError(.unexpectedReply, "\(group.node) answered \(nodeReplies.count) replies to \(expected) commands")
+                }
                 var k = 0
                 for i in group.indices {
                     if asking[i] != nil { k += 1 }  // ASKING's +OK
@@ -211,17 +215,24 @@ final class ClusterRouter: Sendable {
             do { return [.success(try await batches[0].0.pipeline(batches[0].1, blocking: blocking, limits: limits))] }
             catch { return [.failure(error)] }
         }
-        return await withTaskGroup(of: (Int, Result<[RESPValue], Error>).self) { taskGroup in
-            for (index, (connection, batch)) in batches.enumerated() {
+        // Each node's answer goes straight into its slot. (Child tasks returning `(index,
+        // result)` tuples came back paired wrongly in release builds only: node A's replies
+        // given to node B's commands, every run of the intake bench on a 3-node cluster, and
+        // never with a print added inside the task — a miscompile is suspected, not pinned
+        // down. This shape passed every run since; the reply count is checked below regardless.)
+        let slots = NodeAnswers(count: batches.count)
+        await withTaskGroup(of: Void.self) { taskGroup in
+            for index in batches.indices {
+                let connection = batches[index].0, batch = batches[index].1
                 taskGroup.addTask {
-                    do { return (index, .success(try await connection.pipeline(batch, blocking: blocking, limits: limits))) }
-                    catch { return (index, .failure(error)) }
+                    let result: Result<[RESPValue], Error>
+                    do { result = .success(try await connection.pipeline(batch, blocking: blocking, limits: limits)) }
+                    catch { result = .failure(error) }
+                    slots.set(index, result)
                 }
             }
-            var results = [Result<[RESPValue], Error>](repeating: .failure(ClusterRouter.closedError), count: batches.count)
-            for await (index, result) in taskGroup { results[index] = result }
-            return results
         }
+        return slots.all.map { $0 ?? .failure(ClusterRouter.closedError) }
     }
 
     /// The data connection to `node`, opened on first use.
@@ -369,4 +380,12 @@ extension RedisConnection.Stats {
         a.connects += b.connects
         a.failures += b.failures
     }
+}
+
+/// One answer per node pipeline, set by the tasks that send them.
+private final class NodeAnswers: Sendable {
+    private let answers: Mutex<[Result<[RESPValue], Error>?]>
+    init(count: Int) { answers = Mutex(Array(repeating: nil, count: count)) }
+    func set(_ index: Int, _ answer: Result<[RESPValue], Error>) { answers.withLock { $0[index] = answer } }
+    var all: [Result<[RESPValue], Error>?] { answers.withLock { $0 } }
 }
