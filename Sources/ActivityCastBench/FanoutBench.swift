@@ -618,8 +618,9 @@ final class Bench: @unchecked Sendable {
     /// the entry is acknowledged, so the event is planned again as the worker did (the routes,
     /// the key's merged state) and built by the same `PushBuilder`.
     func ownPayload(_ key: ActivityKey, entry: String) async throws -> (payload: [UInt8], priority: Int) {
-        let reply = try await redis.send(RedisCommand("XRANGE", feed, entry, entry))
-        guard let first = reply.array?.first, let raw = try StreamReplies.entry(first).fields else { throw CommandFailure("XRANGE \(feed) \(entry): gone") }
+        let stream = settings.feedStream(.sports, fields: [("match", key.id)]) ?? feed
+        let reply = try await redis.send(RedisCommand("XRANGE", stream, entry, entry))
+        guard let first = reply.array?.first, let raw = try StreamReplies.entry(first).fields else { throw CommandFailure("XRANGE \(stream) \(entry): gone") }
         let fields = stride(from: 0, to: raw.count - 1, by: 2).map { RawField(name: raw[$0], value: raw[$0 + 1]) }
         guard case .success(let decoded) = EntryDecoder(limits: settings.limits).decode(kind: .sports, fields: fields),
               let routes = try settings.loadRoutes().routes(for: .sports),
