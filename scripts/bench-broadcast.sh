@@ -74,11 +74,12 @@ events=$((keys + runs * rate * seconds))
 # (On a cluster, every primary's added up.)
 ports=$redis_port
 [ "$cluster" -gt 0 ] && ports=$(redis-cli -p "$redis_port" cluster nodes | awk '/master/ { split($2, a, "[:@]"); print a[2] }')
-for p in $ports; do redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
+for p in $ports; do redis-cli -p "$p" INFO stats; redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
   /^cmdstat_/ { name = substr($1, 9); calls[name] += $3; usec[name] += $5; total += $5; count += $3 }
+  /^total_reads_processed/ { reads += $2 }
   END {
-    printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), over %d events\n",
-      total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, n
+    printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), %.2f socket reads (round trips, all clients), over %d events\n",
+      total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, reads / n, n
     printf "redis: the most time per event:"
     for (k = 0; k < 8; k++) {
       best = ""; for (c in usec) if (!(c in shown) && (best == "" || usec[c] > usec[best])) best = c
