@@ -371,8 +371,16 @@ import TestSupport
                                                                  ("activity", "A"), ("token", token), ("env", "development")])
         #expect(await eventually(timeout: .seconds(30)) { await drained(redis, settings) })
 
-        // Down: the registrations stream's primary and its replica frozen.
+        // Redis memory on a cluster: the primary nearest its limit (here the only one with a limit).
         let primary = try await cluster.primaryPort(forKey: settings.registrationsStream)
+        _ = try await cluster.on(primary, RedisCommand("CONFIG", "SET", "maxmemory", 3 << 30))
+        var m: [String: Double] = [:]
+        #expect(try await eventually(timeout: .seconds(15)) {
+            m = try await ops.scrape(port)
+            return m["activitycast_redis_maxmemory_bytes"] == Double(3 << 30)
+        }, "\(m.filter { $0.key.hasPrefix("activitycast_redis_") })")
+
+        // Down: the registrations stream's primary and its replica frozen.
         let shards = try await cluster.shards()
         let replicas = shards.first { $0.primary == primary }?.replicas ?? []
         let other = try #require(shards.first { $0.primary != primary }?.primary)

@@ -56,6 +56,12 @@ import Testing
         #expect(RedisMemory(info: info) == RedisMemory(used: 1_234_567, max: 2_147_483_648, policy: "noeviction"))
         #expect(RedisMemory(info: "used_memory:5\nmaxmemory:0\n")?.max == 0)
         #expect(RedisMemory(info: "used_memory:5\r\n") == nil, "no maxmemory line")
+        // A cluster's primaries: the one nearest its limit, else (no limits) the most used.
+        let a = RedisMemory(used: 900, max: 1000, policy: "noeviction"), b = RedisMemory(used: 1500, max: 4000, policy: "noeviction")
+        #expect(RedisMemory.fullest([b, a]) == a)
+        #expect(RedisMemory.fullest([RedisMemory(used: 7, max: 0, policy: ""), RedisMemory(used: 9, max: 0, policy: "")])?.used == 9)
+        #expect(RedisMemory.fullest([RedisMemory(used: 99, max: 0, policy: ""), b]) == b)
+        #expect(RedisMemory.fullest([]) == nil)
         #expect(RedisMemory(info: "used_memory:x\r\nmaxmemory:0\r\n") == nil)
     }
 }

@@ -140,13 +140,20 @@ final class GroupMonitor: Sendable {
         }
         views.withLock { $0 = (.now, result) }
         guard let nowMillis, let counts = try? await connection.pipeline(
-            [RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis), RedisCommand("INFO", "memory")]
+            [RedisCommand("ZCARD", budgetDue), RedisCommand("ZCOUNT", budgetDue, "-inf", nowMillis)]
                 + channelSets.map { RedisCommand("ZCARD", $0.key) })
         else { return }
         if let due = counts[0].int, let overdue = counts[1].int { schedule.withLock { $0 = (due, overdue) } }
-        if let text = counts[2].string, let m = RedisMemory(info: text) { memory.withLock { $0 = m } }
-        let sets = zip(channelSets, counts.dropFirst(3)).compactMap { set, reply in reply.int.map { (set.state, $0) } }
+        let sets = zip(channelSets, counts.dropFirst(2)).compactMap { set, reply in reply.int.map { (set.state, $0) } }
         if sets.count == channelSets.count { channels.withLock { $0 = sets } }
+        // Every primary's memory (one node on a single Redis): the fullest is the first to refuse.
+        var nodes: [RedisMemory] = []
+        for node in (try? await connection.primaries()) ?? [] {
+            if let text = try? await connection.pipeline([RedisCommand("INFO", "memory")], on: node)[0].string, let m = RedisMemory(info: text) {
+                nodes.append(m)
+            }
+        }
+        if let m = RedisMemory.fullest(nodes) { memory.withLock { $0 = m } }
     }
 
     /// The fields of `group` in an `XINFO GROUPS` reply; nil if the group (or the key) is missing.

@@ -31,4 +31,12 @@ struct RedisMemory: Sendable, Equatable {
         self.max = max
         self.policy = policy
     }
+
+    /// Of a cluster's primaries, the one nearest its limit (the first to refuse writes): the
+    /// highest `used / max` among those with a limit, else the most used. nil for none.
+    static func fullest(_ nodes: [RedisMemory]) -> RedisMemory? {
+        let limited = nodes.filter { $0.max > 0 }
+        if !limited.isEmpty { return limited.max { Double($0.used) / Double($0.max) < Double($1.used) / Double($1.max) } }
+        return nodes.max { $0.used < $1.used }
+    }
 }
