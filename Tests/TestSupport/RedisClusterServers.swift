@@ -21,6 +21,8 @@ public final class RedisClusterServers: @unchecked Sendable {
     public let ports: [Int]
     public let primaryCount: Int
     public let nodeTimeout: Duration
+    /// Every node's `requirepass` (and its replicas' `masterauth`); nil: none.
+    public let password: String?
     private let directory: TemporaryDirectory
     private let lock = NSLock()
     // Guarded by `lock`.
@@ -29,17 +31,19 @@ public final class RedisClusterServers: @unchecked Sendable {
     private var ids: [Int: String] = [:]
     private var killedSlots: [Int: [ClosedRange<Int>]] = [:]
 
-    public init(primaries: Int = 3, replicasPerPrimary: Int = 1, nodeTimeout: Duration = .milliseconds(1000)) async throws {
+    public init(primaries: Int = 3, replicasPerPrimary: Int = 1, nodeTimeout: Duration = .milliseconds(1000), password: String? = nil) async throws {
         precondition(primaries >= 1 && primaries <= 16 && replicasPerPrimary >= 0)
         self.primaryCount = primaries
         self.nodeTimeout = nodeTimeout
+        self.password = password
         directory = try TemporaryDirectory()
         let count = primaries * (1 + replicasPerPrimary)
         var started: [Int: ChildProcess] = [:]
         do {
             var used = Set<Int>()
             for _ in 0..<count {
-                let (child, port) = try await RedisClusterServers.startNode(directory: directory.path, nodeTimeout: nodeTimeout, avoiding: used)
+                let (child, port) = try await RedisClusterServers.startNode(directory: directory.path, nodeTimeout: nodeTimeout, password: password,
+                                                                            avoiding: used)
                 started[port] = child
                 used.insert(port)
             }
@@ -99,9 +103,11 @@ public final class RedisClusterServers: @unchecked Sendable {
 
     public func address(_ port: Int) -> RedisNodeAddress { RedisNodeAddress(host: "127.0.0.1", port: port) }
 
-    /// `redis://127.0.0.1:P1,127.0.0.1:P2,…` with the first `seeds` nodes (`/database` if not 0).
-    public func urlString(seeds: Int = 1, database: Int = 0) -> String {
-        "redis://" + ports.prefix(seeds).map { "127.0.0.1:\($0)" }.joined(separator: ",") + (database == 0 ? "" : "/\(database)")
+    /// `redis://127.0.0.1:P1,127.0.0.1:P2,…` with the first `seeds` nodes (`/database` if not 0;
+    /// `:<password>@` first when the nodes have one, or `password` given).
+    public func urlString(seeds: Int = 1, database: Int = 0, password: String? = nil) -> String {
+        let auth = (password ?? self.password).map { ":\($0)@" } ?? ""
+        return "redis://" + auth + ports.prefix(seeds).map { "127.0.0.1:\($0)" }.joined(separator: ",") + (database == 0 ? "" : "/\(database)")
     }
 
     /// A cluster-routing connection through the first `seeds` nodes.
@@ -115,7 +121,7 @@ public final class RedisClusterServers: @unchecked Sendable {
         lock.withLock {
             if let connection = admins[port] { return connection }
             let connection = RedisNodeConnection(configuration: RedisConfiguration(
-                url: RedisURL(host: "127.0.0.1", port: port), connectTimeout: .seconds(1), commandTimeout: .seconds(5),
+                url: RedisURL(host: "127.0.0.1", port: port, password: password), connectTimeout: .seconds(1), commandTimeout: .seconds(5),
                 backoff: .init(initial: .milliseconds(10), maximum: .milliseconds(100)), topology: .standalone))
             admins[port] = connection
             return connection
@@ -337,7 +343,7 @@ public final class RedisClusterServers: @unchecked Sendable {
     }
 
     /// One node on a free loopback port whose bus port (port + 10000) is free too.
-    private static func startNode(directory: String, nodeTimeout: Duration, avoiding used: Set<Int>) async throws -> (ChildProcess, Int) {
+    private static func startNode(directory: String, nodeTimeout: Duration, password: String?, avoiding used: Set<Int>) async throws -> (ChildProcess, Int) {
         var lastError = ""
         for _ in 0..<20 {
             let port = freeLoopbackPort()
@@ -351,9 +357,10 @@ public final class RedisClusterServers: @unchecked Sendable {
                         "--cluster-replica-validity-factor", "0",
                         // A replica's first sync starts at once (the default waits 5 s for more replicas).
                         "--repl-diskless-sync-delay", "0"]
+                + (password.map { ["--requirepass", $0, "--masterauth", $0] } ?? [])
             let child = try ChildProcess(executable: try RedisServer.redisServerPath(), arguments: args, directory: directory, logName: "cluster-\(port)")
             let probe = RedisNodeConnection(configuration: RedisConfiguration(
-                url: RedisURL(host: "127.0.0.1", port: port), connectTimeout: .milliseconds(500), commandTimeout: .seconds(2),
+                url: RedisURL(host: "127.0.0.1", port: port, password: password), connectTimeout: .milliseconds(500), commandTimeout: .seconds(2),
                 backoff: .init(initial: .milliseconds(5), maximum: .milliseconds(20)), topology: .standalone))
             defer { probe.close() }
             let deadline = ContinuousClock.now + .seconds(10)
