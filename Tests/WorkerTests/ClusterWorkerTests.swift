@@ -419,4 +419,79 @@ import TestSupport
         print("the worker's warnings and errors while down and after: \(problems.map { $0["msg"] ?? "" })")
         #expect(problems.count <= 6, "\(problems.count) lines: \(problems.prefix(8).map { ($0["msg"] ?? "").prefix(120) })")
     }
+
+    /// The primary holding the match key's slot — its state, tokens, budgets and fan-out record —
+    /// SIGKILLed while an update fans out to 600 devices (APNs slowed to 50 ms an answer, so the
+    /// kill lands mid-fan-out), its replica promoted: every device ends on the update, nothing is
+    /// dead-lettered or left pending, and the duplicates stay within one per device — the fan-out
+    /// starts its slices again on the promoted node (another hash seed), as after a restart of a
+    /// single Redis. The figure is printed.
+    @Test func aFailoverOfTheKeysNodeMidFanOutLosesNothingAndBoundsItsDuplicates() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess(arguments: ["--delivery-log", "20000", "--slow-rate", "1", "--slow-ms", "50"])
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        // The key alone on its node: the streams, the counters and the schedule elsewhere.
+        var found: (Settings, String, Int)?
+        for attempt in 0..<300 {
+            let prefix = "k\(UInt32.random(in: 0...UInt32.max))", key = "match:k\(attempt)"
+            let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
+            let node = try await cluster.primaryPort(forKey: "\(prefix):{\(key)}:state")
+            var others: [Int] = []
+            for k in s.inputStreams.map(\.stream) + [s.keys.slices, s.keys.counters, s.deadLetterStream] { others.append(try await cluster.primaryPort(forKey: k)) }
+            if !others.contains(node) { found = (s, key, node); break }
+        }
+        let (settings, key, keyNode) = try #require(found)
+        let match = String(key.dropFirst("match:".count))
+        var env = sandbox.settings
+        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
+                   "fanout.slice_size": "16", "fanout.batch": "8", "fanout.lease_ms": "1000"]) { _, new in new }
+        let url = cluster.urlString(seeds: 3)
+        let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
+        let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        let t0 = (Int64(Date().timeIntervalSince1970) - 600) * 1000
+        let tokens = (0..<600).map { String(format: "%064x", 0xfa_0000 + $0) }
+        var adds: [RedisCommand] = []
+        for (i, token) in tokens.enumerated() {
+            adds.append(RedisCommand("XADD", settings.registrationsStream, "*", "type", "activity.token", "ts", t0, "device", "d\(i)", "key", key,
+                                     "activity", "A\(i)", "token", token, "env", "development"))
+        }
+        for reply in try await redis.pipeline(adds) { _ = try reply.orThrow("XADD") }
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        // The key's node has its registrations on its replica before it dies.
+        #expect(try await cluster.on(keyNode, RedisCommand("WAIT", 1, 5000))[0].int == 1)
+
+        let update = t0 + 60_000
+        _ = try await xadd(redis, settings.feeds[0].stream, [("type", "match.score"), ("ts", String(update)), ("match", match),
+                                                             ("home_score", "1"), ("away_score", "0"), ("clock", "61'"), ("period", "second_half")])
+        #expect(try await cluster.on(try await cluster.primaryPort(forKey: settings.feeds[0].stream), RedisCommand("WAIT", 1, 5000))[0].int == 1)
+        // Mid-fan-out: some devices have it, not all.
+        func received() async throws -> FanoutTests.Received { FanoutTests.Received(try await sandbox.deviceDeliveries()) }
+        var before = 0
+        #expect(await eventually(timeout: .seconds(30)) {
+            before = (try? await received().byToken.filter { $0.value.contains(Double(update) / 1000) }.count) ?? 0
+            return before >= 40
+        })
+        await cluster.kill(port: keyNode)
+        let promoted = try await cluster.waitForPromotion(of: keyNode)
+        #expect(promoted != keyNode)
+        #expect(before < tokens.count, "the fan-out was over before the kill")
+
+        let reached = await eventually(timeout: .seconds(90)) {
+            (try? await received().notEndingOn(tokens, final: Double(update) / 1000).isEmpty) ?? false
+        }
+        let r = try await received()
+        let lost = r.notEndingOn(tokens, final: Double(update) / 1000)
+        #expect(reached && lost.isEmpty, "\(lost.count) devices not on the update, e.g. \(lost.prefix(3))")
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+        #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
+        #expect(w1.isRunning && w2.isRunning)
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+        for w in [w1, w2] { #expect(!jsonLogLines(w.stderr).contains { ($0["msg"] ?? "").hasPrefix("REDIS RESTARTED") }) }
+        print("key node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
+              + "\(r.duplicates) duplicates (\(r.duplicates * 100 / tokens.count) % of the devices), 0 lost")
+    }
 }

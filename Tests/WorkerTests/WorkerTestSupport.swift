@@ -115,3 +115,40 @@ func mostWithin(_ span: Int64, of times: [Int64]) -> Int {
     }
     return most
 }
+
+extension SandboxProcess {
+    /// Every delivery in the sandbox's log, oldest first (paged, `GET /sandbox/deliveries?since=`).
+    /// Fails if the log overwrote any (the sandbox's `--delivery-log` was too small).
+    func deviceDeliveries() async throws -> [FanoutTests.Delivered] {
+        var out: [FanoutTests.Delivered] = []
+        var since = 0
+        let file = directory.path + "/deliveries-page.json"
+        while true {
+            let curl = try ChildProcess(executable: "/usr/bin/curl",
+                                        arguments: ["-s", "--http2", "--cacert", "\(directory.path)/cert.pem", "-o", file,
+                                                    "-w", "%{http_code}", "https://127.0.0.1:\(port)/sandbox/deliveries?since=\(since)&limit=50000"],
+                                        logName: "curl")
+            defer { curl.removeLogs() }
+            guard await curl.waitForExit(timeout: .seconds(60)) == 0, curl.stdout == "200" else {
+                throw RedisServerError(description: "GET /sandbox/deliveries failed: \(curl.stdout) \(curl.stderr)")
+            }
+            let data = try Data(contentsOf: URL(fileURLWithPath: file))
+            guard let page = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+                  let list = page["deliveries"] as? [[String: Any]], let last = page["last"] as? Int else {
+                throw RedisServerError(description: "GET /sandbox/deliveries: not a page")
+            }
+            let overwritten = page["overwritten"] as? Int ?? 0
+            if overwritten > 0 { throw RedisServerError(description: "the sandbox's delivery log overwrote \(overwritten) deliveries: raise --delivery-log") }
+            for d in list {
+                guard let sequence = d["sequence"] as? Int else { continue }
+                since = sequence
+                guard d["kind"] as? String == "device", let target = d["target"] as? String else { continue }
+                out.append(FanoutTests.Delivered(target: target, timestamp: (d["timestamp"] as? NSNumber)?.doubleValue ?? -1,
+                                     event: d["event"] as? String ?? "", timeMillis: (d["timeMillis"] as? NSNumber)?.int64Value ?? 0))
+            }
+            if list.isEmpty || since >= last { break }
+        }
+        try? FileManager.default.removeItem(atPath: file)
+        return out
+    }
+}
