@@ -197,6 +197,8 @@ public enum SettingsLoader {
         "ACTIVITYCAST_SANDBOX_BENCH", "ACTIVITYCAST_SANDBOX_BENCH_ROUNDS", "ACTIVITYCAST_SANDBOX_BENCH_THREADS",
         "ACTIVITYCAST_SANDBOX_BENCH_TOKENS", "ACTIVITYCAST_SANDBOX_BENCH_FANOUT_TOKENS",
         "ACTIVITYCAST_H2_BENCH", "ACTIVITYCAST_H2_BENCH_REQUESTS",
+        // Tests: run the suites that take a `RedisServer` on a cluster of N primaries.
+        "ACTIVITYCAST_TEST_REDIS_CLUSTER",
         // Test-only failpoint (EntryProcessor): crash on an entry with this field value.
         "ACTIVITYCAST_FAILPOINT_CRASH_ON",
         // Test-only failpoint (EntryProcessor): wait before sending a redelivered entry.

@@ -103,6 +103,27 @@ final class StreamReader: Sendable {
         return await StopSignal.within(deadline()) { await waiting.value }
     }
 
+    /// What the reads still in flight bring, waiting until none is (each returns within its
+    /// BLOCK) or `deadline`: Redis delivered those entries to this consumer, so a stopping worker
+    /// finishes them instead of leaving them pending under its name. (On a cluster a call of
+    /// `read` returns with the first slot's read back; the others may still be out.)
+    func finishInFlight(until deadline: ContinuousClock.Instant) async -> [StreamRead] {
+        var reads: [StreamRead] = []
+        while true {
+            let (done, busy) = state.withLock { s in
+                defer { s.done = [] }
+                return (s.done, !s.reading.isEmpty)
+            }
+            for case .success(let some) in done { reads += some }
+            guard busy, ContinuousClock.now < deadline else { return reads }
+            let wakes = self.wakes
+            _ = await StopSignal.within(deadline) {
+                var iterator = wakes.makeAsyncIterator()
+                return await iterator.next() != nil
+            }
+        }
+    }
+
     /// Waits for a read to come back, then takes every one that did: their entries together,
     /// or the first failure when none brought entries.
     private func next() async -> Result<[StreamRead], Error> {

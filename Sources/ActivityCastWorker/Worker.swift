@@ -238,6 +238,8 @@ public final class Worker: Sendable {
                 noteProgress()
             }
         }
+        // Reads still in flight (a cluster's other slots): theirs to finish too.
+        dispatch(await streamReader.finishInFlight(until: drainDeadline), healthy: [], completed: completed)
         await drain(&iterator, completed: completed)
         await sliceLoop?.value
         await flushLoop?.value

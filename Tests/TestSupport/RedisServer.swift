@@ -3,7 +3,18 @@ import RedisClient
 
 /// A real `redis-server` on a free loopback port, with nothing persisted unless asked. Killed by
 /// PID when the test's reference goes away (`deinit`), or earlier with `stop()`/`crash()`.
+///
+/// With `ACTIVITYCAST_TEST_REDIS_CLUSTER=N` in the environment, a plain server (no extra
+/// arguments, no TLS) is a Redis Cluster of N primaries instead (`RedisClusterServers`, no
+/// replicas), and `url`/`urlString` name every node as a seed: the suites written against one
+/// Redis then run on a cluster unchanged (.ci/run runs those that can; docs/cluster.md). Such a
+/// cluster can be stopped but not restarted as one server (`start()` throws).
 public final class RedisServer: @unchecked Sendable {
+    /// The primaries a plain server is made of (`ACTIVITYCAST_TEST_REDIS_CLUSTER`); nil: one server.
+    public static let clusterPrimaries: Int? = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_REDIS_CLUSTER"]
+        .flatMap(Int.init).flatMap { $0 >= 1 ? $0 : nil }
+    /// Set when this "server" is a cluster.
+    public let cluster: RedisClusterServers?
     public struct TLSFiles: Sendable {
         public var certificate: String
         public var key: String
@@ -21,6 +32,13 @@ public final class RedisServer: @unchecked Sendable {
     public init(extraArguments: [String] = [], tls: TLSFiles? = nil) async throws {
         self.extraArguments = extraArguments
         self.tls = tls
+        if extraArguments.isEmpty, tls == nil, let n = RedisServer.clusterPrimaries {
+            let cluster = try await RedisClusterServers(primaries: n, replicasPerPrimary: 0)
+            self.cluster = cluster
+            port = cluster.ports[0]
+            return
+        }
+        cluster = nil
         var lastError: Error?
         for _ in 0..<5 {
             let port = freeLoopbackPort()
@@ -40,21 +58,26 @@ public final class RedisServer: @unchecked Sendable {
         process?.removeLogs()
     }
 
-    public var pid: Int32? { lock.withLock { process?.pid } }
+    /// The server's PID (a cluster's first node's).
+    public var pid: Int32? { cluster.map { $0.pid(port) } ?? lock.withLock { process?.pid } }
 
-    /// `redis://127.0.0.1:PORT` (or `rediss://` with the test CA for a TLS server).
+    /// `redis://127.0.0.1:PORT` (or `rediss://` with the test CA for a TLS server; every node as
+    /// a seed for a cluster).
     public var url: RedisURL {
+        if let cluster { return try! RedisURL(cluster.urlString(seeds: cluster.ports.count)) }
         var url = RedisURL(tls: tls != nil, host: "127.0.0.1", port: port)
         if let tls { url.caFile = tls.ca }
         return url
     }
 
     public var urlString: String {
-        tls.map { "rediss://127.0.0.1:\(port)?ca=\($0.ca)" } ?? "redis://127.0.0.1:\(port)"
+        if let cluster { return cluster.urlString(seeds: cluster.ports.count) }
+        return tls.map { "rediss://127.0.0.1:\(port)?ca=\($0.ca)" } ?? "redis://127.0.0.1:\(port)"
     }
 
     /// Stops the server by PID (SIGTERM, then SIGKILL).
     public func stop() async {
+        if let cluster { await cluster.stop(); return }
         let p = lock.withLock { () -> ChildProcess? in defer { process = nil }; return process }
         await p?.stop()
         p?.removeLogs()
@@ -62,6 +85,7 @@ public final class RedisServer: @unchecked Sendable {
 
     /// Kills the server outright (SIGKILL) as a crash would.
     public func crash() async {
+        if let cluster { await cluster.stop(); return }
         let p = lock.withLock { () -> ChildProcess? in defer { process = nil }; return process }
         p?.kill(signal: SIGKILL)
         _ = await p?.waitForExit(timeout: .seconds(5))
@@ -70,6 +94,7 @@ public final class RedisServer: @unchecked Sendable {
 
     /// Starts it again on the same port, empty (nothing is persisted).
     public func start() async throws {
+        if cluster != nil { throw RedisServerError(description: "a test cluster can't be restarted as one server (ACTIVITYCAST_TEST_REDIS_CLUSTER)") }
         let p = try await RedisServer.launch(port: port, extra: extraArguments, tls: tls)
         lock.withLock { process = p }
     }

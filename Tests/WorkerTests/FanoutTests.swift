@@ -340,14 +340,22 @@ import TestSupport
         // The document's prefix is the default `ac`; the test's streams and keys have their own.
         let rules = words.dropFirst(3).map { $0 == ">PASSWORD" ? ">pw" : $0 == "~ac:*" ? "~\(r.settings.prefix):*" : $0 }
         #expect(rules.contains("~\(r.settings.prefix):*"))
-        let set = try await r.redis.send(RedisCommand("ACL", ["SETUSER", "activitycast"] + rules.map { $0 as any RedisArgument }))
-        #expect(set.string == "OK", "\(set)")
+        let setUser = RedisCommand("ACL", ["SETUSER", "activitycast"] + rules.map { $0 as any RedisArgument })
+        // On a cluster (ACTIVITYCAST_TEST_REDIS_CLUSTER) every node needs the user: ACLs are per node.
+        var address = "127.0.0.1:\(r.server.port)"
+        if let cluster = r.server.cluster {
+            for port in cluster.ports { _ = try await cluster.on(port, setUser) }
+            address = cluster.ports.map { "127.0.0.1:\($0)" }.joined(separator: ",")
+        } else {
+            let set = try await r.redis.send(setUser)
+            #expect(set.string == "OK", "\(set)")
+        }
         let count = 5000
         let all = tokens(count, base: 0x500000)
         let t0 = secondsAgo(600)
         try await r.seedTokens(all, key: "match:acl", ts: t0)
         for n in 1...2 {
-            try r.startWorker("acl\(n)", settings: ["redis.url": "redis://activitycast:pw@127.0.0.1:\(r.server.port)"])
+            try r.startWorker("acl\(n)", settings: ["redis.url": "redis://activitycast:pw@\(address)"])
         }
         _ = try await r.score("acl", 1, 0, ts: t0 + 1000, clock: "10'")
         _ = try await r.fullTime("acl", 1, 0, ts: t0 + 2000)

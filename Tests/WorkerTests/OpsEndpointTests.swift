@@ -230,7 +230,8 @@ import TestSupport
 
     /// (b) Redis frozen: not ready within seconds, with the reason; alive throughout; ready again
     /// once Redis runs.
-    @Test func readinessFollowsRedisWhileLivenessHolds() async throws {
+    @Test(.enabled(if: RedisServer.clusterPrimaries == nil, "freezes the one Redis process: on one Redis only (ACTIVITYCAST_TEST_REDIS_CLUSTER)"))
+    func readinessFollowsRedisWhileLivenessHolds() async throws {
         let server = try await RedisServer()
         let (w, port) = try await worker(server, ["worker.send": "false", "worker.block_ms": "100"], name: "ops-b")
         defer { w.removeLogs() }
@@ -388,7 +389,8 @@ extension OpsEndpointTests {
     /// worker recovers by itself: ready, logged once, and every entry is processed — each
     /// registration's token and each event's state are in Redis, nothing is dead-lettered.
     /// (By a helper's hand: the send path's quoted refusals were once each entry's own failure.)
-    @Test func redisOutOfMemoryIsNotReadyLoggedOnceAndLosesNothing() async throws {
+    @Test(.enabled(if: RedisServer.clusterPrimaries == nil, "fills the one Redis (maxmemory): on one Redis only (ACTIVITYCAST_TEST_REDIS_CLUSTER)"))
+    func redisOutOfMemoryIsNotReadyLoggedOnceAndLosesNothing() async throws {
         let rig = try await SendingRig()
         let (server, prefix, redis) = (rig.server, rig.prefix, rig.redis)
         defer { redis.close(); withExtendedLifetime(rig) {} }
