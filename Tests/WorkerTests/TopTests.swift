@@ -120,6 +120,32 @@ import TestSupport
         #expect(bad != 0 && badErr.contains("--metrics must be http://HOST:PORT/PATH"), "\(badErr)")
     }
 
+    /// A sharded feed (`streams.shards: 2`): each shard has its row, and a row after them adds
+    /// them up (lag, pending, length), as `inspect` does.
+    @Test func aShardedFeedShowsEachShardAndTheirTotal() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server, ["streams.shards": "2", "streams.feeds": "sports=s\(UInt32.random(in: 0...UInt32.max)):sports"])
+        let shards = settings.feeds.map(\.stream)
+        #expect(shards.count == 2)
+        for (i, stream) in shards.enumerated() {
+            for _ in 0..<(3 + i) { _ = try await xadd(redis, stream, [("type", "match.started"), ("ts", "1"), ("match", "1")]) }
+            try await redis.ensureGroup(stream: stream, group: settings.group)
+        }
+        _ = try await redis.readGroup(group: settings.group, consumer: "c1", count: 2, block: nil, streams: [(shards[0], ">")])
+        let env = ["prefix": settings.prefix, "streams.shards": "2", "streams.feeds": "sports=\(settings.feeds[0].shard!.feed)"]
+        let (status, out, err) = try await runActivitycast(["top", "--once", "--interval", "0.2"], redis: server, settings: env)
+        #expect(status == 0, "\(err)")
+        #expect(pick(row(out, shards[0]), 0...3) == [shards[0], settings.group, "1", "2"], "\(out)")
+        #expect(pick(row(out, shards[1]), 0...3) == [shards[1], settings.group, "4", "0"], "\(out)")
+        let total = "\(settings.feeds[0].shard!.feed) (2 shards)"
+        let line = try #require(out.split(separator: "\n").first { $0.contains(total) }.map(String.init), "\(out)")
+        let cells = line.replacingOccurrences(of: total, with: "").split(separator: " ").map(String.init)
+        #expect(Array(cells.prefix(3)) == [settings.group, "5", "2"], "\(line)")
+        #expect(cells.contains("7"), "\(line)")
+    }
+
     /// A real sending worker (against the sandbox) and its /metrics: pushes by kind and outcome,
     /// the worker's state; an endpoint that doesn't answer is shown as down.
     @Test func metricsOfARealWorkerShowPushesByKindAndOutcome() async throws {
