@@ -327,6 +327,45 @@ import TestSupport
         await cluster.stop()
     }
 
+    /// A cluster on TLS only (clients, the cluster bus and replication): the client learns each
+    /// node's `tls-port` from CLUSTER SHARDS and verifies every node's certificate with the URL's
+    /// CA, names checked (127.0.0.1); a pipeline spans every primary; without the CA every node
+    /// is refused (certificate not verified), and a failover is followed over TLS too.
+    @Test func aTLSClusterIsReachedOverTLSWithEveryNodeVerified() async throws {
+        let cert = try TestCertificate()
+        defer { cert.directory.remove() }
+        let cluster = try await RedisClusterServers(tls: cert)
+        let redis = try cluster.connection()
+        defer { redis.close() }
+        #expect(try await redis.topology() == .cluster)
+        #expect(Set(try await redis.primaries().map(\.port)) == Set(cluster.ports.prefix(3)))
+        let keys = try await cluster.keysSpanningPrimaries(prefix: "tls:", count: 12)
+        let replies = try await redis.pipeline(keys.enumerated().map { RedisCommand("SET", $1, "v\($0)") } + keys.map { RedisCommand("GET", $0) })
+        #expect(Array(replies[12...]) == keys.indices.map { text("v\($0)") })
+
+        // The system CAs don't know the certificate: refused, not sent in the clear.
+        let untrusting = RedisConnection(configuration: RedisConfiguration(
+            url: try RedisURL("rediss://" + cluster.ports.prefix(2).map { "127.0.0.1:\($0)" }.joined(separator: ",")),
+            connectTimeout: .seconds(1), commandTimeout: .seconds(2)))
+        defer { untrusting.close() }
+        await #expect {
+            try await untrusting.pipeline([RedisCommand("GET", keys[0])])
+        } throws: { error in
+            (error as? RedisError)?.kind == .connectionFailed && "\(error)".lowercased().contains("verif")
+        }
+
+        // A primary dies: its replica, reached over TLS too, takes over.
+        let victim = try await cluster.primaryPort(forKey: keys[0])
+        await cluster.kill(port: victim)
+        _ = try await cluster.waitForPromotion(of: victim)
+        var got: RESPValue?
+        #expect(await eventually(timeout: .seconds(20)) {
+            got = try? await redis.pipeline([RedisCommand("GET", keys[0])])[0]
+            return got == self.text("v0")
+        }, "\(String(describing: got))")
+        await cluster.stop()
+    }
+
     @Test func aDatabaseOtherThanZeroIsRefusedOnACluster() async throws {
         let cluster = try await RedisClusterServers(replicasPerPrimary: 0)
         let redis = RedisConnection(configuration: RedisConfiguration(url: try RedisURL(cluster.urlString(database: 2))))

@@ -23,6 +23,9 @@ public final class RedisClusterServers: @unchecked Sendable {
     public let nodeTimeout: Duration
     /// Every node's `requirepass` (and its replicas' `masterauth`); nil: none.
     public let password: String?
+    /// TLS only (`--port 0 --tls-port`, the cluster bus and replication over TLS too) with this
+    /// certificate (valid for 127.0.0.1); nil: plain TCP.
+    public let tls: TestCertificate?
     private let directory: TemporaryDirectory
     private let lock = NSLock()
     // Guarded by `lock`.
@@ -31,11 +34,13 @@ public final class RedisClusterServers: @unchecked Sendable {
     private var ids: [Int: String] = [:]
     private var killedSlots: [Int: [ClosedRange<Int>]] = [:]
 
-    public init(primaries: Int = 3, replicasPerPrimary: Int = 1, nodeTimeout: Duration = .milliseconds(1000), password: String? = nil) async throws {
+    public init(primaries: Int = 3, replicasPerPrimary: Int = 1, nodeTimeout: Duration = .milliseconds(1000), password: String? = nil,
+                tls: TestCertificate? = nil) async throws {
         precondition(primaries >= 1 && primaries <= 16 && replicasPerPrimary >= 0)
         self.primaryCount = primaries
         self.nodeTimeout = nodeTimeout
         self.password = password
+        self.tls = tls
         directory = try TemporaryDirectory()
         let count = primaries * (1 + replicasPerPrimary)
         var started: [Int: ChildProcess] = [:]
@@ -43,7 +48,7 @@ public final class RedisClusterServers: @unchecked Sendable {
             var used = Set<Int>()
             for _ in 0..<count {
                 let (child, port) = try await RedisClusterServers.startNode(directory: directory.path, nodeTimeout: nodeTimeout, password: password,
-                                                                            avoiding: used)
+                                                                            tls: tls, avoiding: used)
                 started[port] = child
                 used.insert(port)
             }
@@ -107,7 +112,8 @@ public final class RedisClusterServers: @unchecked Sendable {
     /// `:<password>@` first when the nodes have one, or `password` given).
     public func urlString(seeds: Int = 1, database: Int = 0, password: String? = nil) -> String {
         let auth = (password ?? self.password).map { ":\($0)@" } ?? ""
-        return "redis://" + auth + ports.prefix(seeds).map { "127.0.0.1:\($0)" }.joined(separator: ",") + (database == 0 ? "" : "/\(database)")
+        return (tls == nil ? "redis://" : "rediss://") + auth + ports.prefix(seeds).map { "127.0.0.1:\($0)" }.joined(separator: ",")
+            + (database == 0 ? "" : "/\(database)") + (tls.map { "?ca=\($0.certificatePath)" } ?? "")
     }
 
     /// A cluster-routing connection through the first `seeds` nodes.
@@ -121,7 +127,8 @@ public final class RedisClusterServers: @unchecked Sendable {
         lock.withLock {
             if let connection = admins[port] { return connection }
             let connection = RedisNodeConnection(configuration: RedisConfiguration(
-                url: RedisURL(host: "127.0.0.1", port: port, password: password), connectTimeout: .seconds(1), commandTimeout: .seconds(5),
+                url: RedisURL(tls: tls != nil, host: "127.0.0.1", port: port, password: password, caFile: tls?.certificatePath),
+                connectTimeout: .seconds(1), commandTimeout: .seconds(5),
                 backoff: .init(initial: .milliseconds(10), maximum: .milliseconds(100)), topology: .standalone))
             admins[port] = connection
             return connection
@@ -149,7 +156,7 @@ public final class RedisClusterServers: @unchecked Sendable {
     public func shards(asking: Int? = nil) async throws -> [(primary: Int, replicas: [Int], slots: [ClosedRange<Int>])] {
         let port = asking ?? ports.first { isRunning($0) }!
         let reply = try await on(port, RedisCommand("CLUSTER", "SHARDS"))[0]
-        let map = try ClusterSlotMap.parse(shards: reply, queried: address(port))
+        let map = try ClusterSlotMap.parse(shards: reply, queried: address(port), tls: tls != nil)
         return map.shards.map { ($0.primary.port, $0.replicas.map(\.port), $0.slots) }
     }
 
@@ -157,7 +164,7 @@ public final class RedisClusterServers: @unchecked Sendable {
     public func primaryPort(forSlot slot: Int, asking: Int? = nil) async throws -> Int {
         let port = asking ?? ports.first { isRunning($0) }!
         let reply = try await on(port, RedisCommand("CLUSTER", "SHARDS"))[0]
-        guard let primary = try ClusterSlotMap.parse(shards: reply, queried: address(port)).primary(forSlot: slot) else {
+        guard let primary = try ClusterSlotMap.parse(shards: reply, queried: address(port), tls: tls != nil).primary(forSlot: slot) else {
             throw RedisServerError(description: "no node serves slot \(slot)")
         }
         return primary.port
@@ -343,7 +350,8 @@ public final class RedisClusterServers: @unchecked Sendable {
     }
 
     /// One node on a free loopback port whose bus port (port + 10000) is free too.
-    private static func startNode(directory: String, nodeTimeout: Duration, password: String?, avoiding used: Set<Int>) async throws -> (ChildProcess, Int) {
+    private static func startNode(directory: String, nodeTimeout: Duration, password: String?, tls: TestCertificate?,
+                                  avoiding used: Set<Int>) async throws -> (ChildProcess, Int) {
         var lastError = ""
         for _ in 0..<20 {
             let port = freeLoopbackPort()
@@ -358,9 +366,13 @@ public final class RedisClusterServers: @unchecked Sendable {
                         // A replica's first sync starts at once (the default waits 5 s for more replicas).
                         "--repl-diskless-sync-delay", "0"]
                 + (password.map { ["--requirepass", $0, "--masterauth", $0] } ?? [])
+                + (tls.map { ["--port", "0", "--tls-port", String(port), "--tls-cert-file", $0.certificatePath, "--tls-key-file", $0.keyPath,
+                              "--tls-ca-cert-file", $0.certificatePath, "--tls-auth-clients", "no", "--tls-cluster", "yes",
+                              "--tls-replication", "yes"] } ?? [])
             let child = try ChildProcess(executable: try RedisServer.redisServerPath(), arguments: args, directory: directory, logName: "cluster-\(port)")
             let probe = RedisNodeConnection(configuration: RedisConfiguration(
-                url: RedisURL(host: "127.0.0.1", port: port, password: password), connectTimeout: .milliseconds(500), commandTimeout: .seconds(2),
+                url: RedisURL(tls: tls != nil, host: "127.0.0.1", port: port, password: password, caFile: tls?.certificatePath),
+                connectTimeout: .milliseconds(500), commandTimeout: .seconds(2),
                 backoff: .init(initial: .milliseconds(5), maximum: .milliseconds(20)), topology: .standalone))
             defer { probe.close() }
             let deadline = ContinuousClock.now + .seconds(10)
