@@ -494,4 +494,105 @@ import TestSupport
         print("key node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
               + "\(r.duplicates) duplicates (\(r.duplicates * 100 / tokens.count) % of the devices), 0 lost")
     }
+
+    /// The primary holding the registrations stream and the slices stream SIGKILLed while an
+    /// update's 38 slices wait there and registrations keep coming (each confirmed on the replica
+    /// with `WAIT`): the replica takes over both streams, every slice is finished (every device
+    /// on the update), every confirmed registration is applied, nothing is dead-lettered or left
+    /// pending, and the duplicates stay within one per device.
+    @Test func aFailoverOfTheStreamsNodeMidFanOutLosesNothing() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess(arguments: ["--delivery-log", "20000", "--slow-rate", "1", "--slow-ms", "50"])
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        // The registrations and slices streams on one node; the key and the feed elsewhere.
+        var found: (Settings, Int)?
+        for _ in 0..<300 {
+            let prefix = "r\(UInt32.random(in: 0...UInt32.max))"
+            let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
+            let node = try await cluster.primaryPort(forKey: s.registrationsStream)
+            guard try await cluster.primaryPort(forKey: s.keys.slices) == node else { continue }
+            var others: [Int] = []
+            for k in [s.feeds[0].stream, "\(prefix):{match:r1}:state", "\(prefix):{match:r2}:state", s.deadLetterStream] {
+                others.append(try await cluster.primaryPort(forKey: k))
+            }
+            if !others.contains(node) { found = (s, node); break }
+        }
+        let (settings, streamsNode) = try #require(found)
+        var env = sandbox.settings
+        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
+                   "fanout.slice_size": "16", "fanout.batch": "8", "fanout.lease_ms": "1000"]) { _, new in new }
+        let url = cluster.urlString(seeds: 3)
+        let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
+        let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
+        defer { w1.removeLogs(); w2.removeLogs() }
+        let t0 = (Int64(Date().timeIntervalSince1970) - 600) * 1000
+        let tokens = (0..<600).map { String(format: "%064x", 0xfb_0000 + $0) }
+        func registration(_ i: Int, _ token: String, key: String) -> RedisCommand {
+            RedisCommand("XADD", settings.registrationsStream, "*", "type", "activity.token", "ts", t0, "device", "d\(key.dropFirst("match:".count))-\(i)", "key", key,
+                         "activity", "A\(i)", "token", token, "env", "development")
+        }
+        for reply in try await redis.pipeline(tokens.enumerated().map { registration($0, $1, key: "match:r1") }) { _ = try reply.orThrow("XADD") }
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        #expect(try await cluster.on(streamsNode, RedisCommand("WAIT", 1, 5000))[0].int == 1)
+
+        let update = t0 + 60_000
+        _ = try await xadd(redis, settings.feeds[0].stream, [("type", "match.score"), ("ts", String(update)), ("match", "r1"),
+                                                             ("home_score", "1"), ("away_score", "0")])
+        // Registrations for another key keep coming, each confirmed on the streams node's replica.
+        let late = (0..<40).map { String(format: "%064x", 0xfc_0000 + $0) }
+        var confirmed: [Int] = []
+        let publisher = Task { () -> [Int] in
+            var done: [Int] = []
+            var replicated = true
+            for (i, token) in late.enumerated() {
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline {
+                    let wait = replicated ? [RedisCommand("WAIT", 1, 1000)] : []
+                    if let replies = try? await redis.pipeline([registration(i, token, key: "match:r2")] + wait), replies[0].string != nil {
+                        if !replicated || (replies[1].int ?? 0) >= 1 {
+                            done.append(i)
+                            break
+                        }
+                        // Unconfirmed: the node died under it, or the promoted replica has none
+                        // left to wait for. Added again from now on without WAIT (the same
+                        // registration twice is harmless: same ts, same token).
+                        replicated = false
+                        continue
+                    }
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+            return done
+        }
+        func received() async throws -> FanoutTests.Received { FanoutTests.Received(try await sandbox.deviceDeliveries()) }
+        var before = 0
+        #expect(await eventually(timeout: .seconds(30)) {
+            before = (try? await received().byToken.filter { $0.value.contains(Double(update) / 1000) }.count) ?? 0
+            return before >= 40
+        })
+        await cluster.kill(port: streamsNode)
+        _ = try await cluster.waitForPromotion(of: streamsNode)
+        #expect(before < tokens.count, "the fan-out was over before the kill")
+        confirmed = await publisher.value
+
+        let reached = await eventually(timeout: .seconds(90)) {
+            (try? await received().notEndingOn(tokens, final: Double(update) / 1000).isEmpty) ?? false
+        }
+        let r = try await received()
+        let lost = r.notEndingOn(tokens, final: Double(update) / 1000)
+        #expect(reached && lost.isEmpty, "\(lost.count) devices not on the update, e.g. \(lost.prefix(3))")
+        #expect(confirmed.count == late.count, "\(confirmed.count) of \(late.count) late registrations published")
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        let stored = try await redis.send(RedisCommand("HGETALL", "\(settings.prefix):{match:r2}:tokens")).array?.compactMap(\.string) ?? []
+        let missing = late.filter { !stored.contains($0) }
+        #expect(missing.isEmpty, "\(missing.count) of \(late.count) registrations not applied")
+        #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
+        #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+        print("streams node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
+              + "\(r.duplicates) duplicates; \(late.count - missing.count) of \(late.count) late registrations applied")
+    }
 }
