@@ -403,12 +403,13 @@ import TestSupport
         #expect(await w2.stop() == 0)
     }
 
-    /// A bus trip from its start (push-to-start to the route's followers) to its end.
+    /// A bus trip from its start (push-to-start to the route's followers) to its end, with two
+    /// workers (on a cluster too: ACTIVITYCAST_TEST_REDIS_CLUSTER).
     @Test func aTransitTripFromStartToEnd() async throws {
         let r = try await rig()
         defer { r.redis.close() }
-        let w = try r.worker("w")
-        defer { w.removeLogs() }
+        let w = try r.worker("w"), w2 = try r.worker("w2")
+        defer { w.removeLogs(); w2.removeLogs() }
         let transit = r.settings.feeds[1].stream, reg = r.settings.registrationsStream
         var t = now() - 100_000
         func next() -> String { t += 1000; return String(t) }
@@ -442,6 +443,7 @@ import TestSupport
         // reaches the device after the end.
         #expect((1...3).contains(view["pushesReceived"] as? Int ?? 0) && view["ignoredAfterEnd"] as? Int == 0, "\(view)")
         #expect(await w.stop() == 0)
+        #expect(await w2.stop() == 0)
     }
 
     /// Push-to-start is paced, not burst: 30 followers at 20 starts/s take well over a second, and
