@@ -18,6 +18,17 @@ extension InspectReport {
         if !errors.isEmpty {
             out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
         }
+        if !nodes.isEmpty {
+            out += "\nREDIS \(nodes.count == 1 ? "NODE" : "PRIMARIES (\(nodes.count))")\n"
+            var rows = [["node", "keys", "used memory", "maxmemory"]]
+            for n in nodes {
+                func mb(_ v: Int64?) -> String { v.map { String(format: "%.1f MB", Double($0) / 1e6) } ?? "-" }
+                rows.append([cell(n.address), n.error != nil ? "ERROR" : n.keys.map(String.init) ?? "-", mb(n.usedMemory),
+                             n.maxMemory == 0 ? "none" : mb(n.maxMemory)])
+            }
+            out += table(rows)
+            for n in nodes { if let error = n.error { out += errorLine(error) } }
+        }
         out += "\nSTREAMS\n"
         var rows = [["stream", "kind", "length", "oldest", "first id", "last id", "retention"]]
         for s in streams {

@@ -1,8 +1,8 @@
 /// What `activitycast inspect` shows. Read-only: only XINFO, XPENDING (the first
 /// `Inspector.pendingSample` entries), XLEN, XREVRANGE (the latest few), ZCARD, SCARD, HLEN,
 /// SMEMBERS/ZRANGE on small index sets, one HSCAN of the counters hash, HGETALL of small per-key
-/// hashes (channels, budgets), ZSCORE/ZCOUNT of the budget schedule, TIME, and TYPE to explain a
-/// key of the wrong type.
+/// hashes (channels, budgets), ZSCORE/ZCOUNT of the budget schedule, TIME, TYPE to explain a
+/// key of the wrong type, and DBSIZE and INFO memory on each node (every primary of a cluster).
 public struct InspectReport: Codable, Sendable {
     public struct Consumer: Codable, Sendable {
         public var name: String
@@ -213,8 +213,22 @@ public struct InspectReport: Codable, Sendable {
         public var error: String?
     }
 
+    /// One Redis node serving data: the single Redis, or each primary of a cluster.
+    public struct Node: Codable, Sendable, Equatable {
+        public var address: String
+        /// `DBSIZE`: keys on the node.
+        public var keys: Int64?
+        /// `used_memory` and `maxmemory` (0: no limit) from `INFO memory`.
+        public var usedMemory: Int64?
+        public var maxMemory: Int64?
+        /// Why the node could not be read.
+        public var error: String?
+    }
+
     public var redis: String
     public var generatedAtMillis: Int64
+    /// The nodes (one on a single Redis; every primary on a cluster).
+    public var nodes: [Node] = []
     public var streams: [Stream]
     public var deadLetterStream: String
     public var deadLetterCount: Int64

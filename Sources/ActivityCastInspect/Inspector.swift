@@ -67,11 +67,38 @@ public struct Inspector: Sendable {
             }
         }
         let channels = try await channels(now: now)
-        return InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
+        var report = InspectReport(redis: settings.redisURL.description, generatedAtMillis: now, streams: streams,
                              deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
                              latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
                              counters: try await counters(), channels: channels,
                              budgets: try await budgets(now: now, channels: channels))
+        report.nodes = try await nodes()
+        return report
+    }
+
+    /// Each node serving data (every primary of a cluster): its keys and memory, one round trip
+    /// per node. A node that can't be read says why; the others are read.
+    private func nodes() async throws -> [InspectReport.Node] {
+        var out: [InspectReport.Node] = []
+        for node in try await redis.primaries() {
+            var n = InspectReport.Node(address: "\(node)")
+            do {
+                let replies = try await redis.pipeline([RedisCommand("DBSIZE"), RedisCommand("INFO", "memory")], on: node)
+                if let e = replies[0].errorMessage ?? replies[1].errorMessage {
+                    n.error = e
+                } else {
+                    n.keys = replies[0].int
+                    for line in (replies[1].string ?? "").split(whereSeparator: \.isNewline) {
+                        if line.hasPrefix("used_memory:") { n.usedMemory = Int64(line.dropFirst("used_memory:".count)) }
+                        if line.hasPrefix("maxmemory:") { n.maxMemory = Int64(line.dropFirst("maxmemory:".count)) }
+                    }
+                }
+            } catch let e as RedisError where e.kind == .server || e.kind == .unexpectedReply {
+                n.error = "\(e)"
+            }
+            out.append(n)
+        }
+        return out
     }
 
     /// The budget hashes of the keys CHANNELS looks at (the live keys index and the ended keys

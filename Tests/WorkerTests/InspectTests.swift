@@ -35,6 +35,27 @@ import TestSupport
         #expect(age >= 400 && age < 60_000, "oldest pending age \(age) ms")
     }
 
+    /// Each node serving data, with its keys and memory: the one Redis, or every primary of a
+    /// cluster (ACTIVITYCAST_TEST_REDIS_CLUSTER) — the keys add up to what was written.
+    @Test func everyNodeIsListedWithItsKeysAndMemory() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        _ = try await redis.pipeline((0..<30).map { RedisCommand("SET", "\(settings.prefix):n\($0)", $0) })
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        let expected = server.cluster?.primaryCount ?? 1
+        #expect(report.nodes.count == expected)
+        #expect(Set(report.nodes.map(\.address)).count == expected)
+        #expect(report.nodes.allSatisfy { $0.error == nil && ($0.usedMemory ?? 0) > 0 && $0.maxMemory != nil }, "\(report.nodes)")
+        #expect(report.nodes.compactMap(\.keys).reduce(0, +) == 30, "\(report.nodes)")
+        let table = report.rendered()
+        #expect(table.contains(expected == 1 ? "REDIS NODE\n" : "REDIS PRIMARIES (\(expected))\n"), "\(table)")
+        let (status, json, err) = try await runActivitycast(["inspect", "--json"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(status == 0, "\(err)")
+        #expect(try JSONDecoder().decode(InspectReport.self, from: Data(json.utf8)).nodes.map(\.address) == report.nodes.map(\.address))
+    }
+
     @Test func aKeyOfTheWrongTypeSpoilsOnlyItsOwnSection() async throws {
         let server = try await RedisServer()
         let redis = server.connection()
