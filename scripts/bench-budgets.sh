@@ -19,8 +19,7 @@ pids=()
 cleanup() {
   status=$?
   [ "$status" -ne 0 ] && [ -s "$work/redis.log" ] && { echo "--- redis.log (last lines)"; tail -5 "$work/redis.log"; }
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  stop_pids "${pids[@]}"
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -42,10 +42,6 @@ work=$(mktemp -d)
 pids=()
 worker_pids=()
 perf_pid=""
-stop_pids() {
-  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
-}
 cleanup() {
   status=$?
   if [ "$status" -ne 0 ]; then

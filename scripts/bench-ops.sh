@@ -35,7 +35,7 @@ done
 echo "== one scrape: 500 scrapes of a sending worker"
 work=$(mktemp -d)
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() { stop_pids "${pids[@]}"; rm -rf "$work"; }
 trap cleanup EXIT
 start_private_redis "$work"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox" ACTIVITYCAST_PREFIX=bench

@@ -22,8 +22,7 @@ if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  stop_pids "${pids[@]}"
   rm -rf "$work"
 }
 trap cleanup EXIT

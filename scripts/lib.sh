@@ -7,6 +7,14 @@ build_release() {
   bin=$(swift build -c release --show-bin-path)/activitycast
 }
 
+# Stops the processes whose PIDs are given (SIGTERM to each, then waits for each): what the
+# scripts' EXIT traps do with the PIDs they started.
+stop_pids() {
+  local pid
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+
 # A free TCP port on loopback.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

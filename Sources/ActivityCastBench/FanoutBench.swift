@@ -494,12 +494,14 @@ final class Bench: @unchecked Sendable {
         return ActivityKey(kind: .match, id: "fb\(run)-\(keyNumber)-n\(size)")
     }
 
+    /// The match's shard of the feed (`streams.shards`; the feed itself when unsharded).
+    func stream(of key: ActivityKey) -> String { settings.feedStream(.sports, fields: [("match", key.id)]) ?? feed }
+
     /// `XADD`s one `match.score` for `key`; returns its entry id and when the XADD was issued (µs).
     func publish(_ key: ActivityKey, clock: String) async throws -> (id: String, micros: Int64) {
         let ts = nextTs()
         let issued = wallMicros()
-        // The match's shard of the feed (`streams.shards`; the feed itself when unsharded).
-        let stream = settings.feedStream(.sports, fields: [("match", key.id)]) ?? feed
+        let stream = stream(of: key)
         let reply = try await redis.send(RedisCommand("XADD", stream, "*", "type", "match.score", "ts", ts, "match", key.id,
                                                       "home_score", 1, "away_score", 0, "clock", clock))
         guard let id = reply.string else { throw CommandFailure("XADD \(stream): \(reply)") }
@@ -618,7 +620,7 @@ final class Bench: @unchecked Sendable {
     /// the entry is acknowledged, so the event is planned again as the worker did (the routes,
     /// the key's merged state) and built by the same `PushBuilder`.
     func ownPayload(_ key: ActivityKey, entry: String) async throws -> (payload: [UInt8], priority: Int) {
-        let stream = settings.feedStream(.sports, fields: [("match", key.id)]) ?? feed
+        let stream = stream(of: key)
         let reply = try await redis.send(RedisCommand("XRANGE", stream, entry, entry))
         guard let first = reply.array?.first, let raw = try StreamReplies.entry(first).fields else { throw CommandFailure("XRANGE \(stream) \(entry): gone") }
         let fields = stride(from: 0, to: raw.count - 1, by: 2).map { RawField(name: raw[$0], value: raw[$0 + 1]) }

@@ -78,19 +78,23 @@ public struct InspectReport: Codable, Sendable {
         var out: [FeedTotal] = []
         for s in streams {
             guard let feed = s.feed else { continue }
-            var total = out.first { $0.feed == feed } ?? FeedTotal(feed: feed, kind: s.kind, shards: 0, length: 0, entriesAdded: 0, groups: [])
-            total.shards += 1
-            total.length += s.length
-            total.entriesAdded = Self.sum(total.entriesAdded, s.exists ? s.entriesAdded : 0)
+            let i = out.firstIndex { $0.feed == feed } ?? {
+                out.append(FeedTotal(feed: feed, kind: s.kind, shards: 0, length: 0, entriesAdded: 0, groups: []))
+                return out.count - 1
+            }()
+            out[i].shards += 1
+            out[i].length += s.length
+            out[i].entriesAdded = Self.sum(out[i].entriesAdded, s.exists ? s.entriesAdded : 0)
             for g in s.groups {
-                var t = total.groups.first { $0.name == g.name } ?? .init(name: g.name, pending: 0, lag: 0, entriesRead: 0, consumers: 0)
-                t.pending += g.pending
-                t.lag = Self.sum(t.lag, g.lag)
-                t.entriesRead = Self.sum(t.entriesRead, g.entriesRead)
-                t.consumers = max(t.consumers, g.consumers.count)
-                if let i = total.groups.firstIndex(where: { $0.name == g.name }) { total.groups[i] = t } else { total.groups.append(t) }
+                let j = out[i].groups.firstIndex { $0.name == g.name } ?? {
+                    out[i].groups.append(.init(name: g.name, pending: 0, lag: 0, entriesRead: 0, consumers: 0))
+                    return out[i].groups.count - 1
+                }()
+                out[i].groups[j].pending += g.pending
+                out[i].groups[j].lag = Self.sum(out[i].groups[j].lag, g.lag)
+                out[i].groups[j].entriesRead = Self.sum(out[i].groups[j].entriesRead, g.entriesRead)
+                out[i].groups[j].consumers = max(out[i].groups[j].consumers, g.consumers.count)
             }
-            if let i = out.firstIndex(where: { $0.feed == feed }) { out[i] = total } else { out.append(total) }
         }
         return out
     }

@@ -88,10 +88,9 @@ public struct Inspector: Sendable {
                     n.error = e
                 } else {
                     n.keys = replies[0].int
-                    for line in (replies[1].string ?? "").split(whereSeparator: \.isNewline) {
-                        if line.hasPrefix("used_memory:") { n.usedMemory = Int64(line.dropFirst("used_memory:".count)) }
-                        if line.hasPrefix("maxmemory:") { n.maxMemory = Int64(line.dropFirst("maxmemory:".count)) }
-                    }
+                    let memory = replies[1].string.flatMap(RedisMemory.init(info:))
+                    n.usedMemory = memory?.used
+                    n.maxMemory = memory?.max
                 }
             } catch let e as RedisError where e.kind == .server || e.kind == .unexpectedReply {
                 n.error = "\(e)"

@@ -23,7 +23,12 @@ public enum FeedShards {
     /// `trip:<trip>` on a transit feed, or `route:<route>` for a disruption that names only its
     /// route. nil when the fields name none (the entry is malformed: any shard will dead-letter it).
     public static func key(kind: StreamKind, fields: [(String, String)]) -> String? {
-        func value(_ name: String) -> String? { fields.first { $0.0 == name }.map(\.1).flatMap { $0.isEmpty ? nil : $0 } }
+        key(kind: kind) { name in fields.first { $0.0 == name }?.1 }
+    }
+
+    /// The same from a lookup of one field's value by name (an empty value counts as none).
+    public static func key(kind: StreamKind, field: (String) -> String?) -> String? {
+        func value(_ name: String) -> String? { field(name).flatMap { $0.isEmpty ? nil : $0 } }
         switch kind {
         case .sports: return value("match").map { "match:\($0)" }
         case .transit: return value("trip").map { "trip:\($0)" } ?? value("route").map { "route:\($0)" }

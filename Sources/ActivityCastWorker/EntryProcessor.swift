@@ -241,8 +241,11 @@ struct EntryProcessor: Sendable {
     /// (`activitycast_stream_entries_misplaced_total`) and logged once per stream, so a
     /// publisher's mistake is seen.
     func checkShard(_ shard: Settings.Feed.Shard, of feed: Settings.Feed, fields: [RawField], entryID: String) {
-        let pairs = fields.map { (String(decoding: $0.name, as: UTF8.self), String(decoding: $0.value, as: UTF8.self)) }
-        guard let key = FeedShards.key(kind: feed.kind, fields: pairs) else { return }
+        // Only the one or two fields the shard key is made of become Strings.
+        let key = FeedShards.key(kind: feed.kind) { name in
+            fields.first { $0.name.elementsEqual(name.utf8) }.map { String(decoding: $0.value, as: UTF8.self) }
+        }
+        guard let key else { return }
         let belongs = FeedShards.shard(ofKey: key, count: shard.count)
         guard belongs != shard.index, let counters = stats.stream(feed.stream) else { return }
         if counters.misplaced.add(1, ordering: .relaxed).newValue == 1 {

@@ -167,23 +167,22 @@ final class GroupLoss: Sendable {
     /// Logs `lostDataMessage` (`stream`: where this worker noticed) unless it was logged for this
     /// Redis process: once per restart, not per stream or batch.
     private func reportLostData(_ stream: String, _ redis: RedisProcess, logger: Logger, _ metadata: Logger.Metadata) {
-        guard state.withLock({ $0.reported.insert("lost|\(redis.runID)").inserted }) else { return }
-        var meta = metadata
-        meta["stream"] = "\(stream)"
-        meta["redis_run_id"] = "\(redis.runID)"
-        meta["redis_uptime_s"] = "\(redis.uptimeSeconds)"
-        logger.error("\(Self.lostDataMessage)", metadata: meta)
+        reportOnce("lost|\(redis.runID)", Self.lostDataMessage, logger: logger, metadata.merging([
+            "stream": "\(stream)", "redis_run_id": "\(redis.runID)", "redis_uptime_s": "\(redis.uptimeSeconds)",
+        ]) { _, new in new })
     }
 
     /// Logs, once per stream and new node, that the stream's primary failed over since entries
     /// were read, and what that cost.
     private func reportFailover(_ stream: String, from: String, to: String, logger: Logger, _ metadata: Logger.Metadata) {
-        guard state.withLock({ $0.reported.insert("failover|\(stream)|\(to)").inserted }) else { return }
-        var meta = metadata
-        meta["stream"] = "\(stream)"
-        meta["from_node"] = "\(from)"
-        meta["to_node"] = "\(to)"
-        logger.error("the stream's Redis primary failed over since these entries were read: its deliveries that the old primary had not yet replicated were lost with it, so the new primary never delivered them; they were finished here and are not delivered again", metadata: meta)
+        reportOnce("failover|\(stream)|\(to)", "the stream's Redis primary failed over since these entries were read: its deliveries that the old primary had not yet replicated were lost with it, so the new primary never delivered them; they were finished here and are not delivered again",
+                   logger: logger, metadata.merging(["stream": "\(stream)", "from_node": "\(from)", "to_node": "\(to)"]) { _, new in new })
+    }
+
+    /// Logs `message` as an error unless `incident` was logged already.
+    private func reportOnce(_ incident: String, _ message: String, logger: Logger, _ metadata: Logger.Metadata) {
+        guard state.withLock({ $0.reported.insert(incident).inserted }) else { return }
+        logger.error("\(message)", metadata: metadata)
     }
 
     /// The worker recreated `stream`'s group after `NOGROUP` (`restoring`). Returns true if it
@@ -206,10 +205,10 @@ final class GroupLoss: Sendable {
     /// found `missed` of them no longer pending: says why (see above).
     func explainMissedAcknowledgements(stream: String, group: String, missed: Int, acknowledged: Int, since baseline: Baseline,
                                        redis: RedisConnection, logger: Logger) async {
+        // Both from the node serving the stream (Redis unreachable: neither).
         let node = try? await redis.node(forKey: stream)
-        let commands = [RedisCommand("INFO", "server"), RedisCommand("XINFO", "GROUPS", stream)]
         var replies: [RESPValue]?
-        if let node { replies = try? await redis.pipeline(commands, on: node) } else { replies = try? await redis.pipeline(commands) }
+        if let node { replies = try? await redis.pipeline([RedisCommand("INFO", "server"), RedisCommand("XINFO", "GROUPS", stream)], on: node) }
         let counts: Logger.Metadata = ["group": "\(group)", "unacknowledged": "\(missed)", "of": "\(acknowledged)"]
         if let node, let process = replies?[0].string.flatMap({ RedisProcess(info: $0, node: "\(node)") }) {
             switch change(of: stream, since: baseline.connects, current: process) {
@@ -237,11 +236,9 @@ final class GroupLoss: Sendable {
         }
         let recreated = state.withLock { $0.recreated[stream] }
         if groupMissing || (recreated.map { $0 > baseline.at } ?? false) {
-            let key = "recreated|\(stream)|\(recreated.map { "\($0)" } ?? "missing")"
-            guard state.withLock({ $0.reported.insert(key).inserted }) else { return }
-            var meta = counts
-            meta["stream"] = "\(stream)"
-            logger.error("entries finished here could not be acknowledged: the consumer group was destroyed (and is recreated) since they were read, and the new group never delivered them, so they are not delivered again (no other worker took them)", metadata: meta)
+            reportOnce("recreated|\(stream)|\(recreated.map { "\($0)" } ?? "missing")",
+                       "entries finished here could not be acknowledged: the consumer group was destroyed (and is recreated) since they were read, and the new group never delivered them, so they are not delivered again (no other worker took them)",
+                       logger: logger, counts.merging(["stream": "\(stream)"]) { _, new in new })
             return
         }
         var meta = counts

@@ -166,13 +166,10 @@ final class SliceTaker: Sendable {
         do {
             let result = try await sender.runSlice(slice, attempts: redelivered ? (errorsKey, "\(entry.id)#n") : nil, shouldStop: { stop.isStopped })
             switch result {
-            case .final(_, let acknowledged):
+            case .final, .gone:
                 await finish(entry)
                 stats.stream(stream)?.acked.add(1, ordering: .relaxed)
-                count(acknowledged)
-            case .gone:
-                await finish(entry)
-                stats.stream(stream)?.acked.add(1, ordering: .relaxed)
+                if case .final(_, let acknowledged) = result { count(acknowledged) }
             case .paused:
                 // The rest of the slice goes back to the stream for another worker, now.
                 _ = try await redis.pipeline([RedisCommand("XADD", [stream, "*"] + slice.fields)] + acknowledgement(entry).commands)

@@ -232,14 +232,14 @@ public final class Worker: Sendable {
                 // After a reconnect: which Redis process serves the worker now (`GroupLoss`).
                 if groupLoss.needsObservation { await groupLoss.observe(redis) }
                 conditions.clear("read", "reading streams again")
-                dispatch(reads, healthy: healthy, completed: completed)
+                dispatch(reads, completed: completed)
             case .failure(let error):
                 await readFailed(error, streams: healthy)
                 noteProgress()
             }
         }
         // Reads still in flight (a cluster's other slots): theirs to finish too.
-        dispatch(await streamReader.finishInFlight(until: drainDeadline), healthy: [], completed: completed)
+        dispatch(await streamReader.finishInFlight(until: drainDeadline), completed: completed)
         await drain(&iterator, completed: completed)
         await sliceLoop?.value
         await flushLoop?.value
@@ -281,7 +281,7 @@ public final class Worker: Sendable {
     }
 
     /// Each stream's batch goes to the processor on its own task.
-    private func dispatch(_ reads: [StreamRead], healthy: [Settings.Feed], completed: AsyncStream<Int>.Continuation) {
+    private func dispatch(_ reads: [StreamRead], completed: AsyncStream<Int>.Continuation) {
         for read in reads where !read.entries.isEmpty {
             // Any input stream: a read on a cluster may come back after its stream was set aside.
             guard let feed = settings.inputStreams.first(where: { $0.stream == read.stream }) else { continue }

@@ -34,11 +34,9 @@ import TestSupport
         // The input streams are in different slots: no one command can read them.
         let groups = try await redis.keyGroups(settings.inputStreams.map(\.stream) + [settings.keys.slices])
         #expect(groups.count >= 3, "the streams share slots: \(groups)")
+        let env = workerSettings(sandbox, prefix: prefix, ["worker.visibility_timeout_ms": "5000", "fanout.slice_size": "16", "fanout.batch": "8"])
         func worker(_ name: String) throws -> ChildProcess {
-            var env = sandbox.settings
-            env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "5000",
-                       "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
-            return try startActivitycast(["worker", "--consumer", name], redisURL: cluster.urlString(seeds: 2), settings: env, logName: name)
+            try startActivitycast(["worker", "--consumer", name], redisURL: cluster.urlString(seeds: 2), settings: env, logName: name)
         }
         let w1 = try worker("w1"), w2 = try worker("w2")
         defer { w1.removeLogs(); w2.removeLogs() }
@@ -71,13 +69,8 @@ import TestSupport
         #expect(await eventually(timeout: .seconds(60)) { await drainedAll() })
         #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
 
-        func state(_ token: String) async throws -> [String: Any] {
-            (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
-        }
-        var ended = 0
-        for token in perToken {
-            let s = try await state(token)
-            if s["homeScore"] as? Int == 2, s["awayScore"] as? Int == 1, s["period"] as? String == "full_time" { ended += 1 }
+        let ended = try await devicesShowing(sandbox, perToken) {
+            $0["homeScore"] as? Int == 2 && $0["awayScore"] as? Int == 1 && $0["period"] as? String == "full_time"
         }
         #expect(ended == perToken.count, "\(ended) of \(perToken.count) per-token devices on the final state")
         let channelID = try #require(try await redis.send(RedisCommand("HGET", "\(prefix):{match:k1}:channels", "development")).string?
@@ -102,11 +95,9 @@ import TestSupport
         let url = cluster.urlString(seeds: 3)
         let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix])
         let reg = settings.registrationsStream, sports = settings.feeds[0].stream
+        let env = workerSettings(sandbox, prefix: prefix, ["worker.visibility_timeout_ms": "3000", "fanout.slice_size": "16", "fanout.batch": "8"])
         func worker(_ name: String) throws -> ChildProcess {
-            var env = sandbox.settings
-            env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "3000",
-                       "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
-            return try startActivitycast(["worker", "--consumer", name], redisURL: url, settings: env, logName: name)
+            try startActivitycast(["worker", "--consumer", name], redisURL: url, settings: env, logName: name)
         }
         let w1 = try worker("w1"), w2 = try worker("w2")
         defer { w1.removeLogs(); w2.removeLogs() }
@@ -148,14 +139,7 @@ import TestSupport
             try await add(sports, [("type", "match.score"), ("ts", next()), ("match", "f1"), ("home_score", "0"), ("away_score", "0"),
                                    ("clock", "\(minute)'"), ("period", "first_half")])
         }
-        func onMinute(_ clock: String) async throws -> Int {
-            var n = 0
-            for token in tokens {
-                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
-                if s["clock"] as? String == clock { n += 1 }
-            }
-            return n
-        }
+        func onMinute(_ clock: String) async throws -> Int { try await devicesShowing(sandbox, tokens) { $0["clock"] as? String == clock } }
         // Mid-match, once the workers have shown every device the 5th minute: the feed stream's primary dies.
         #expect(await eventually(timeout: .seconds(60)) { (try? await onMinute("5'")) == tokens.count })
         let victim = try await cluster.primaryPort(forKey: sports)
@@ -169,12 +153,7 @@ import TestSupport
         }
         try await add(sports, [("type", "match.full_time"), ("ts", next()), ("match", "f1"), ("home_score", "5"), ("away_score", "1")])
         func finals() async throws -> Int {
-            var n = 0
-            for token in tokens {
-                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
-                if s["homeScore"] as? Int == 5, s["awayScore"] as? Int == 1, s["period"] as? String == "full_time" { n += 1 }
-            }
-            return n
+            try await devicesShowing(sandbox, tokens) { $0["homeScore"] as? Int == 5 && $0["awayScore"] as? Int == 1 && $0["period"] as? String == "full_time" }
         }
         let reached = await eventually(timeout: .seconds(60)) { (try? await finals()) == tokens.count }
         let count = (try? await finals()) ?? -1
@@ -215,9 +194,7 @@ import TestSupport
         }
         let (settings, slicesNode) = try #require(found)
         let reg = settings.registrationsStream, sports = settings.feeds[0].stream
-        var env = sandbox.settings
-        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "1000",
-                   "fanout.slice_size": "16", "fanout.batch": "8"]) { _, new in new }
+        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "1000", "fanout.slice_size": "16", "fanout.batch": "8"])
         let w = try startActivitycast(["worker", "--consumer", "w1"], redisURL: cluster.urlString(seeds: 3), settings: env, logName: "w1")
         defer { w.removeLogs() }
         var ts = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
@@ -229,14 +206,7 @@ import TestSupport
         }
         _ = try await xadd(redis, sports, [("type", "match.started"), ("ts", next()), ("match", "q1"), ("home", "ars"), ("away", "che")])
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
-        func scored() async throws -> Int {
-            var n = 0
-            for token in tokens {
-                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
-                if s["homeScore"] as? Int == 1 { n += 1 }
-            }
-            return n
-        }
+        func scored() async throws -> Int { try await devicesShowing(sandbox, tokens) { $0["homeScore"] as? Int == 1 } }
         // The slices stream's node refuses writes: the score's other slices can't be queued (and
         // slice 0 waits for them; the entry stays pending).
         _ = try await cluster.on(slicesNode, RedisCommand("CONFIG", "SET", "maxmemory-policy", "noeviction"), RedisCommand("CONFIG", "SET", "maxmemory", "1"))
@@ -267,9 +237,7 @@ import TestSupport
         let redis = try cluster.connection(seeds: 3)
         defer { redis.close() }
         let prefix = "s\(UInt32.random(in: 0...UInt32.max))", url = cluster.urlString(seeds: 3)
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "streams.shards": "4", "worker.block_ms": "100", "worker.claim_interval_ms": "200",
-                   "worker.visibility_timeout_ms": "5000"]) { _, new in new }
+        let env = workerSettings(sandbox, prefix: prefix, ["streams.shards": "4", "worker.visibility_timeout_ms": "5000"])
         let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix, "streams.shards": "4"])
         let sports = settings.feeds.filter { $0.kind == .sports }
         #expect(sports.map(\.stream) == (0..<4).map { "\(prefix):feed:sports:{\($0)}" })
@@ -319,15 +287,9 @@ import TestSupport
             _ = try await publish(["match.full_time", "ts=\(next())", "match=\(match)", "home_score=3", "away_score=1"])
         }
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
-        var finals = 0, all = 0
-        for match in matches {
-            for token in tokens[match]! {
-                all += 1
-                let s = (try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]
-                if s["homeScore"] as? Int == 3, s["awayScore"] as? Int == 1 { finals += 1 }
-            }
-        }
-        #expect(finals == all, "\(finals) of \(all) devices on their match's final state")
+        let all = matches.flatMap { tokens[$0]! }
+        let finals = try await devicesShowing(sandbox, all) { $0["homeScore"] as? Int == 3 && $0["awayScore"] as? Int == 1 }
+        #expect(finals == all.count, "\(finals) of \(all.count) devices on their match's final state")
         #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
@@ -358,8 +320,7 @@ import TestSupport
         defer { redis.close() }
         let prefix = "d\(UInt32.random(in: 0...UInt32.max))", url = cluster.urlString(seeds: 3)
         let settings = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": url, "prefix": prefix])
-        var env = sandbox.settings
-        env.merge(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000"]) { _, new in new }
+        let env = workerSettings(sandbox, prefix: prefix, ["worker.visibility_timeout_ms": "2000"])
         let ops = OpsEndpointTests()
         let (w, port) = try await ops.worker(redisURL: url, env, name: "down")
         defer { w.removeLogs() }
@@ -443,9 +404,8 @@ import TestSupport
         }
         let (settings, key, keyNode) = try #require(found)
         let match = String(key.dropFirst("match:".count))
-        var env = sandbox.settings
-        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
-                   "fanout.slice_size": "16", "fanout.batch": "8", "fanout.lease_ms": "1000"]) { _, new in new }
+        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "2000", "fanout.slice_size": "16",
+                                                                    "fanout.batch": "8", "fanout.lease_ms": "1000"])
         let url = cluster.urlString(seeds: 3)
         let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
         let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
@@ -519,9 +479,8 @@ import TestSupport
             if !others.contains(node) { found = (s, node); break }
         }
         let (settings, streamsNode) = try #require(found)
-        var env = sandbox.settings
-        env.merge(["prefix": settings.prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200", "worker.visibility_timeout_ms": "2000",
-                   "fanout.slice_size": "16", "fanout.batch": "8", "fanout.lease_ms": "1000"]) { _, new in new }
+        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "2000", "fanout.slice_size": "16",
+                                                                    "fanout.batch": "8", "fanout.lease_ms": "1000"])
         let url = cluster.urlString(seeds: 3)
         let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
         let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
@@ -595,4 +554,17 @@ import TestSupport
         print("streams node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
               + "\(r.duplicates) duplicates; \(late.count - missing.count) of \(late.count) late registrations applied")
     }
+}
+
+/// A worker's settings on the test cluster: the sandbox's, `prefix`, quick polls and claims, then `extra`.
+private func workerSettings(_ sandbox: SandboxProcess, prefix: String, _ extra: [String: String]) -> [String: String] {
+    sandbox.settings.merging(["prefix": prefix, "worker.block_ms": "100", "worker.claim_interval_ms": "200"]) { _, new in new }
+        .merging(extra) { _, new in new }
+}
+
+/// How many of `tokens`' devices show a content state that `matches` (the sandbox's device views).
+private func devicesShowing(_ sandbox: SandboxProcess, _ tokens: [String], _ matches: ([String: Any]) -> Bool) async throws -> Int {
+    var n = 0
+    for token in tokens where matches((try await sandbox.get("/sandbox/devices/\(token)"))?["contentState"] as? [String: Any] ?? [:]) { n += 1 }
+    return n
 }

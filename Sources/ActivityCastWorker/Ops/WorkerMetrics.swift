@@ -2,6 +2,7 @@ import APNs
 import ActivityCastSend
 import CoreMetrics
 import Prometheus
+import RedisClient
 import Synchronization
 
 /// The worker's metrics in the Prometheus text format, made at scrape time from the counters the

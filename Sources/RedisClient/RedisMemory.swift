@@ -1,16 +1,16 @@
 /// Redis's memory as `INFO memory` reports it: what the worker exports for Redis sizing alerts
-/// (docs/operations.md, "Redis memory").
-struct RedisMemory: Sendable, Equatable {
+/// (docs/operations.md, "Redis memory") and `inspect` lists per node.
+public struct RedisMemory: Sendable, Equatable {
     /// `used_memory`: bytes allocated by Redis for its data (what `maxmemory` is compared with).
-    var used: Int64
+    public var used: Int64
     /// `maxmemory`: the limit; 0 when none is set (Redis then grows until the machine refuses).
-    var max: Int64
+    public var max: Int64
     /// `maxmemory_policy`: `noeviction` refuses writes at the limit; the others evict keys.
-    var policy: String
+    public var policy: String
 
     /// From the text of `INFO memory` (`field:value` lines, `\r\n`-separated); nil when it lacks
     /// `used_memory` or `maxmemory`.
-    init?(info: String) {
+    public init?(info: String) {
         var used: Int64?, max: Int64?, policy = ""
         for line in info.split(whereSeparator: \.isNewline) {
             guard let colon = line.firstIndex(of: ":") else { continue }
@@ -26,7 +26,7 @@ struct RedisMemory: Sendable, Equatable {
         self.init(used: used, max: max, policy: policy)
     }
 
-    init(used: Int64, max: Int64, policy: String) {
+    public init(used: Int64, max: Int64, policy: String) {
         self.used = used
         self.max = max
         self.policy = policy
@@ -34,7 +34,7 @@ struct RedisMemory: Sendable, Equatable {
 
     /// Of a cluster's primaries, the one nearest its limit (the first to refuse writes): the
     /// highest `used / max` among those with a limit, else the most used. nil for none.
-    static func fullest(_ nodes: [RedisMemory]) -> RedisMemory? {
+    public static func fullest(_ nodes: [RedisMemory]) -> RedisMemory? {
         let limited = nodes.filter { $0.max > 0 }
         if !limited.isEmpty { return limited.max { Double($0.used) / Double($0.max) < Double($1.used) / Double($1.max) } }
         return nodes.max { $0.used < $1.used }
