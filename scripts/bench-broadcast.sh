@@ -65,20 +65,27 @@ echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 
 "$bin" bench broadcast --sandbox-pid "$sandbox_pid" "${redis_pid_args[@]}" "${worker_args[@]}" "${args[@]}"
 
 # Redis's own account of the whole bench (warm-up, every run, the publisher's XADDs and the
-# workers' idle polls): command time and calls per event, scripts counted once each (their inner
-# commands are in the other figures too, so the total is the scripts' time plus the rest).
+# workers' idle polls): its process CPU per event from INFO cpu (user + sys: the split between
+# them is tick-sampled and swings from run to run here, so only the sum is shown), then command
+# time and calls per event. A script's time includes the commands it calls, and INFO
+# commandstats counts those again under their own names: the scripts' time is given apart, and no
+# total of command time is added up (it would count those commands twice).
 runs=3
 for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[$i]}" = "--runs" ] && runs=${args[$((i + 1))]}; done
 events=$((keys + runs * rate * seconds))
 # (On a cluster, every primary's added up.)
 ports=$redis_port
 [ "$cluster" -gt 0 ] && ports=$(redis-cli -p "$redis_port" cluster nodes | awk '/master/ { split($2, a, "[:@]"); print a[2] }')
-for p in $ports; do redis-cli -p "$p" INFO stats; redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
-  /^cmdstat_/ { name = substr($1, 9); calls[name] += $3; usec[name] += $5; total += $5; count += $3 }
+for p in $ports; do redis-cli -p "$p" INFO cpu; redis-cli -p "$p" INFO stats; redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
+  /^cmdstat_/ { name = substr($1, 9); calls[name] += $3; usec[name] += $5; count += $3 }
+  /^used_cpu_user:/ { user += $2 }
+  /^used_cpu_sys:/ { sys += $2 }
   /^total_reads_processed/ { reads += $2 }
   END {
-    printf "redis: per event %.0f µs of command time, %.1f commands, %.2f scripts (%.0f µs inside them), %.2f XREADGROUP (%.0f µs), %.2f socket reads (round trips, all clients), over %d events\n",
-      total / n, count / n, calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, reads / n, n
+    printf "redis: per event %.0f µs of process CPU (user + sys), %.2f socket reads (round trips, all clients), over %d events\n",
+      (user + sys) * 1e6 / n, reads / n, n
+    printf "redis: per event %.2f scripts (%.0f µs, their commands included), %.2f XREADGROUP (%.0f µs), %.1f commands (those scripts called included)\n",
+      calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, count / n
     printf "redis: the most time per event:"
     for (k = 0; k < 8; k++) {
       best = ""; for (c in usec) if (!(c in shown) && (best == "" || usec[c] > usec[best])) best = c

@@ -95,7 +95,7 @@ while True:
     fi
   done
   if [ -n "${PERF:-}" ]; then
-    perf record -g -o "$PERF/perf-$sitting.data" -p "${worker_pids[0]},$redis_pid,$sandbox_pid" >"$work/perf.log" 2>&1 &
+    perf record -g -a -o "$PERF/perf-$sitting.data" >"$work/perf.log" 2>&1 &
     perf_pid=$!
   fi
   sitting_trips=$trips
