@@ -104,7 +104,10 @@ public final class RedisServer: @unchecked Sendable {
     }
 
     private static func launch(port: Int, extra: [String], tls: TLSFiles?) async throws -> ChildProcess {
-        var args = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", ""]
+        // A file name nothing writes (no saves): a stray dump.rdb in the working directory (a
+        // redis-server run by hand there) is never loaded into a test's Redis.
+        var args = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+                    "--dbfilename", "activitycast-test-never-saved.rdb"]
         if let tls {
             args += ["--port", "0", "--tls-port", String(port), "--tls-cert-file", tls.certificate,
                      "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "no"]
