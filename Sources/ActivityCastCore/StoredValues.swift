@@ -50,32 +50,46 @@ public struct RegistrationMeta: Equatable, Sendable {
     /// The activity's update token; nil in values written before it was kept here.
     public var token: String?
 
-    /// nil for a tombstone or a value of another shape.
+    /// nil for a tombstone or a value of another shape. Read in place (a fan-out reads one per
+    /// token): the fields' bounds are found in one pass, with no array of them.
     public init?(_ bytes: [UInt8]) {
-        var fields: [Range<Int>] = []
-        var start = 0
-        for (i, b) in bytes.enumerated() where b == UInt8(ascii: " ") {
-            fields.append(start..<i)
-            start = i + 1
+        // The ends of the first five fields; the sixth (the token) runs to the end.
+        var ends = (0, 0, 0, 0, 0)
+        var found = 0
+        for i in bytes.indices where bytes[i] == UInt8(ascii: " ") {
+            switch found {
+            case 0: ends.0 = i
+            case 1: ends.1 = i
+            case 2: ends.2 = i
+            case 3: ends.3 = i
+            case 4: ends.4 = i
+            default: break
+            }
+            found += 1
+            if found == 5 { break }
         }
-        fields.append(start..<bytes.count)
-        guard fields.count >= 5 else { return nil }
+        // Fewer than five fields: a tombstone (`ts -`) or another shape.
+        guard found >= 4 else { return nil }
+        if found == 4 { ends.4 = bytes.count }
         var ms: Int64 = 0
         var digits = 0
-        for b in bytes[fields[0]] {
+        for b in bytes[0..<ends.0] {
             guard b >= 48, b <= 57, digits < 18 else { ms = -1; break }
             ms = ms * 10 + Int64(b - 48)
             digits += 1
         }
         millis = ms >= 0 && digits > 0 ? ms : nil
-        device = String(decoding: bytes[fields[1]], as: UTF8.self)
-        let e = bytes[fields[2]]
+        device = String(decoding: bytes[(ends.0 + 1)..<ends.1], as: UTF8.self)
+        let e = bytes[(ends.1 + 1)..<ends.2]
         env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
-        let t = bytes[fields[3]]
+        let t = bytes[(ends.2 + 1)..<ends.3]
         tier = t.elementsEqual("frequent".utf8) ? .frequent : t.elementsEqual("standard".utf8) ? .standard : nil
-        let b = bytes[fields[4]]
+        let b = bytes[(ends.3 + 1)..<ends.4]
         broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
-        token = fields.count > 5 && !fields[5].isEmpty ? String(decoding: bytes[fields[5]], as: UTF8.self) : nil
+        // The token runs to the next space, if any (as the sixth of fields split at every space).
+        let tokenStart = ends.4 + 1
+        let tokenEnd = found == 5 ? bytes[tokenStart...].firstIndex(of: UInt8(ascii: " ")) ?? bytes.count : tokenStart
+        token = tokenEnd > tokenStart ? String(decoding: bytes[tokenStart..<tokenEnd], as: UTF8.self) : nil
     }
 }
 

@@ -48,6 +48,32 @@ import TestSupport
         #expect(meta("") == nil)
     }
 
+    /// The in-place reader agrees with reading the value as fields split at every space, on
+    /// generated values (empty fields, extra fields, trailing spaces, odd times included).
+    @Test func registrationMetaAgreesWithASplitAtEverySpace() {
+        func reference(_ s: String) -> RegistrationMeta? {
+            let f = s.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            guard f.count >= 5 else { return nil }
+            var m = RegistrationMeta(Array("0 d - - -".utf8))!
+            let digits = f[0].utf8.count
+            m.millis = !f[0].isEmpty && digits <= 18 && f[0].utf8.allSatisfy { $0 >= 48 && $0 <= 57 } ? Int64(f[0]) : nil
+            m.device = f[1]
+            m.env = APNsEnvironment(rawValue: f[2])
+            m.tier = f[3] == "frequent" ? .frequent : f[3] == "standard" ? .standard : nil
+            m.broadcast = f[4] == "1" ? true : f[4] == "0" ? false : nil
+            m.token = f.count > 5 && !f[5].isEmpty ? f[5] : nil
+            return m
+        }
+        var rng = SplitMix64(seed: 21)
+        let pieces = ["", "-", "0", "1", "17", "1700000000000", "99999999999999999999", "d-1", "development", "production", "staging",
+                      "standard", "frequent", "abc123", "x"]
+        for _ in 0..<5_000 {
+            let n = Int.random(in: 0...8, using: &rng)
+            let value = (0..<n).map { _ in pieces.randomElement(using: &rng)! }.joined(separator: " ")
+            #expect(RegistrationMeta(Array(value.utf8)) == reference(value), "\(value)")
+        }
+    }
+
     @Test func sliceEntriesRoundTripAndBadOnesAreRefused() {
         let ref = SliceRef(key: ActivityKey(parsing: "match:1")!, gen: "ac:feed:sports/1-0", index: 3, count: 8)
         #expect(SliceRef(fields: ref.fields.map { Array($0.utf8) }) == ref)
