@@ -527,15 +527,17 @@ public enum BudgetScripts {
     -- What the push would show (`Shown`): the state's signature, read from the key's state.
     local shown, refresh = ARGV[10] or '', tonumber(ARGV[11] or '0') or 0
     local sig = nil
+    -- The state's fields it reads, in one call: the guards' too when it has them.
+    local st = (#KEYS >= 3) and redis.call('HMGET', KEYS[2], '_sig', '_ts', '_rej') or {}
     if shown ~= '' then
-      sig = redis.call('HGET', KEYS[2], '_sig')
+      if #KEYS >= 3 then sig = st[1] else sig = redis.call('HGET', KEYS[2], '_sig') end
       if not sig or sig == '' then sig = nil end
     end
     if #KEYS >= 3 then
-      local newest = tonumber(redis.call('HGET', KEYS[2], '_ts') or '')
+      local newest = tonumber(st[2] or '')
       if newest ~= nil and newest > ms then return {'skip', '0', fmt(now)} end
       if redis.call('HGET', KEYS[3], 'b') == '1' then return {'skip', '0', fmt(now)} end
-      if entry ~= '' and redis.call('HGET', KEYS[2], '_rej') == entry then return {'skip', '0', fmt(now)} end
+      if entry ~= '' and st[3] == entry then return {'skip', '0', fmt(now)} end
       if #KEYS >= 5 then
         if redis.call('HLEN', KEYS[5]) == 1 and redis.call('HEXISTS', KEYS[5], '_') == 1 then
           local all = true
@@ -634,13 +636,16 @@ public enum BudgetScripts {
     else
       send('p5', ms)
     end
+    -- Fields set, and fields deleted: only those the hash had (HMGET above), so a state that
+    -- keeps them absent costs no HDEL.
     local set, del = {'ticks', fmt(ticks), 'refilled_at', fmt(at)}, {}
-    local opt = {{'last_ms', last}, {'sent_at', sent}, {'pending_ms', pending}, {'ended_ms', ended}, {'shown_ms', shownms}}
+    local opt = {{'last_ms', last, h[3]}, {'sent_at', sent, h[4]}, {'pending_ms', pending, h[5]}, {'ended_ms', ended, h[6]},
+                 {'shown_ms', shownms, h[9]}}
     for _, f in ipairs(opt) do
-      if f[2] ~= nil then set[#set + 1] = f[1] set[#set + 1] = fmt(f[2]) else del[#del + 1] = f[1] end
+      if f[2] ~= nil then set[#set + 1] = f[1] set[#set + 1] = fmt(f[2]) elseif f[3] then del[#del + 1] = f[1] end
     end
-    if p10entry then set[#set + 1] = 'p10_entry' set[#set + 1] = p10entry else del[#del + 1] = 'p10_entry' end
-    if shownsig then set[#set + 1] = 'shown_sig' set[#set + 1] = shownsig else del[#del + 1] = 'shown_sig' end
+    if p10entry then set[#set + 1] = 'p10_entry' set[#set + 1] = p10entry elseif h[7] then del[#del + 1] = 'p10_entry' end
+    if shownsig then set[#set + 1] = 'shown_sig' set[#set + 1] = shownsig elseif h[8] then del[#del + 1] = 'shown_sig' end
     redis.call('HSET', KEYS[1], unpack(set))
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
