@@ -1,12 +1,14 @@
 import ActivityCastCore
 import RedisClient
+import Synchronization
 
 /// The one pipeline that gives stream entries their final outcome, wherever that happens (a
 /// feed or registration batch, a fan-out's last slice, a slice entry): `XACK` for the group, the
 /// entries' attempt counts and last errors cleared (`RedisKeys.errors`), and for entries nothing
 /// reads again (slices) `XDEL`. Records that tell a redelivery the work is over may be written in
 /// the same pipeline, before the `XACK` (`before`: whenever the acknowledgement is done, they
-/// are too); they go only after the acknowledgement's answer (`unlinkAfter`), never beside it.
+/// are too); they go only after the acknowledgement's answer (`unlinkAfter`), never beside it:
+/// with a `RecordSweep`, by its next sweep (one round trip for every record acknowledged since).
 public struct Acknowledgement: Sendable {
     public var stream: String
     public var group: String
@@ -48,12 +50,14 @@ public struct Acknowledgement: Sendable {
         return .success(Int(first.int ?? 0))
     }
 
-    /// Runs it; then, once the entries are acknowledged, unlinks `unlinkAfter` (one command
-    /// each: each may be in another slot).
+    /// Runs it; then, once the entries are acknowledged, unlinks `unlinkAfter`: handed to
+    /// `sweep` (deleted by its next sweep), or at once without one.
     @discardableResult
-    public func run(_ redis: RedisConnection, unlinkAfter records: [String] = []) async throws -> Result<Int, RedisError> {
+    public func run(_ redis: RedisConnection, unlinkAfter records: [String] = [], sweep: RecordSweep? = nil) async throws -> Result<Int, RedisError> {
         let result = acknowledged(try await redis.pipeline(commands))
-        if case .success = result, !records.isEmpty { _ = try? await redis.pipeline(records.map { RedisCommand("UNLINK", $0) }) }
+        if case .success = result, !records.isEmpty {
+            if let sweep { sweep.add(records) } else { _ = try? await redis.pipeline(RecordSweep.unlink(records)) }
+        }
         return result
     }
 
@@ -63,5 +67,49 @@ public struct Acknowledgement: Sendable {
         let errors = keys.errors(stream)
         return [RedisCommand("HSET", [errors] + messages.flatMap { [$0.id, String($0.message.prefix(300))] }),
                 RedisCommand("EXPIRE", errors, 7 * 86_400)]
+    }
+}
+
+/// Records whose entries are acknowledged (fan-out records that told a redelivery the work was
+/// done), deleted together by the next sweep: one round trip for all of them instead of one per
+/// entry (a broadcast-only event's acknowledgement was two round trips: ack, then the record's
+/// `UNLINK`). A record outlives its acknowledgement by at most one sweep interval; a record
+/// still found meanwhile says its fan-out is over, which is true. What a sweep can't delete
+/// (Redis away) is kept for the next one, up to `limit` names; past that, and when the worker
+/// dies, records go by their own TTL.
+public final class RecordSweep: Sendable {
+    private let pending = Mutex<[String]>([])
+    public let limit: Int
+
+    public init(limit: Int = 100_000) { self.limit = limit }
+
+    /// Records to delete once the entries they describe are acknowledged.
+    public func add(_ records: [String]) {
+        pending.withLock { names in
+            names.append(contentsOf: records.prefix(max(0, limit - names.count)))
+        }
+    }
+
+    public var count: Int { pending.withLock { $0.count } }
+
+    /// `UNLINK` each (one command each: each may be in another slot of a cluster).
+    static func unlink(_ records: [String]) -> [RedisCommand] { records.map { RedisCommand("UNLINK", $0) } }
+
+    /// Deletes every pending record in one pipeline; returns how many went. A failed pipeline
+    /// keeps them for the next sweep.
+    @discardableResult
+    public func sweep(_ redis: RedisConnection) async -> Int {
+        let names = pending.withLock { names in
+            defer { names.removeAll(keepingCapacity: true) }
+            return names
+        }
+        guard !names.isEmpty else { return 0 }
+        do {
+            _ = try await redis.pipeline(Self.unlink(names))
+            return names.count
+        } catch {
+            add(names)
+            return 0
+        }
     }
 }

@@ -93,7 +93,7 @@ struct Fanouts: SendRole {
         guard !stream.isEmpty, !id.isEmpty else { return nil }
         // The record goes after the acknowledgement's answer, never beside it: it is what tells a
         // redelivery before it that the fan-out is over.
-        switch try await Acknowledgement(stream: stream, group: configuration.group, ids: [id], keys: keys).run(redis, unlinkAfter: [record]) {
+        switch try await Acknowledgement(stream: stream, group: configuration.group, ids: [id], keys: keys).run(redis, unlinkAfter: [record], sweep: ctx.sweep) {
         case .success(let n): return AcknowledgedEntry(stream: stream, count: n)
         case .failure(let error): throw error
         }

@@ -19,6 +19,8 @@ final class SendContext: Sendable {
     let stopping = Atomic<Bool>(false)
     /// Keys whose last event found nobody to reach per token (`AudienceMemory`).
     let nobodyPerToken = AudienceMemory()
+    /// Fan-out records of acknowledged entries, deleted together (`RecordSweep`).
+    let sweep: RecordSweep
 
     /// Now on the budget's clock: nil for Redis's (one clock for the fleet; tests give a compressed one).
     func budgetNow() -> Int64? { configuration.budgetClock.map { $0.now(wallMillis: Int64(Date().timeIntervalSince1970 * 1000)) } }
@@ -26,7 +28,9 @@ final class SendContext: Sendable {
     /// A real duration on the budget's clock (ms).
     func budgetSpan(_ real: Duration) -> Int64 { configuration.budgetClock?.span(real) ?? real.milliseconds }
 
-    init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, channels: ChannelRegistry, logger: Logger, stats: SendStats) {
+    init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, channels: ChannelRegistry, logger: Logger, stats: SendStats,
+         sweep: RecordSweep) {
+        self.sweep = sweep
         self.redis = redis
         self.apns = apns
         self.configuration = configuration

@@ -107,13 +107,17 @@ public final class Sender: SendRole {
     let starts: StartSender
     let flusher: CoalescedFlusher
     public var stats: SendStats { ctx.stats }
+    /// Fan-out records of acknowledged entries, waiting for the worker's next sweep.
+    public var recordSweep: RecordSweep { ctx.sweep }
 
     public func beginStopping() { ctx.stopping.store(true, ordering: .relaxed) }
 
-    public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats()) {
+    /// `recordSweep`: one per worker, shared by its events' sender and its slice taker's.
+    public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats(),
+                recordSweep: RecordSweep = RecordSweep()) {
         let channels = ChannelRegistry(redis: redis, apns: apns, keys: configuration.keys, bundleID: configuration.bundleID,
                                        ttlSeconds: configuration.stateTTLSeconds, logger: logger, stats: stats)
-        let ctx = SendContext(redis: redis, apns: apns, configuration: configuration, channels: channels, logger: logger, stats: stats)
+        let ctx = SendContext(redis: redis, apns: apns, configuration: configuration, channels: channels, logger: logger, stats: stats, sweep: recordSweep)
         self.ctx = ctx
         tokens = TokenBatches(ctx: ctx)
         fanouts = Fanouts(ctx: ctx)

@@ -120,7 +120,8 @@ public final class Worker: Sendable {
                 }
                 let sends = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
                 sender = sends
-                sliceSender = Sender(redis: sliceRedis, apns: router, configuration: configuration, logger: logger, stats: sends.stats)
+                sliceSender = Sender(redis: sliceRedis, apns: router, configuration: configuration, logger: logger, stats: sends.stats,
+                                     recordSweep: sends.recordSweep)
             } catch {
                 setupError = "\(error)"
             }
@@ -205,6 +206,7 @@ public final class Worker: Sendable {
         defer { ticker.cancel() }
         let sliceLoop = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
+        let sweepLoop = startSweeping()
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
@@ -244,12 +246,23 @@ public final class Worker: Sendable {
         await sliceLoop?.value
         await flushLoop?.value
         await slices?.drain(until: drainDeadline)
+        await sweepLoop?.value
+        if let sender { await sender.recordSweep.sweep(redis) }  // what the last acknowledgements left
         if inFlight.load(ordering: .relaxed) > 0 {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         }
         let snapshot = stats.snapshot
         logger.info("worker stopped", metadata: snapshot.logMetadata(sends: sender?.stats))
         return snapshot
+    }
+
+    /// Acknowledged entries' records, deleted together every 100 ms until stop (`RecordSweep`).
+    private func startSweeping() -> Task<Void, Never>? {
+        sender.map { sender in
+            Task { [stop, redis] in
+                while await stop.sleep(for: .milliseconds(100)) { await sender.recordSweep.sweep(redis) }
+            }
+        }
     }
 
     /// Says what the worker reads and checks what it needs before it takes any entry.

@@ -270,6 +270,10 @@ import TestSupport
         let took = ContinuousClock.now - started
         let statuses = await r.stopAll()
         #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
+        // Every fan-out's record went with its acknowledgement, whichever worker (events' sender or
+        // slice taker) gave it: stopped workers swept the last of them.
+        let records = try await r.redis.send(RedisCommand("KEYS", "\(r.settings.prefix):*:fan:*")).array ?? []
+        #expect(records.isEmpty, "left behind: \(records.count), e.g. \(records.prefix(3).compactMap(\.string))")
 
         let reading = ContinuousClock.now
         let received = Received(try await r.deliveries())
