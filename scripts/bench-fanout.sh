@@ -14,7 +14,7 @@
 #   (defaults as shown: the workers' own defaults for apns.connections and max_concurrent_streams)
 #   ACTIVITYCAST_FANOUT_BATCH=512 ACTIVITYCAST_FANOUT_SLICES_IN_HAND=8 bash scripts/bench-fanout.sh   # fanout.* settings reach the workers
 #   BIN=/tmp/old/activitycast bash scripts/bench-fanout.sh   # another build, not rebuilt
-#   PERF=/tmp/prof bash scripts/bench-fanout.sh ...   # also `perf record -g` worker 1, redis-server and the sandbox (DIR/perf-<sitting>.data)
+#   PERF=/tmp/prof bash scripts/bench-fanout.sh ...   # also `perf record -g -a` of the whole machine during each sitting (DIR/perf-<sitting>.data; report with --comm or --pid)
 #   LOGS=/tmp/fanout-logs LOG_LEVEL=info bash scripts/bench-fanout.sh ...   # keep the workers', sandbox's and redis-server's logs
 #   bash scripts/bench-fanout.sh --cluster 3 ...   # against a private Redis Cluster of 3 primaries (no replicas); Redis's
 #                                                  # work is every primary's added up, and shown per primary
@@ -106,7 +106,7 @@ while True:
     kill -INT "$perf_pid" 2>/dev/null || true
     wait "$perf_pid" 2>/dev/null || true
     perf_pid=""
-    echo "perf data of worker 1, redis-server and the sandbox: $PERF/perf-$sitting.data (perf report -i $PERF/perf-$sitting.data --sort comm,dso,sym --no-children)"
+    echo "perf data of the whole machine: $PERF/perf-$sitting.data (perf report -i $PERF/perf-$sitting.data --sort comm,dso,sym --no-children)"
   fi
   stop_pids "${worker_pids[@]}"
   worker_pids=()
