@@ -11,6 +11,24 @@
 #define MSG_NOSIGNAL 0 /* Darwin: callers rely on SO_NOSIGPIPE there. */
 #endif
 
+// MARK: No cleanup at exit
+
+// OpenSSL 3 frees its global state (its locks included) in an atexit handler unless the first
+// initialisation in the process says not to. A thread still using TLS or crypto while the
+// process exits (an APNs or Redis I/O thread closing its connections as a worker stops) then
+// takes a freed lock: SIGSEGV at exit (a CI run saw a worker exit with 139 that way: NULL
+// pthread_rwlock_t in libc). A C program with two threads calling RAND_bytes and SSL_new/SSL_free
+// while main exits crashed 30 times in 40 with the handler and 0 in 40 without it. The process's
+// memory goes with it anyway: OpenSSL is initialised here, before main, without the handler.
+static int exit_cleanup_disabled = 0;
+
+__attribute__((constructor))
+static void copenssl_disable_exit_cleanup(void) {
+    exit_cleanup_disabled = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL) == 1;
+}
+
+int copenssl_exit_cleanup_disabled(void) { return exit_cleanup_disabled; }
+
 // MARK: Macros turned into functions
 
 int copenssl_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {

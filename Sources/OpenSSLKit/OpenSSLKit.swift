@@ -20,4 +20,8 @@ public enum OpenSSLLibrary {
     public static var versionNumber: UInt {
         OpenSSL_version_num()
     }
+
+    /// Whether OpenSSL was initialised without its cleanup at exit (before main, by the C
+    /// module): threads still in TLS while the process exits never meet its freed locks.
+    public static var exitCleanupDisabled: Bool { copenssl_exit_cleanup_disabled() == 1 }
 }

@@ -80,4 +80,8 @@ EVP_PKEY *copenssl_PEM_read_bio_PUBKEY_nopass(BIO *bio);
 /// Returns 1 on success.
 int copenssl_X509_add_ext_text(X509 *cert, int nid, const char *value);
 
+/// 1 when OpenSSL was initialised, before anything else in the process used it, without its
+/// atexit cleanup (see shim.c); 0 if that first initialisation failed.
+int copenssl_exit_cleanup_disabled(void);
+
 #endif
