@@ -166,7 +166,11 @@ public final class ChildProcess: @unchecked Sendable {
             status = await waitForExit(timeout: .seconds(5))
         }
         if status != 0 {
-            let tail = stderr.split(separator: "\n", omittingEmptySubsequences: false).suffix(30).joined(separator: "\n")
+            let lines = stderr.split(separator: "\n", omittingEmptySubsequences: false)
+            // A crash: the backtrace's head (what crashed, and the crashed thread's frames), not
+            // its end (registers and images).
+            let crash = lines.firstIndex { $0.contains("*** Program crashed") }
+            let tail = (crash.map { lines[$0...].prefix(60) } ?? lines.suffix(30)).joined(separator: "\n")
             print("child \(pid) (\((stderrPath as NSString).lastPathComponent)) \(running ? "stopped" : "had already exited") with status \(status.map(String.init) ?? "none"); the end of its stderr:\n\(tail)")
         }
         return status
