@@ -272,8 +272,8 @@ import TestSupport
         #expect(statuses.values.allSatisfy { $0 == 0 }, "\(statuses)")
         // Every fan-out's record went with its acknowledgement, whichever worker (events' sender or
         // slice taker) gave it: stopped workers swept the last of them.
-        let records = try await r.redis.send(RedisCommand("KEYS", "\(r.settings.prefix):*:fan:*")).array ?? []
-        #expect(records.isEmpty, "left behind: \(records.count), e.g. \(records.prefix(3).compactMap(\.string))")
+        let records = try await keysEverywhere(r.redis, "\(r.settings.prefix):*:fan:*")
+        #expect(records.isEmpty, "left behind: \(records.count), e.g. \(records.prefix(3))")
 
         let reading = ContinuousClock.now
         let received = Received(try await r.deliveries())

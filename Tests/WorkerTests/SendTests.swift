@@ -40,15 +40,15 @@ import TestSupport
             return true
         }
 
-        /// Fan-out records a sweep should have deleted: every record but a finished event's (`left`
-        /// 0, its entry named) expiring within the hour, which is what a worker killed between an
-        /// acknowledgement and its next sweep leaves (docs/sending.md).
+        /// Fan-out records a sweep should have deleted: every record but a finished one (`left` 0)
+        /// expiring within the hour, which is what a worker killed between an acknowledgement and
+        /// its next sweep leaves (docs/sending.md).
         func recordsNotSwept() async throws -> [String] {
             var left: [String] = []
-            for name in try await redis.send(RedisCommand("KEYS", "\(settings.prefix):*:fan:*")).array?.compactMap(\.string) ?? [] {
-                let fields = try await redis.send(RedisCommand("HMGET", name, "left", "entry")).array ?? []
+            for name in try await keysEverywhere(redis, "\(settings.prefix):*:fan:*") {
+                let slicesLeft = try await redis.send(RedisCommand("HGET", name, "left")).string
                 let ttl = try await redis.send(RedisCommand("PTTL", name)).int ?? -1
-                let finished = fields.first?.string == "0" && !(fields.last?.string ?? "").isEmpty && (1...3_600_000).contains(ttl)
+                let finished = slicesLeft == "0" && (1...3_600_000).contains(ttl)
                 if !finished { left.append(name) }
             }
             return left
