@@ -1,0 +1,89 @@
+import ActivityCastCommandSupport
+import ActivityCastCore
+import ActivityCastSend
+import ActivityCastWorker
+import ArgumentParser
+import Foundation
+import RedisClient
+
+/// What a broadcast-only event's two scripts cost Redis by themselves: the key-state merge
+/// (`KeyStateScripts.merge`) and the channel's budget decision with its guards
+/// (`BudgetScripts.decide`), as the send path builds them (three content-state fields, Redis's
+/// clock, a live channel in both environments), in pipelines of 100 on one connection, so the
+/// round trips' own cost is spread thin. Each alone, then both per event; µs per script call
+/// from `INFO commandstats` and Redis's process CPU (`INFO cpu`) per event. Against a Redis
+/// nobody else uses (scripts/bench-scripts.sh starts one).
+struct ScriptsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scripts",
+        abstract: "Redis's own cost of a broadcast event's two scripts (the merge and the channel's decision), pipelined, each alone and together.")
+
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Events per case.") var events = 20_000
+
+    func validate() throws {
+        guard events >= 100 else { throw ValidationError("--events must be 100 or more") }
+    }
+
+    func run() async throws {
+        let settings = try common.settings()
+        let redis = RedisConnection(configuration: settings.redisConfiguration)
+        defer { redis.close() }
+        let prefix = "\(settings.prefix)-sb\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+        let key = ActivityKey(parsing: "match:1")!
+        let keys = RedisKeys(prefix: prefix)
+        let state = keys.state(key), channels = keys.channels(key)
+        _ = try await redis.send(RedisCommand("HSET", channels, "development", "abcdefghijklmnopqrstuv== 0 1700000000000",
+                                              "production", "zbcdefghijklmnopqrstuv== 0 1700000000000"))
+        var ts = Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000
+        func merge() -> RedisCommand {
+            ts += 1000
+            let event = KeyState.Event(millis: ts, event: .update, staleAfter: "3983", relevance: "50.0", stateLimit: 1200)
+            return KeyStateScripts.mergeCommand(stateKey: state, event, entry: "s/\(ts)-0", ttlSeconds: 43_200,
+                                                contentState: ["homeScore": .int(0), "awayScore": .int(0), "clock": .string("\(ts)")])
+        }
+        func decide() -> RedisCommand {
+            BudgetScripts.decideCommand(budgetKey: keys.budget(key, .channel(.noStorage)), event: .update(millis: ts, priority: .routine), entry: "s/\(ts)-0",
+                                        nowMillis: nil, policy: settings.budgets.channelNoStorage, ttlSeconds: 43_200,
+                                        guards: BudgetGuards(state: state, fanout: keys.fanout(key, "s/\(ts)-0"), channels: (channels, ["development", "production"])),
+                                        shown: (state, true, 1_991_500))
+        }
+        _ = try await redis.pipeline([merge(), decide()])
+        print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; \(events) events per case, pipelines of 100")
+        let cases: [(String, () -> [RedisCommand])] = [("merge", { [merge()] }), ("decide (channel)", { [decide()] }), ("both", { [merge(), decide()] })]
+        for (label, make) in cases {
+            let before = try await RedisWork.read(redis)
+            for _ in 0..<(events / 100) {
+                let replies = try await redis.pipeline((0..<100).flatMap { _ in make() })
+                if let e = replies.lazy.compactMap(\.errorMessage).first { throw CommandFailure("\(label): \(e)") }
+            }
+            let after = try await RedisWork.read(redis)
+            let calls = after.evalshaCalls - before.evalshaCalls, usec = after.evalshaMicros - before.evalshaMicros
+            print(String(format: "%@: %.1f µs per script call (commandstats), %.1f µs of Redis process CPU per event", label,
+                         Double(usec) / Double(max(1, calls)), (after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(events)))
+        }
+        _ = try await redis.send(RedisCommand("UNLINK", state, channels, keys.budget(key, .channel(.noStorage))))
+    }
+}
+
+/// Redis's `INFO cpu` and the `EVALSHA` line of `INFO commandstats`.
+struct RedisWork {
+    var cpuSeconds = 0.0
+    var evalshaCalls = 0
+    var evalshaMicros = 0
+
+    static func read(_ redis: RedisConnection) async throws -> RedisWork {
+        var w = RedisWork()
+        let text = try await redis.send(RedisCommand("INFO", "cpu", "commandstats")).string ?? ""
+        for line in text.split(whereSeparator: \.isNewline) {
+            if line.hasPrefix("used_cpu_sys:") || line.hasPrefix("used_cpu_user:") { w.cpuSeconds += Double(line.split(separator: ":")[1]) ?? 0 }
+            guard line.hasPrefix("cmdstat_evalsha:") else { continue }
+            for part in line.dropFirst("cmdstat_evalsha:".count).split(separator: ",") {
+                let kv = part.split(separator: "=")
+                if kv.count == 2, kv[0] == "calls" { w.evalshaCalls = Int(kv[1]) ?? 0 }
+                if kv.count == 2, kv[0] == "usec" { w.evalshaMicros = Int(kv[1]) ?? 0 }
+            }
+        }
+        return w
+    }
+}
