@@ -111,6 +111,21 @@ import TestSupport
         #expect(await worker.stop() == 0)
     }
 
+    /// `bench scripts` on a real Redis: each case's figures, every script call answered (an error
+    /// reply stops it), and nothing of its own left behind. Nothing here judges speed.
+    @Test func benchScriptsReportsEachCaseAndLeavesNothing() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let (status, out, err) = try await runActivitycast(["bench", "scripts", "--events", "300"], redis: server, settings: ["prefix": "sb"])
+        #expect(status == 0, "bench scripts failed: \(err)\n\(out)")
+        for label in ["merge", "decide (channel)", "both"] {
+            let line = out.split(separator: "\n").first { $0.hasPrefix("\(label): ") }
+            #expect(line?.contains(" µs per script call (commandstats), ") == true && line?.hasSuffix(" µs of Redis process CPU per event") == true, "\(out)")
+        }
+        #expect(try await redis.command("DBSIZE").int == 0)
+    }
+
     @Test func badSettingsStopTheWorkerWithAClearError() async throws {
         let server = try await RedisServer()
         let (status, _, err) = try await runActivitycast(["worker"], redis: server, settings: ["worker.batch_size": "lots"])
