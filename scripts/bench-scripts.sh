@@ -13,17 +13,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n 2,11p "$0"; exit 0 ;; esac
 source scripts/lib.sh
-if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  status=$?
-  [ "$status" -ne 0 ] && [ -s "$work/redis.log" ] && { echo "--- redis.log (last lines)"; tail -5 "$work/redis.log"; }
-  stop_pids "${pids[@]}"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-start_private_redis "$work"
-echo "$(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_PREFIX="bench" "$bin" bench scripts "$@"
+bench_on_private_redis scripts "$@"

@@ -37,6 +37,21 @@ start_private_redis() {
   wait_for_redis "$redis_port"
 }
 
+# Runs `activitycast bench SUBCOMMAND ARGS…` against a private redis-server of its own (BIN or a
+# release build), prefix "bench"; everything it started is stopped by PID on exit, and the end of
+# Redis's log is shown when the bench fails. For benches that need Redis and nothing else.
+bench_on_private_redis() {
+  local subcommand=$1
+  shift
+  if [ -n "${BIN:-}" ]; then bin=$BIN; else build_release; fi
+  work=$(mktemp -d)
+  pids=()
+  trap 'status=$?; [ "$status" -ne 0 ] && [ -s "$work/redis.log" ] && { echo "--- redis.log (last lines)"; tail -5 "$work/redis.log"; }; stop_pids "${pids[@]}"; rm -rf "$work"' EXIT
+  start_private_redis "$work"
+  echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); build $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_PREFIX="bench" "$bin" bench "$subcommand" "$@"
+}
+
 # Starts the Redis the benches run against: with CLUSTER (a number, 0 or empty: one node) a Redis
 # Cluster of that many primaries (no replicas), each a private, non-persistent redis-server on a
 # free loopback port with its files and log in DIR/node-<port>, joined by `redis-cli --cluster

@@ -49,7 +49,7 @@ struct ScriptsBench: AsyncParsableCommand {
                                         shown: (state, true, 1_991_500))
         }
         _ = try await redis.pipeline([merge(), decide()])
-        print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; \(events) events per case, pipelines of 100")
+        print("\(events) events per case, pipelines of 100")
         let cases: [(String, () -> [RedisCommand])] = [("merge", { [merge()] }), ("decide (channel)", { [decide()] }), ("both", { [merge(), decide()] })]
         for (label, make) in cases {
             let before = try await RedisWork.read(redis)
