@@ -73,40 +73,47 @@ public struct Acknowledgement: Sendable {
 /// Records whose entries are acknowledged (fan-out records that told a redelivery the work was
 /// done), deleted together by the next sweep: one round trip for all of them instead of one per
 /// entry (a broadcast-only event's acknowledgement was two round trips: ack, then the record's
-/// `UNLINK`). A record outlives its acknowledgement by at most one sweep interval; a record
-/// still found meanwhile says its fan-out is over, which is true. What a sweep can't delete
-/// (Redis away) is kept for the next one, up to `limit` names; past that, and when the worker
-/// dies, records go by their own TTL.
+/// `UNLINK`). The worker sweeps every 100 ms, through its drain, and once more at the end; a
+/// record still found meanwhile says its fan-out is over, which is true. What a sweep can't
+/// delete (Redis away, an error reply) is kept for the next one, up to `limit` names; past that
+/// (counted in `dropped`), and when the worker dies, records go by their own TTL (an hour).
 public final class RecordSweep: Sendable {
     private let pending = Mutex<[String]>([])
+    private let droppedCount = Atomic<Int>(0)
     public let limit: Int
 
     public init(limit: Int = 100_000) { self.limit = limit }
 
     /// Records to delete once the entries they describe are acknowledged.
     public func add(_ records: [String]) {
-        pending.withLock { names in
-            names.append(contentsOf: records.prefix(max(0, limit - names.count)))
+        let dropped = pending.withLock { names in
+            let room = max(0, limit - names.count)
+            names.append(contentsOf: records.prefix(room))
+            return records.count - min(room, records.count)
         }
+        if dropped > 0 { droppedCount.add(dropped, ordering: .relaxed) }
     }
 
     public var count: Int { pending.withLock { $0.count } }
 
+    /// Records that found the list full (left to their TTL).
+    public var dropped: Int { droppedCount.load(ordering: .relaxed) }
+
     /// `UNLINK` each (one command each: each may be in another slot of a cluster).
     static func unlink(_ records: [String]) -> [RedisCommand] { records.map { RedisCommand("UNLINK", $0) } }
 
-    /// Deletes every pending record in one pipeline; returns how many went. A failed pipeline
-    /// keeps them for the next sweep.
+    /// Deletes every pending record in one pipeline; returns how many went. A failed pipeline,
+    /// or a command of it answered with an error, keeps those for the next sweep.
     @discardableResult
     public func sweep(_ redis: RedisConnection) async -> Int {
-        let names = pending.withLock { names in
-            defer { names.removeAll(keepingCapacity: true) }
-            return names
-        }
+        var names: [String] = []
+        pending.withLock { swap(&names, &$0) }
         guard !names.isEmpty else { return 0 }
         do {
-            _ = try await redis.pipeline(Self.unlink(names))
-            return names.count
+            let replies = try await redis.pipeline(Self.unlink(names))
+            let failed = zip(names, replies).filter { $0.1.errorMessage != nil }.map(\.0)
+            if !failed.isEmpty { add(failed) }
+            return names.count - failed.count
         } catch {
             add(names)
             return 0

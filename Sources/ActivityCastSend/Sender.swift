@@ -114,7 +114,7 @@ public final class Sender: SendRole {
 
     /// `recordSweep`: one per worker, shared by its events' sender and its slice taker's.
     public init(redis: RedisConnection, apns: APNsRouter, configuration: SendConfiguration, logger: Logger, stats: SendStats = SendStats(),
-                recordSweep: RecordSweep = RecordSweep()) {
+                recordSweep: RecordSweep) {
         let channels = ChannelRegistry(redis: redis, apns: apns, keys: configuration.keys, bundleID: configuration.bundleID,
                                        ttlSeconds: configuration.stateTTLSeconds, logger: logger, stats: stats)
         let ctx = SendContext(redis: redis, apns: apns, configuration: configuration, channels: channels, logger: logger, stats: stats, sweep: recordSweep)

@@ -118,7 +118,7 @@ public final class Worker: Sendable {
                     configuration.budgetClock = clock
                     logger.warning("budget decisions use a compressed clock (a test setting)", metadata: ["clock": "\(text)"])
                 }
-                let sends = Sender(redis: redis, apns: router, configuration: configuration, logger: logger)
+                let sends = Sender(redis: redis, apns: router, configuration: configuration, logger: logger, recordSweep: RecordSweep())
                 sender = sends
                 sliceSender = Sender(redis: sliceRedis, apns: router, configuration: configuration, logger: logger, stats: sends.stats,
                                      recordSweep: sends.recordSweep)
@@ -206,7 +206,7 @@ public final class Worker: Sendable {
         defer { ticker.cancel() }
         let sliceLoop = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
-        let sweepLoop = startSweeping()
+        let sweepLoop = sender.map { $0.recordSweep.loop(redis, logger: logger) }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
@@ -246,23 +246,15 @@ public final class Worker: Sendable {
         await sliceLoop?.value
         await flushLoop?.value
         await slices?.drain(until: drainDeadline)
-        await sweepLoop?.value
-        if let sender { await sender.recordSweep.sweep(redis) }  // what the last acknowledgements left
+        // The sweep went on through the drain; what the last acknowledgements left goes now, within 2 s.
+        sweepLoop?.cancel()
+        if let sender { _ = await StopSignal.within(.now + .seconds(2)) { [redis] in await sender.recordSweep.sweep(redis) } }
         if inFlight.load(ordering: .relaxed) > 0 {
             logger.warning("shutdown deadline reached; entries left pending for other workers to claim", metadata: ["in_flight": "\(inFlight.load(ordering: .relaxed))"])
         }
         let snapshot = stats.snapshot
         logger.info("worker stopped", metadata: snapshot.logMetadata(sends: sender?.stats))
         return snapshot
-    }
-
-    /// Acknowledged entries' records, deleted together every 100 ms until stop (`RecordSweep`).
-    private func startSweeping() -> Task<Void, Never>? {
-        sender.map { sender in
-            Task { [stop, redis] in
-                while await stop.sleep(for: .milliseconds(100)) { await sender.recordSweep.sweep(redis) }
-            }
-        }
     }
 
     /// Says what the worker reads and checks what it needs before it takes any entry.

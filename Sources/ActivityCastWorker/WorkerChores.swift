@@ -1,4 +1,7 @@
+import ActivityCastSend
 import Foundation
+import Logging
+import RedisClient
 
 /// What the read loop does on a schedule between reads: claim idle entries (and probe broken
 /// streams, delete due channels) every claim interval, trim streams every retention interval.
@@ -20,6 +23,23 @@ struct WorkerChores {
         if let trimmer = worker.trimmer, let every = settings.retention.interval, ContinuousClock.now >= nextTrim {
             _ = await stop.race { await trimmer.trimOnce() }
             nextTrim = ContinuousClock.now + every
+        }
+    }
+}
+
+extension RecordSweep {
+    /// Acknowledged entries' records, deleted together every 100 ms until the task is cancelled
+    /// (after the worker's drain); records that found the list full are logged.
+    func loop(_ redis: RedisConnection, logger: Logger) -> Task<Void, Never> {
+        Task {
+            var reported = 0
+            while (try? await Task.sleep(for: .milliseconds(100))) != nil {
+                await sweep(redis)
+                if dropped > reported {
+                    logger.warning("fan-out records left to their TTL: the sweep's list is full", metadata: ["records": "\(dropped)"])
+                }
+                reported = dropped
+            }
         }
     }
 }

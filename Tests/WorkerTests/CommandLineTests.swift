@@ -119,10 +119,13 @@ import TestSupport
         defer { redis.close() }
         let (status, out, err) = try await runActivitycast(["bench", "scripts", "--events", "300"], redis: server, settings: ["prefix": "sb"])
         #expect(status == 0, "bench scripts failed: \(err)\n\(out)")
-        for label in ["merge", "decide (channel)", "both"] {
+        // Every script call counted: 300 merges, then 300 merges and 300 decisions.
+        for (label, calls) in [("merge", 300), ("merge + decide", 600)] {
             let line = out.split(separator: "\n").first { $0.hasPrefix("\(label): ") }
-            #expect(line?.contains(" µs per script call (commandstats), ") == true && line?.hasSuffix(" µs of Redis process CPU per event") == true, "\(out)")
+            #expect(line?.contains(" µs per script call (commandstats, \(calls) calls), ") == true
+                    && line?.hasSuffix(" µs of Redis process CPU per event") == true, "\(out)")
         }
+        #expect(out.contains("decide (channel), the difference: "), "\(out)")
         #expect(try await redis.command("DBSIZE").int == 0)
     }
 

@@ -40,7 +40,6 @@ func groupState(_ redis: RedisConnection, stream: String, group: String = "activ
     return nil
 }
 
-/// True once every entry of `stream` was delivered to the group and none is pending.
 /// The keys matching `pattern` on every node serving data (the one Redis, or every primary of a
 /// cluster: `KEYS` has no key to be routed by).
 func keysEverywhere(_ redis: RedisConnection, _ pattern: String) async throws -> [String] {
@@ -51,6 +50,7 @@ func keysEverywhere(_ redis: RedisConnection, _ pattern: String) async throws ->
     return names
 }
 
+/// True once every entry of `stream` was delivered to the group and none is pending.
 func drained(_ redis: RedisConnection, _ stream: String) async -> Bool {
     guard let s = try? await groupState(redis, stream: stream) else { return false }
     return s.lag == 0 && s.pending == 0
