@@ -51,16 +51,18 @@ struct ScriptsBench: AsyncParsableCommand {
                                         shown: (state, true, 1_991_500))
         }
         _ = try await redis.pipeline([merge(), decide()])
+        // Redis's own figures from the node serving the key (on a cluster, one of several).
+        let node = try await redis.node(forKey: state)
         let run = events / 100 * 100
         print("\(run) events per case, pipelines of 100")
         var cpu: [Double] = []
         for (label, make) in [("merge", { [merge()] }), ("merge + decide", { [merge(), decide()] })] as [(String, () -> [RedisCommand])] {
-            let before = try await RedisWork.read(redis)
+            let before = try await RedisWork.read(redis, on: node)
             for _ in 0..<(run / 100) {
                 let replies = try await redis.pipeline((0..<100).flatMap { _ in make() })
                 if let e = replies.lazy.compactMap(\.errorMessage).first { throw CommandFailure("\(label): \(e)") }
             }
-            let after = try await RedisWork.read(redis)
+            let after = try await RedisWork.read(redis, on: node)
             let calls = after.evalshaCalls - before.evalshaCalls, usec = after.evalshaMicros - before.evalshaMicros
             cpu.append((after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(run))
             print(String(format: "%@: %.1f µs per script call (commandstats, %d calls), %.1f µs of Redis process CPU per event", label,
@@ -77,9 +79,9 @@ struct RedisWork {
     var evalshaCalls = 0
     var evalshaMicros = 0
 
-    static func read(_ redis: RedisConnection) async throws -> RedisWork {
+    static func read(_ redis: RedisConnection, on node: RedisNodeAddress) async throws -> RedisWork {
         var w = RedisWork()
-        let text = try await redis.send(RedisCommand("INFO", "cpu", "commandstats")).string ?? ""
+        let text = try await redis.pipeline([RedisCommand("INFO", "cpu", "commandstats")], on: node)[0].orThrow("INFO").string ?? ""
         for line in text.split(whereSeparator: \.isNewline) {
             if line.hasPrefix("used_cpu_sys:") || line.hasPrefix("used_cpu_user:") { w.cpuSeconds += Double(line.split(separator: ":")[1]) ?? 0 }
             guard line.hasPrefix("cmdstat_evalsha:") else { continue }
