@@ -57,13 +57,14 @@ struct ScriptsBench: AsyncParsableCommand {
         print("\(run) events per case, pipelines of 100")
         var cpu: [Double] = []
         for (label, make) in [("merge", { [merge()] }), ("merge + decide", { [merge(), decide()] })] as [(String, () -> [RedisCommand])] {
-            let before = try await RedisWork.read(redis, on: node)
+            let before = try await snapshot(redis, node)
             for _ in 0..<(run / 100) {
                 let replies = try await redis.pipeline((0..<100).flatMap { _ in make() })
                 if let e = replies.lazy.compactMap(\.errorMessage).first { throw CommandFailure("\(label): \(e)") }
             }
-            let after = try await RedisWork.read(redis, on: node)
-            let calls = after.evalshaCalls - before.evalshaCalls, usec = after.evalshaMicros - before.evalshaMicros
+            let after = try await snapshot(redis, node)
+            let (was, now) = (before.calls["evalsha"] ?? (0, 0), after.calls["evalsha"] ?? (0, 0))
+            let calls = now.calls - was.calls, usec = now.usec - was.usec
             cpu.append((after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(run))
             print(String(format: "%@: %.1f µs per script call (commandstats, %d calls), %.1f µs of Redis process CPU per event", label,
                          Double(usec) / Double(max(1, calls)), calls, cpu.last!))
@@ -71,26 +72,9 @@ struct ScriptsBench: AsyncParsableCommand {
         print(String(format: "decide (channel), the difference: %.1f µs of Redis process CPU per event", cpu[1] - cpu[0]))
         _ = try await redis.send(RedisCommand("UNLINK", state, channels, keys.budget(key, .channel(.noStorage))))
     }
-}
 
-/// Redis's `INFO cpu` and the `EVALSHA` line of `INFO commandstats`.
-struct RedisWork {
-    var cpuSeconds = 0.0
-    var evalshaCalls = 0
-    var evalshaMicros = 0
-
-    static func read(_ redis: RedisConnection, on node: RedisNodeAddress) async throws -> RedisWork {
-        var w = RedisWork()
-        let text = try await redis.pipeline([RedisCommand("INFO", "cpu", "commandstats")], on: node)[0].orThrow("INFO").string ?? ""
-        for line in text.split(whereSeparator: \.isNewline) {
-            if line.hasPrefix("used_cpu_sys:") || line.hasPrefix("used_cpu_user:") { w.cpuSeconds += Double(line.split(separator: ":")[1]) ?? 0 }
-            guard line.hasPrefix("cmdstat_evalsha:") else { continue }
-            for part in line.dropFirst("cmdstat_evalsha:".count).split(separator: ",") {
-                let kv = part.split(separator: "=")
-                if kv.count == 2, kv[0] == "calls" { w.evalshaCalls = Int(kv[1]) ?? 0 }
-                if kv.count == 2, kv[0] == "usec" { w.evalshaMicros = Int(kv[1]) ?? 0 }
-            }
-        }
-        return w
+    /// Redis's CPU and command statistics, from the node serving the bench's key.
+    func snapshot(_ redis: RedisConnection, _ node: RedisNodeAddress) async throws -> RedisSnapshot {
+        RedisSnapshot(try await redis.pipeline([RedisCommand("INFO", "cpu", "commandstats")], on: node)[0].orThrow("INFO").string ?? "")
     }
 }

@@ -404,20 +404,11 @@ import TestSupport
         }
         let (settings, key, keyNode) = try #require(found)
         let match = String(key.dropFirst("match:".count))
-        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "2000", "fanout.slice_size": "16",
-                                                                    "fanout.batch": "8", "fanout.lease_ms": "1000"])
-        let url = cluster.urlString(seeds: 3)
-        let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
-        let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
+        let (w1, w2) = try failoverWorkers(cluster, sandbox, settings)
         defer { w1.removeLogs(); w2.removeLogs() }
         let t0 = (Int64(Date().timeIntervalSince1970) - 600) * 1000
         let tokens = (0..<600).map { String(format: "%064x", 0xfa_0000 + $0) }
-        var adds: [RedisCommand] = []
-        for (i, token) in tokens.enumerated() {
-            adds.append(RedisCommand("XADD", settings.registrationsStream, "*", "type", "activity.token", "ts", t0, "device", "d\(i)", "key", key,
-                                     "activity", "A\(i)", "token", token, "env", "development"))
-        }
-        for reply in try await redis.pipeline(adds) { _ = try reply.orThrow("XADD") }
+        for reply in try await redis.pipeline(tokens.enumerated().map { registration(settings, $0, $1, key: key, ts: t0) }) { _ = try reply.orThrow("XADD") }
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
         // The key's node has its registrations on its replica before it dies.
         #expect(try await cluster.on(keyNode, RedisCommand("WAIT", 1, 5000))[0].int == 1)
@@ -427,26 +418,16 @@ import TestSupport
                                                              ("home_score", "1"), ("away_score", "0"), ("clock", "61'"), ("period", "second_half")])
         #expect(try await cluster.on(try await cluster.primaryPort(forKey: settings.feeds[0].stream), RedisCommand("WAIT", 1, 5000))[0].int == 1)
         // Mid-fan-out: some devices have it, not all.
-        func received() async throws -> FanoutTests.Received { FanoutTests.Received(try await sandbox.deviceDeliveries()) }
-        var before = 0
-        #expect(await eventually(timeout: .seconds(30)) {
-            before = (try? await received().byToken.filter { $0.value.contains(Double(update) / 1000) }.count) ?? 0
-            return before >= 40
-        })
+        let fanOut = MidFanOut(sandbox: sandbox, tokens: tokens, update: update)
+        let before = await fanOut.reached(atLeast: 40)
         await cluster.kill(port: keyNode)
         let promoted = try await cluster.waitForPromotion(of: keyNode)
         #expect(promoted != keyNode)
         #expect(before < tokens.count, "the fan-out was over before the kill")
 
-        let reached = await eventually(timeout: .seconds(90)) {
-            (try? await received().notEndingOn(tokens, final: Double(update) / 1000).isEmpty) ?? false
-        }
-        let r = try await received()
-        let lost = r.notEndingOn(tokens, final: Double(update) / 1000)
-        #expect(reached && lost.isEmpty, "\(lost.count) devices not on the update, e.g. \(lost.prefix(3))")
+        let r = try await fanOut.everyDeviceOnTheUpdate()
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
         #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
-        #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
         #expect(w1.isRunning && w2.isRunning)
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
@@ -479,19 +460,11 @@ import TestSupport
             if !others.contains(node) { found = (s, node); break }
         }
         let (settings, streamsNode) = try #require(found)
-        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "2000", "fanout.slice_size": "16",
-                                                                    "fanout.batch": "8", "fanout.lease_ms": "1000"])
-        let url = cluster.urlString(seeds: 3)
-        let w1 = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1")
-        let w2 = try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2")
+        let (w1, w2) = try failoverWorkers(cluster, sandbox, settings)
         defer { w1.removeLogs(); w2.removeLogs() }
         let t0 = (Int64(Date().timeIntervalSince1970) - 600) * 1000
         let tokens = (0..<600).map { String(format: "%064x", 0xfb_0000 + $0) }
-        func registration(_ i: Int, _ token: String, key: String) -> RedisCommand {
-            RedisCommand("XADD", settings.registrationsStream, "*", "type", "activity.token", "ts", t0, "device", "d\(key.dropFirst("match:".count))-\(i)", "key", key,
-                         "activity", "A\(i)", "token", token, "env", "development")
-        }
-        for reply in try await redis.pipeline(tokens.enumerated().map { registration($0, $1, key: "match:r1") }) { _ = try reply.orThrow("XADD") }
+        for reply in try await redis.pipeline(tokens.enumerated().map { registration(settings, $0, $1, key: "match:r1", ts: t0) }) { _ = try reply.orThrow("XADD") }
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
         #expect(try await cluster.on(streamsNode, RedisCommand("WAIT", 1, 5000))[0].int == 1)
 
@@ -508,7 +481,7 @@ import TestSupport
                 let deadline = ContinuousClock.now + .seconds(20)
                 while ContinuousClock.now < deadline {
                     let wait = replicated ? [RedisCommand("WAIT", 1, 1000)] : []
-                    if let replies = try? await redis.pipeline([registration(i, token, key: "match:r2")] + wait), replies[0].string != nil {
+                    if let replies = try? await redis.pipeline([registration(settings, i, token, key: "match:r2", ts: t0)] + wait), replies[0].string != nil {
                         if !replicated || (replies[1].int ?? 0) >= 1 {
                             done.append(i)
                             break
@@ -525,34 +498,70 @@ import TestSupport
             }
             return done
         }
-        func received() async throws -> FanoutTests.Received { FanoutTests.Received(try await sandbox.deviceDeliveries()) }
-        var before = 0
-        #expect(await eventually(timeout: .seconds(30)) {
-            before = (try? await received().byToken.filter { $0.value.contains(Double(update) / 1000) }.count) ?? 0
-            return before >= 40
-        })
+        let fanOut = MidFanOut(sandbox: sandbox, tokens: tokens, update: update)
+        let before = await fanOut.reached(atLeast: 40)
         await cluster.kill(port: streamsNode)
         _ = try await cluster.waitForPromotion(of: streamsNode)
         #expect(before < tokens.count, "the fan-out was over before the kill")
         confirmed = await publisher.value
 
-        let reached = await eventually(timeout: .seconds(90)) {
-            (try? await received().notEndingOn(tokens, final: Double(update) / 1000).isEmpty) ?? false
-        }
-        let r = try await received()
-        let lost = r.notEndingOn(tokens, final: Double(update) / 1000)
-        #expect(reached && lost.isEmpty, "\(lost.count) devices not on the update, e.g. \(lost.prefix(3))")
+        let r = try await fanOut.everyDeviceOnTheUpdate()
         #expect(confirmed.count == late.count, "\(confirmed.count) of \(late.count) late registrations published")
         #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
         let stored = try await redis.send(RedisCommand("HGETALL", "\(settings.prefix):{match:r2}:tokens")).array?.compactMap(\.string) ?? []
         let missing = late.filter { !stored.contains($0) }
         #expect(missing.isEmpty, "\(missing.count) of \(late.count) registrations not applied")
         #expect(try await redis.send(RedisCommand("XLEN", settings.deadLetterStream)).int == 0)
-        #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
         #expect(await w1.stop() == 0)
         #expect(await w2.stop() == 0)
         print("streams node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
               + "\(r.duplicates) duplicates; \(late.count - missing.count) of \(late.count) late registrations applied")
+    }
+}
+
+/// Two workers for a failover mid-fan-out: slices of 16 tokens in batches of 8, short leases and a
+/// short visibility timeout, so 600 devices are many slices and a dead node's work is taken over fast.
+private func failoverWorkers(_ cluster: RedisClusterServers, _ sandbox: SandboxProcess, _ settings: Settings) throws -> (ChildProcess, ChildProcess) {
+    let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "2000", "fanout.slice_size": "16",
+                                                                "fanout.batch": "8", "fanout.lease_ms": "1000"])
+    let url = cluster.urlString(seeds: 3)
+    return (try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "w1"),
+            try startActivitycast(["worker", "--consumer", "w2"], redisURL: url, settings: env, logName: "w2"))
+}
+
+/// Device `d<key id>-<i>` registers activity `A<i>` of `key` with `token` (development).
+private func registration(_ settings: Settings, _ i: Int, _ token: String, key: String, ts: Int64) -> RedisCommand {
+    RedisCommand("XADD", settings.registrationsStream, "*", "type", "activity.token", "ts", ts, "device", "d\(key.dropFirst("match:".count))-\(i)",
+                 "key", key, "activity", "A\(i)", "token", token, "env", "development")
+}
+
+/// An update fanning out to `tokens`, as the sandbox's devices show it.
+private struct MidFanOut {
+    let sandbox: SandboxProcess
+    let tokens: [String]
+    let update: Int64
+
+    func received() async throws -> FanoutTests.Received { FanoutTests.Received(try await sandbox.deviceDeliveries()) }
+
+    /// Waits until at least `count` devices have the update (a node is then killed mid-fan-out); how many had it.
+    func reached(atLeast count: Int) async -> Int {
+        var reached = 0
+        #expect(await eventually(timeout: .seconds(30)) {
+            reached = (try? await received().byToken.filter { $0.value.contains(Double(update) / 1000) }.count) ?? 0
+            return reached >= count
+        })
+        return reached
+    }
+
+    /// Every device ends on the update, with at most one duplicate per device; what they received.
+    func everyDeviceOnTheUpdate() async throws -> FanoutTests.Received {
+        let final = Double(update) / 1000
+        let reached = await eventually(timeout: .seconds(90)) { (try? await received().notEndingOn(tokens, final: final).isEmpty) ?? false }
+        let r = try await received()
+        let lost = r.notEndingOn(tokens, final: final)
+        #expect(reached && lost.isEmpty, "\(lost.count) devices not on the update, e.g. \(lost.prefix(3))")
+        #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
+        return r
     }
 }
 
