@@ -50,11 +50,14 @@ public struct Acknowledgement: Sendable {
         return .success(Int(first.int ?? 0))
     }
 
-    /// Runs it; then, once the entries are acknowledged, unlinks `unlinkAfter`: handed to
-    /// `sweep` (deleted by its next sweep), or at once without one.
+    /// Runs it (through `queue`: together with other batches' acknowledgements); then, once the
+    /// entries are acknowledged, unlinks `unlinkAfter`: handed to `sweep` (deleted by its next
+    /// sweep), or at once without one.
     @discardableResult
-    public func run(_ redis: RedisConnection, unlinkAfter records: [String] = [], sweep: RecordSweep? = nil) async throws -> Result<Int, RedisError> {
-        let result = acknowledged(try await redis.pipeline(commands))
+    public func run(_ redis: RedisConnection, unlinkAfter records: [String] = [], sweep: RecordSweep? = nil,
+                    queue: AcknowledgementQueue? = nil) async throws -> Result<Int, RedisError> {
+        let replies = if let queue { try await queue.pipeline(commands) } else { try await redis.pipeline(commands) }
+        let result = acknowledged(replies)
         if case .success = result, !records.isEmpty {
             if let sweep { sweep.add(records) } else { _ = try? await redis.pipeline(RecordSweep.unlink(records)) }
         }
@@ -67,6 +70,69 @@ public struct Acknowledgement: Sendable {
         let errors = keys.errors(stream)
         return [RedisCommand("HSET", [errors] + messages.flatMap { [$0.id, String($0.message.prefix(300))] }),
                 RedisCommand("EXPIRE", errors, 7 * 86_400)]
+    }
+}
+
+/// Acknowledgements that wait up to `delay` for others to share their round trip: every batch
+/// settled meanwhile goes in one pipeline, each reading its own replies. A broadcast-only event
+/// is a batch of its own at a steady feed (one entry per read), and its acknowledgement was a
+/// quarter of Redis's round trips (docs/benchmarks.md). Nothing a device sees waits for it: the
+/// pushes are out before their entry is acknowledged, and the key's next event doesn't wait
+/// either. What it costs: entries stay pending up to `delay` longer, and a worker killed
+/// meanwhile leaves them to be claimed and done again, like a worker killed before its
+/// acknowledgement's answer. A failed pipeline fails every batch in it (each is retried as
+/// before); an error reply is its own batch's.
+public final class AcknowledgementQueue: Sendable {
+    private struct Waiting {
+        var commands: [RedisCommand]
+        var done: CheckedContinuation<[RESPValue], Error>
+    }
+
+    private let waiting = Mutex<(batches: [Waiting], flushing: Bool)>(([], false))
+    private let redis: RedisConnection
+    public let delay: Duration
+
+    public init(_ redis: RedisConnection, delay: Duration) {
+        self.redis = redis
+        self.delay = delay
+    }
+
+    /// `commands`' replies, sent within `delay` with every other batch queued meanwhile.
+    public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
+        guard delay > .zero else { return try await redis.pipeline(commands) }
+        return try await withCheckedThrowingContinuation { done in
+            let first = waiting.withLock { w in
+                w.batches.append(Waiting(commands: commands, done: done))
+                defer { w.flushing = true }
+                return !w.flushing
+            }
+            guard first else { return }
+            Task { [self] in
+                try? await Task.sleep(for: delay)
+                await flush()
+            }
+        }
+    }
+
+    private func flush() async {
+        let batches = waiting.withLock { w in
+            defer { w = ([], false) }
+            return w.batches
+        }
+        let all = batches.flatMap(\.commands)
+        do {
+            let replies = try await redis.pipeline(all)
+            guard replies.count == all.count else {
+                throw RedisError(.unexpectedReply, "\(replies.count) replies to a pipeline of \(all.count) commands")
+            }
+            var at = 0
+            for batch in batches {
+                batch.done.resume(returning: Array(replies[at..<at + batch.commands.count]))
+                at += batch.commands.count
+            }
+        } catch {
+            for batch in batches { batch.done.resume(throwing: error) }
+        }
     }
 }
 

@@ -58,6 +58,9 @@ public struct Settings: Sendable {
     public var sliceBatch: Int = 256
     public var sliceLease: Duration = .seconds(10)
     public var slicesInHand: Int = 4
+    /// How long a feed batch's acknowledgement may wait for others to share its round trip
+    /// (`AcknowledgementQueue`); zero sends each at once.
+    public var ackDelay: Duration = .milliseconds(2)
     /// Attempts a fan-out makes per token for retryable answers (`fanout.token_attempts`).
     public var tokenAttempts: Int = 16
     /// Priority-10 budgets per audience and push-to-start per device (`budgets.*`,
@@ -127,6 +130,7 @@ public enum SettingsLoader {
         ("worker.shutdown_deadline_ms", "10000"),
         ("worker.send", "true"),
         ("worker.starts_per_second", "500"),
+        ("worker.ack_delay_ms", "2"),
         ("fanout.slice_size", "4096"),
         ("fanout.batch", "256"),
         ("fanout.lease_ms", "10000"),
@@ -449,6 +453,7 @@ public enum SettingsLoader {
         settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
         settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
+        settings.ackDelay = try millis("worker.ack_delay_ms", 2, 0...1000)
         settings.tokenAttempts = try int("fanout.token_attempts", 16, 1...100)
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
         settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))

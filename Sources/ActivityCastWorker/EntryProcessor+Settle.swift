@@ -46,7 +46,7 @@ extension EntryProcessor {
         ack.clearErrors = redelivered
         let counters = stats.stream(feed.stream)
         if !s.ack.isEmpty || !also.isEmpty || !ack.before.isEmpty {
-            switch try await ack.run(redis, unlinkAfter: carried.records, sweep: sender?.recordSweep) {
+            switch try await ack.run(redis, unlinkAfter: carried.records, sweep: sender?.recordSweep, queue: acks) {
             case .failure(let error):
                 // Not acknowledged: the entries stay pending and are done again (idempotently).
                 if let r = error.refusal { s.refusal = s.refusal ?? r } else {

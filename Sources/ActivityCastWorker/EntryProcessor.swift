@@ -45,10 +45,13 @@ struct EntryProcessor: Sendable {
     let sender: Sender?
     /// Says why an acknowledgement found entries no longer pending.
     let groupLoss: GroupLoss
+    /// Where batches' acknowledgements wait to share a round trip (nil: each goes at once).
+    let acks: AcknowledgementQueue?
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
-         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil) {
+         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil, acks: AcknowledgementQueue? = nil) {
         self.sender = sender
+        self.acks = acks
         self.groupLoss = groupLoss ?? GroupLoss(connections: [redis], streams: settings.inputStreams.map(\.stream))
         self.routes = routes
         self.settings = settings

@@ -137,7 +137,8 @@ public final class Worker: Sendable {
         self.apns = apns
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
-                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes, groupLoss: groupLoss)
+                                        mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes, groupLoss: groupLoss,
+                                        acks: AcknowledgementQueue(redis, delay: settings.ackDelay))
     }
 
     public enum Mode: Sendable { case full, decodeOnly }
