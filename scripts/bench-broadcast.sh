@@ -8,9 +8,11 @@
 #   (defaults: 1 worker, 2000 events/s, 1000 keys, 10 s, 3 runs; other arguments go to the bench)
 #   LOG_LEVEL=info bash scripts/bench-broadcast.sh   # workers log every plan and send (default: warning)
 #   BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # another build (e.g. an older commit's), not rebuilt
+#   WORKER_BIN=/tmp/old/activitycast bash scripts/bench-broadcast.sh   # only the workers from another build (A/B with one bench)
 #   bash scripts/bench-broadcast.sh --cluster 3   # against a private Redis Cluster of 3 primaries (no replicas)
 #   ACTIVITYCAST_STREAMS_SHARDS=3 bash scripts/bench-broadcast.sh --cluster 3   # the feed sharded over them
-# At the end it prints Redis's command time, commands and scripts per event (INFO commandstats).
+# Each run also prints what Redis did per event (INFO: CPU, round trips, commands, scripts), and the
+# end splits Redis's CPU into the publisher's XADD (measured by itself) and the workers' share.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=1 rate=2000 keys=1000 seconds=10 cluster=0
@@ -56,42 +58,10 @@ wait_for_sandbox "$work/sandbox.log"
 
 worker_args=()
 for i in $(seq "$workers"); do
-  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "$bin" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
+  ACTIVITYCAST_OPS_LISTEN="127.0.0.1:$(free_port)" "${WORKER_BIN:-$bin}" worker --consumer "bench-w$i" >"$work/worker-$i.log" 2>&1 &
   pids+=("$!")
   worker_args+=(--worker-pid "$!")
 done
 
 echo "machine: $(nproc) cores, $(uname -m), $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d); $workers worker(s), log level ${LOG_LEVEL:-warning}; redis: $([ "$cluster" -gt 0 ] && echo "cluster of $cluster primaries" || echo "one node"), feed shards ${ACTIVITYCAST_STREAMS_SHARDS:-1}"
 "$bin" bench broadcast --sandbox-pid "$sandbox_pid" "${redis_pid_args[@]}" "${worker_args[@]}" "${args[@]}"
-
-# Redis's own account of the whole bench (warm-up, every run, the publisher's XADDs and the
-# workers' idle polls): its process CPU per event from INFO cpu (user + sys: the split between
-# them is tick-sampled and swings from run to run here, so only the sum is shown), then command
-# time and calls per event. A script's time includes the commands it calls, and INFO
-# commandstats counts those again under their own names: the scripts' time is given apart, and no
-# total of command time is added up (it would count those commands twice).
-runs=3
-for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[$i]}" = "--runs" ] && runs=${args[$((i + 1))]}; done
-events=$((keys + runs * rate * seconds))
-# (On a cluster, every primary's added up.)
-ports=$redis_port
-[ "$cluster" -gt 0 ] && ports=$(redis-cli -p "$redis_port" cluster nodes | awk '/master/ { split($2, a, "[:@]"); print a[2] }')
-for p in $ports; do redis-cli -p "$p" INFO cpu; redis-cli -p "$p" INFO stats; redis-cli -p "$p" INFO commandstats; done | tr -d '\r' | awk -F'[:,=]' -v n="$events" '
-  /^cmdstat_/ { name = substr($1, 9); calls[name] += $3; usec[name] += $5; count += $3 }
-  /^used_cpu_user:/ { user += $2 }
-  /^used_cpu_sys:/ { sys += $2 }
-  /^total_reads_processed/ { reads += $2 }
-  END {
-    printf "redis: per event %.0f µs of process CPU (user + sys), %.2f socket reads (round trips, all clients), over %d events\n",
-      (user + sys) * 1e6 / n, reads / n, n
-    printf "redis: per event %.2f scripts (%.0f µs, their commands included), %.2f XREADGROUP (%.0f µs), %.1f commands (those scripts called included)\n",
-      calls["evalsha"] / n, usec["evalsha"] / n, calls["xreadgroup"] / n, usec["xreadgroup"] / n, count / n
-    printf "redis: the most time per event:"
-    for (k = 0; k < 8; k++) {
-      best = ""; for (c in usec) if (!(c in shown) && (best == "" || usec[c] > usec[best])) best = c
-      if (best == "") break
-      shown[best] = 1; printf " %s %.1f µs (%.2f calls)", best, usec[best] / n, calls[best] / n
-    }
-    printf "\n"
-  }'
-

@@ -57,7 +57,9 @@ struct BroadcastBench: AsyncParsableCommand {
         let admin = try makeAPNsClient(settings, logger: logger)
         defer { admin.shutdown() }
         let log = DeliveryLog(client: admin)
-        let publisher = try Publisher(redis: redis, settings: settings, keys: keys, matchPrefix: "bb\(UInt32.random(in: 0...UInt32.max))-")
+        let counting = CountingRedis(redis)
+        let publisher = try Publisher(redis: redis, counting: counting, settings: settings, keys: keys,
+                                      matchPrefix: "bb\(UInt32.random(in: 0...UInt32.max))-")
         let perRun = Int((eventsPerSecond * seconds).rounded())
         print("target: sandbox \(admin.configuration.endpoint), stream \(feed.stream); \(Int(eventsPerSecond)) events/s over \(keys) keys, "
               + "\(perRun) events per run; latency = the sandbox's receipt of the broadcast − XADD issued (wall clock, µs)")
@@ -83,15 +85,20 @@ struct BroadcastBench: AsyncParsableCommand {
 
         var results: [RunResult] = []
         var steals: [Double] = []
+        var redisPerEvent: [Double] = []
         var csv = "run,event,key,xadd_us,first_us,last_us\n"
         for run in 1...runs {
             let steal = StealProbe()
             let host = HostProbe()
             let cpu = CPUProbe(workers: workerPid, sandbox: sandboxPid, redis: redisPid)
+            let (redisBefore, _, _) = try await counting.snapshot()
             let started = ContinuousClock.now
             let sent = try await publisher.publish(count: perRun, rate: eventsPerSecond)
             try await publisher.waitDrained(timeout: .seconds(drainTimeout), hint: "the workers fell behind or stopped")
             let window = (ContinuousClock.now - started).seconds
+            let (redisAfter, own, trips) = try await counting.snapshot()
+            let redisWork = redisBefore.delta(to: redisAfter, own: own, ownTrips: trips)
+            redisPerEvent.append(redisWork.cpuSeconds * 1e6 / Double(perRun))
             let load = cpu.finish(seconds: window)
             let busy = host.finish()
             let stolen = steal.finish()
@@ -113,6 +120,9 @@ struct BroadcastBench: AsyncParsableCommand {
             print(String(format: "       publisher: sends late against the clock p99 %@, max %@; duplicates received %d",
                          ms(sent.lateness.p99), ms(sent.lateness.max), result.duplicates))
             print("       CPU (share of one core over \(String(format: "%.1f", window)) s): \(load)")
+            // Everything Redis did during the run, the publisher's XADDs and the drain included
+            // (the bench's own polls and INFO taken out).
+            print("       redis: \(redisWork.describe(per: perRun, unit: "event", top: 8))")
             if let busy {
                 let cores = ProcessInfo.processInfo.activeProcessorCount
                 print(String(format: "       machine: %.1f of %d cores busy, %.1f of them with other processes than the ones above",
@@ -132,11 +142,27 @@ struct BroadcastBench: AsyncParsableCommand {
         if let worst = steals.max() {
             print(String(format: "host steal: %.0f%% at most (runs with much steal measure the host, not the code)", worst * 100))
         }
+        try await printRedisShare(publisher, counting, median(redisPerEvent), prefix: settings.prefix)
         if let dump { try csv.write(toFile: dump, atomically: true, encoding: .utf8) }
         if lost > 0 { throw CommandFailure("\(lost) events lost: their broadcast never reached the sandbox") }
     }
 
     private func ms(_ micros: Double) -> String { String(format: "%.2f ms", micros / 1000) }
+
+    /// Redis's CPU per event split into the feed's part and the workers': the same events at the
+    /// same rate to a stream no worker reads (nothing woken, nothing processed) measure what the
+    /// publisher's `XADD` costs Redis by itself; the rest of a run's figure is the workers' doing.
+    private func printRedisShare(_ publisher: Publisher, _ counting: CountingRedis, _ runsMedian: Double, prefix: String) async throws {
+        let stream = "\(prefix):bench:xadd-only:\(publisher.matchPrefix)"
+        let n = Int((eventsPerSecond * min(seconds, 5)).rounded())
+        let (before, _, _) = try await counting.snapshot()
+        _ = try await publisher.publish(count: n, rate: eventsPerSecond, to: stream)
+        let (after, own, trips) = try await counting.snapshot()
+        try await counting.send(RedisCommand("DEL", stream))
+        let xadd = before.delta(to: after, own: own, ownTrips: trips).cpuSeconds * 1e6 / Double(n)
+        print(String(format: "redis: %.0f µs of CPU per event (median of the runs); the publisher's XADD by itself %.0f µs (%d events at the same "
+                     + "rate to a stream no worker reads); the workers' share %.0f µs", runsMedian, xadd, n, runsMedian - xadd))
+    }
 }
 
 /// Latency percentiles in µs.
@@ -208,6 +234,8 @@ func wallMicros() -> Int64 {
 /// Adds `match.score` events at a steady rate and knows when the workers have finished them.
 final class Publisher: Sendable {
     let redis: RedisConnection
+    /// The bench's own polls go through it (taken out of what Redis reports); the XADDs don't.
+    let counting: CountingRedis
     let group: String
     let keys: Int
     let matchPrefix: String
@@ -216,8 +244,9 @@ final class Publisher: Sendable {
     let streams: [String]
     private let counter = NumberCounter()
 
-    init(redis: RedisConnection, settings: Settings, keys: Int, matchPrefix: String) throws {
+    init(redis: RedisConnection, counting: CountingRedis, settings: Settings, keys: Int, matchPrefix: String) throws {
         self.redis = redis
+        self.counting = counting
         self.group = settings.group
         self.keys = keys
         self.matchPrefix = matchPrefix
@@ -227,8 +256,9 @@ final class Publisher: Sendable {
 
     /// `count` events, event i due at start + i/rate on the monotonic clock (a late one goes at
     /// once; none waits for an earlier one's reply), round-robin over the keys. Each carries its
-    /// number in `clock` (the content-state's `clock`), `ts` is the wall clock in ms.
-    func publish(count: Int, rate: Double) async throws -> Sent {
+    /// number in `clock` (the content-state's `clock`), `ts` is the wall clock in ms. `to`:
+    /// another stream for all of them.
+    func publish(count: Int, rate: Double, to other: String? = nil) async throws -> Sent {
         let first = counter.take(count)
         let start = ContinuousClock.now + .milliseconds(5)
         var lateness: [Int64] = []
@@ -243,7 +273,7 @@ final class Publisher: Sendable {
                 let number = first + i
                 group.addTask {
                     let issued = wallMicros()
-                    let stream = streams[number % keys]
+                    let stream = other ?? streams[number % keys]
                     let reply = try await redis.send(RedisCommand("XADD", stream, "*", "type", "match.score", "ts", issued / 1000,
                                                                   "match", "\(prefix)\(number % keys)", "home_score", 0, "away_score", 0,
                                                                   "clock", String(number)))
@@ -278,7 +308,9 @@ final class Publisher: Sendable {
     /// Waits until the group has delivered every entry of the stream and none is pending: every
     /// event's sends have a final outcome.
     func waitDrained(timeout: Duration, hint: String) async throws {
-        try await BenchRedis.waitConsumed(streams: Array(Set(streams)).sorted(), group: group, timeout: timeout, hint: hint) { try await redis.pipeline($0) }
+        try await BenchRedis.waitConsumed(streams: Array(Set(streams)).sorted(), group: group, timeout: timeout, hint: hint) { [counting] in
+            try await counting.pipeline($0)
+        }
     }
 }
 
