@@ -53,43 +53,30 @@ public struct RegistrationMeta: Equatable, Sendable {
     /// nil for a tombstone or a value of another shape. Read in place (a fan-out reads one per
     /// token): the fields' bounds are found in one pass, with no array of them.
     public init?(_ bytes: [UInt8]) {
-        // The ends of the first five fields; the sixth (the token) runs to the end.
-        var ends = (0, 0, 0, 0, 0)
-        var found = 0
-        for i in bytes.indices where bytes[i] == UInt8(ascii: " ") {
-            switch found {
-            case 0: ends.0 = i
-            case 1: ends.1 = i
-            case 2: ends.2 = i
-            case 3: ends.3 = i
-            case 4: ends.4 = i
-            default: break
-            }
-            found += 1
-            if found == 5 { break }
-        }
+        // The ends of the first five fields (the fifth's is the end when there is no token).
+        let space = UInt8(ascii: " ")
+        func end(after start: Int) -> Int? { bytes[start...].firstIndex(of: space) }
         // Fewer than five fields: a tombstone (`ts -`) or another shape.
-        guard found >= 4 else { return nil }
-        if found == 4 { ends.4 = bytes.count }
+        guard let e0 = end(after: 0), let e1 = end(after: e0 + 1), let e2 = end(after: e1 + 1), let e3 = end(after: e2 + 1) else { return nil }
+        let e4 = end(after: e3 + 1) ?? bytes.count
         var ms: Int64 = 0
         var digits = 0
-        for b in bytes[0..<ends.0] {
+        for b in bytes[0..<e0] {
             guard b >= 48, b <= 57, digits < 18 else { ms = -1; break }
             ms = ms * 10 + Int64(b - 48)
             digits += 1
         }
         millis = ms >= 0 && digits > 0 ? ms : nil
-        device = String(decoding: bytes[(ends.0 + 1)..<ends.1], as: UTF8.self)
-        let e = bytes[(ends.1 + 1)..<ends.2]
+        device = String(decoding: bytes[(e0 + 1)..<e1], as: UTF8.self)
+        let e = bytes[(e1 + 1)..<e2]
         env = e.elementsEqual("development".utf8) ? .development : e.elementsEqual("production".utf8) ? .production : nil
-        let t = bytes[(ends.2 + 1)..<ends.3]
+        let t = bytes[(e2 + 1)..<e3]
         tier = t.elementsEqual("frequent".utf8) ? .frequent : t.elementsEqual("standard".utf8) ? .standard : nil
-        let b = bytes[(ends.3 + 1)..<ends.4]
+        let b = bytes[(e3 + 1)..<e4]
         broadcast = b.elementsEqual("1".utf8) ? true : b.elementsEqual("0".utf8) ? false : nil
         // The token runs to the next space, if any (as the sixth of fields split at every space).
-        let tokenStart = ends.4 + 1
-        let tokenEnd = found == 5 ? bytes[tokenStart...].firstIndex(of: UInt8(ascii: " ")) ?? bytes.count : tokenStart
-        token = tokenEnd > tokenStart ? String(decoding: bytes[tokenStart..<tokenEnd], as: UTF8.self) : nil
+        let tokenEnd = e4 < bytes.count ? end(after: e4 + 1) ?? bytes.count : e4
+        token = tokenEnd > e4 + 1 ? String(decoding: bytes[(e4 + 1)..<tokenEnd], as: UTF8.self) : nil
     }
 }
 

@@ -51,16 +51,14 @@ public struct Acknowledgement: Sendable {
     }
 
     /// Runs it (through `queue`: together with other batches' acknowledgements); then, once the
-    /// entries are acknowledged, unlinks `unlinkAfter`: handed to `sweep` (deleted by its next
-    /// sweep), or at once without one.
+    /// entries are acknowledged, hands `unlinkAfter` to `sweep` (deleted by its next sweep).
     @discardableResult
     public func run(_ redis: RedisConnection, unlinkAfter records: [String] = [], sweep: RecordSweep? = nil,
                     queue: AcknowledgementQueue? = nil) async throws -> Result<Int, RedisError> {
+        precondition(records.isEmpty || sweep != nil, "records to delete need the sweep that deletes them")
         let replies = if let queue { try await queue.pipeline(commands) } else { try await redis.pipeline(commands) }
         let result = acknowledged(replies)
-        if case .success = result, !records.isEmpty {
-            if let sweep { sweep.add(records) } else { _ = try? await redis.pipeline(RecordSweep.unlink(records)) }
-        }
+        if case .success = result, !records.isEmpty { sweep?.add(records) }
         return result
     }
 
@@ -90,7 +88,7 @@ public final class AcknowledgementQueue: Sendable {
         var done: CheckedContinuation<[RESPValue], Error>
     }
 
-    private let waiting = Mutex<(batches: [Waiting], flushing: Bool)>(([], false))
+    private let waiting = Mutex<(batches: [Waiting], scheduled: Bool)>(([], false))
     private let redis: RedisConnection
     public let delay: Duration
 
@@ -103,10 +101,11 @@ public final class AcknowledgementQueue: Sendable {
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
         guard delay > .zero else { return try await redis.pipeline(commands) }
         return try await withCheckedThrowingContinuation { done in
+            // The first batch since the last flush schedules the next one.
             let first = waiting.withLock { w in
                 w.batches.append(Waiting(commands: commands, done: done))
-                defer { w.flushing = true }
-                return !w.flushing
+                defer { w.scheduled = true }
+                return !w.scheduled
             }
             guard first else { return }
             Task { [self] in
@@ -167,9 +166,6 @@ public final class RecordSweep: Sendable {
     /// Records that found the list full (left to their TTL).
     public var dropped: Int { droppedCount.load(ordering: .relaxed) }
 
-    /// `UNLINK` each (one command each: each may be in another slot of a cluster).
-    static func unlink(_ records: [String]) -> [RedisCommand] { records.map { RedisCommand("UNLINK", $0) } }
-
     /// Deletes every pending record in one pipeline; returns how many went. A failed pipeline,
     /// or a command of it answered with an error, keeps those for the next sweep.
     @discardableResult
@@ -178,7 +174,8 @@ public final class RecordSweep: Sendable {
         pending.withLock { swap(&names, &$0) }
         guard !names.isEmpty else { return 0 }
         do {
-            let replies = try await redis.pipeline(Self.unlink(names))
+            // One `UNLINK` each: each may be in another slot of a cluster.
+            let replies = try await redis.pipeline(names.map { RedisCommand("UNLINK", $0) })
             let failed = zip(names, replies).filter { $0.1.errorMessage != nil }.map(\.0)
             if !failed.isEmpty { add(failed) }
             return names.count - failed.count
