@@ -523,14 +523,16 @@ private final class ConnectionState: HTTP2ClientDelegate {
         let slot = Int(context)
         guard slot < slots.count, slots[slot] != nil else { return }
         slots[slot]!.status = status
-        Self.read(headers, status: status, into: &slots[slot]!.response)
+        let ids = status >= 300 || slots[slot]!.request.work.targets.successIDs
+        Self.read(headers, status: status, ids: ids, into: &slots[slot]!.response)
     }
 
     /// The four APNs ids and retry-after, looked up by their bytes: a String only for the values
     /// present (none for the names, none for other headers). Written in place in the slot.
-    private static func read(_ headers: HTTP2HeaderList, status: Int, into r: inout APNsResponse) {
+    /// `ids` false: none of it (a success whose caller reads no ids).
+    private static func read(_ headers: HTTP2HeaderList, status: Int, ids: Bool, into r: inout APNsResponse) {
         r.status = status
-        guard !headers.isEmpty else { return }
+        guard ids, !headers.isEmpty else { return }
         r.apnsID = headers.value(for: "apns-id")
         r.uniqueID = headers.value(for: "apns-unique-id")
         // A device push's answer is exactly these two: skip the other lookups then.

@@ -88,7 +88,8 @@ extension SendRole {
     func sendAdmitted(_ client: APNsClient, _ payload: [UInt8], _ tokens: [String], priority: Int) async throws -> [APNsResult] {
         let policy = configuration.rateGuard
         guard policy.isOn else {
-            return await client.sendLiveActivity(payload: payload, to: tokens, bundleID: configuration.bundleID, priority: priority)
+            return await client.sendLiveActivity(payload: payload, to: tokens, bundleID: configuration.bundleID, priority: priority,
+                                                 successIDs: false)
         }
         var results: [APNsResult] = []
         results.reserveCapacity(tokens.count)
@@ -96,7 +97,8 @@ extension SendRole {
         while start < tokens.count {
             let end = min(start + policy.burst, tokens.count)
             try await admit(end - start)
-            results += await client.sendLiveActivity(payload: payload, to: Array(tokens[start..<end]), bundleID: configuration.bundleID, priority: priority)
+            results += await client.sendLiveActivity(payload: payload, to: Array(tokens[start..<end]), bundleID: configuration.bundleID,
+                                                     priority: priority, successIDs: false)
             start = end
         }
         return results

@@ -91,6 +91,35 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(Set(seen.map(\.path)) == Set(list.map { "/3/device/\($0)" }))
     }
 
+    /// A caller that reads ids only from failures (the fan-out) gets none from a success, and
+    /// every failure's all the same.
+    @Test func successIDsCanBeLeftOut() async throws {
+        let handler = ScriptedPeer(answer: { req, _ in
+            let token = String((req.path ?? "").split(separator: "/").last ?? "")
+            let ids = [HTTP2Header("apns-id", "id-\(token.suffix(4))"), HTTP2Header("apns-unique-id", "u-\(token.suffix(4))")]
+            if token.hasSuffix("7") {
+                return H2Response(status: 410, headers: ids, body: Array(#"{"reason":"Unregistered","timestamp":1732233600000}"#.utf8))
+            }
+            return H2Response(status: 200, headers: ids)
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client(connections: 2)
+        defer { client.shutdown() }
+        let list = tokens(200)
+        for keep in [false, true] {
+            let results = await client.sendLiveActivity(payload: Array(#"{"aps":{}}"#.utf8), to: list, bundleID: "com.example.app", successIDs: keep)
+            #expect(results.count == 200)
+            for (token, result) in zip(list, results) {
+                let failed = token.hasSuffix("7")
+                #expect(result.action == (failed ? .forgetToken(invalidSince: 1732233600000) : .delivered))
+                let kept = failed || keep
+                #expect(result.response?.apnsID == (kept ? "id-\(token.suffix(4))" : nil))
+                #expect(result.response?.uniqueID == (kept ? "u-\(token.suffix(4))" : nil))
+            }
+        }
+    }
+
     @Test func oneStreamUntilASuccessThenTheServersLimit() async throws {
         let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 200, delay: .milliseconds(20)) })
         let peer = try Peer.start(handler, maxConcurrentStreams: 5)
