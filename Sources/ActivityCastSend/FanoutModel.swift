@@ -201,7 +201,8 @@ public struct FanoutModel: Equatable, Sendable {
     /// flight), a takeover of waiting tokens in flight, the waiting tokens (`later` until due), a
     /// takeover of a range (an ended lease: the same batch again), then the scan (`scan`: where
     /// the batch ends, nil when the range held nothing more; a takeover asks only whether the lost
-    /// batch still holds anything, and hands out that batch again); once the range is sent, the
+    /// batch still holds anything, and hands out that batch again) or the caller's own
+    /// (`call.scanned`, when `accepted` where the slice stands); once the range is sent, the
     /// waiting tokens. `registered`: whether any of these activities is still in the audience
     /// (Redis knows; a batch of waiting tokens holds those that are).
     public mutating func step(_ call: FanoutStepCall, registered: ([String]) -> Bool = { !$0.isEmpty }, scan: (Scan) -> UInt64?) -> Step {
@@ -332,7 +333,14 @@ public struct FanoutModel: Equatable, Sendable {
             if batch.last { return rangeSent() }
             pos = batch.range.to
         }
-        guard let to = scan(Scan(from: pos, lo: at.lo, hi: at.hi, want: call.want)) else { return rangeSent() }
+        // The caller's own scan when it starts where the slice stands (not after a takeover).
+        let to: UInt64?
+        if at.inFlight == nil, let scanned = call.scanned, scanned.accepted(at: pos, hi: at.hi) {
+            to = scanned.count == 0 ? nil : scanned.to
+        } else {
+            to = scan(Scan(from: pos, lo: at.lo, hi: at.hi, want: call.want))
+        }
+        guard let to else { return rangeSent() }
         let range = FanoutBatchRange(from: pos, to: to)
         record.progress[j] = .inFlight(range, last: to >= at.hi)
         leases[member] = lease

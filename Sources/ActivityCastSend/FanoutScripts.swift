@@ -131,12 +131,16 @@ public enum FanoutScripts {
     /// lease ms, confirm (`<from> <to>` of the caller's batch, `w<round>` of a batch of waiting
     /// tokens, or ''), keep s (fan hash after the end), width (from the caller's last `send`, or 0),
     /// the confirmed batch's tokens still failing (`<activity>`, `?<activity>` to go without the alert;
-    /// space-separated), ms before they may go again.
+    /// space-separated), ms before they may go again, and the caller's own scan of the next batch
+    /// (`<from> <to> <ended> <count>`, or ''): `FanoutScan`, made with top-level `HSCAN`s while the
+    /// last batch was being sent. It is taken when it starts where the slice stands and ends
+    /// where a scan ends (its tokens stay with the caller: reply's 8th element 1); else the script
+    /// scans as always.
     /// A confirmed batch's failing tokens wait: the slice goes on, and once its range is sent they
     /// go again (a batch `w<round>`, the tokens still registered, `?` ones listed apart) when due
     /// (`later` until then), round after round until none is left; the caller records what still
     /// fails in its last round as failed.
-    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}, {quiet…}}
+    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}, {quiet…}, scanned}
     /// (resent: 1 after a takeover, which hands out exactly the lost batch, 2 after a Redis
     /// restart, else 0); status is `send`, `later` (waiting tokens not due; left = ms until they are),
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
@@ -309,7 +313,7 @@ public enum FanoutScripts {
       end
       return chunks, n_out, pos, ended
     end
-    local start, chunks, n_out, ended = pos, nil, 0, false
+    local start, chunks, n_out, ended, scanned = pos, nil, 0, false, 0
     if from then
       -- Its worker stopped with a batch in flight: that batch again, exactly, whatever this
       -- caller's batch size (APNs may have had any of it: all of it goes as re-sent, and nothing
@@ -323,7 +327,15 @@ public enum FanoutScripts {
         chunks, n_out, pos, ended = scan(to, hi, want)
       end
     else
-      chunks, n_out, pos, ended = scan(pos, hi, want)
+      local pf, pt, pe, pn = string.match(ARGV[12] or '', '^(%d+) (%d+) ([01]) (%d+)$')
+      pf, pt, pn = tonumber(pf), tonumber(pt), tonumber(pn)
+      if pf == pos and pt > pos and (pe == '1') == (pt >= hi) and (pn > 0 or pe == '1') then
+        -- The caller scanned from here itself (a top-level HSCAN costs Redis half of one from
+        -- Lua, and its tokens needn't come back through this reply): its range is the batch.
+        chunks, n_out, pos, ended, scanned = {}, pn, pt, pe == '1', 1
+      else
+        chunks, n_out, pos, ended = scan(pos, hi, want)
+      end
     end
     if n_out == 0 and ended then
       if waiting == '' then return {'finished', final()} end
@@ -336,7 +348,7 @@ public enum FanoutScripts {
     redis.call('PEXPIRE', KEYS[3], lease + 3600000)
     -- The scan's own replies go back as they came (activity, meta, …): meta ends with the token,
     -- so nothing else is read per token.
-    return {'send', left, range, resent, est or hint, chunks, {}}
+    return {'send', left, range, resent, est or hint, chunks, {}, scanned}
     """)
 }
 
@@ -559,9 +571,13 @@ public struct FanoutStepCall: Sendable {
     public var keepSeconds: Int
     /// The bucket width the caller's last `send` saw (0: none), so the scan starts wide.
     public var width: Int64
+    /// The caller's own scan of the next batch (`FanoutScan`), taken when it starts where the
+    /// slice stands.
+    public var scanned: FanoutScanned?
 
     public init(keys: FanoutKeys, gen: String, slice: Int, slices: Int, want: Int, nowMillis: Int64, leaseMillis: Int,
-                confirm: FanoutBatch? = nil, failing: [FanoutWaiting] = [], retryAfterMillis: Int64 = 0, keepSeconds: Int = 3600, width: Int64 = 0) {
+                confirm: FanoutBatch? = nil, failing: [FanoutWaiting] = [], retryAfterMillis: Int64 = 0, keepSeconds: Int = 3600, width: Int64 = 0,
+                scanned: FanoutScanned? = nil) {
         self.keys = keys
         self.gen = gen
         self.slice = slice
@@ -574,12 +590,13 @@ public struct FanoutStepCall: Sendable {
         self.retryAfterMillis = retryAfterMillis
         self.keepSeconds = keepSeconds
         self.width = width
+        self.scanned = scanned
     }
 
     public var command: RedisCommand {
         .script(FanoutScripts.step, keys: [keys.gen, keys.fan(gen), keys.inflight, keys.meta], args: [
             gen, slice, slices, want, nowMillis, leaseMillis, confirm?.description ?? "", keepSeconds, width,
-            failing.map(\.encoded).joined(separator: " "), retryAfterMillis,
+            failing.map(\.encoded).joined(separator: " "), retryAfterMillis, scanned?.description ?? "",
         ])
     }
 }
@@ -630,7 +647,9 @@ public enum FanoutStepReply: Sendable {
         }
     }
 
-    public init(_ reply: RESPValue) throws {
+    /// `scan`: the caller's own scan that the call carried; its rows are the batch's when the
+    /// script took it.
+    public init(_ reply: RESPValue, scan: FanoutScan? = nil) throws {
         if let e = reply.errorMessage { throw RedisError(.server, "fan-out step: \(e)") }
         guard let parts = reply.array, parts.count >= 2, let status = parts[0].string, let second = parts[1].int else {
             throw RedisError(.unexpectedReply, "fan-out step: unexpected reply \(reply)")
@@ -642,16 +661,18 @@ public enum FanoutStepReply: Sendable {
                   let resent = parts[3].int.flatMap({ FanoutResent(rawValue: Int($0)) }), let width = parts[4].int, let chunks = parts[5].array else {
                 throw RedisError(.unexpectedReply, "fan-out step: a send without its batch: \(String(describing: reply).prefix(300))")
             }
+            if parts.count > 7, parts[7].int == 1 {
+                guard let scan, case .range(let range) = batch, range == FanoutBatchRange(from: scan.scanned.from, to: scan.scanned.to) else {
+                    throw RedisError(.unexpectedReply, "fan-out step: took a scan the call didn't carry: \(text)")
+                }
+                self = .send(left: left, batch: batch, resent: resent, width: width, rows: scan.rows, quiet: [])
+                return
+            }
             // The scan's own replies, as they came: activity, meta, activity, meta, …
             var rows: [(activity: String, meta: [UInt8])] = []
             for chunk in chunks {
                 guard let pairs = chunk.array, pairs.count % 2 == 0 else { throw RedisError(.unexpectedReply, "fan-out step: a batch's chunk: \(String(describing: chunk).prefix(300))") }
-                rows.reserveCapacity(rows.count + pairs.count / 2)
-                var i = 0
-                while i + 1 < pairs.count {
-                    rows.append((pairs[i].string ?? "", pairs[i + 1].bytes ?? []))
-                    i += 2
-                }
+                FanoutScan.appendRows(pairs, to: &rows)
             }
             self = .send(left: left, batch: batch, resent: resent, width: width, rows: rows, quiet: Set(quiet.compactMap(\.string)))
         case "finished": self = .finished(left: left)

@@ -151,9 +151,10 @@ struct Fanouts: SendRole {
     /// A step of `slice` (see `FanoutScripts.step`) at the current time: confirms `confirm` (the
     /// last batch, or nil) with what of it still fails (it waits), and asks for `want` more tokens
     /// (0: stop here).
-    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatch? = nil, waiting: TokenBatches.Waiting = .init(), width: Int64 = 0) -> RedisCommand {
+    func stepCommand(_ slice: SliceRef, want: Int, confirm: FanoutBatch? = nil, waiting: TokenBatches.Waiting = .init(), width: Int64 = 0,
+                     scanned: FanoutScanned? = nil) -> RedisCommand {
         FanoutStepCall(keys: fanoutKeys(slice.key), gen: slice.gen, slice: slice.index, slices: slice.count, want: want,
                        nowMillis: Int64(Date().timeIntervalSince1970 * 1000), leaseMillis: configuration.leaseMillis, confirm: confirm,
-                       failing: waiting.tokens, retryAfterMillis: waiting.after.milliseconds, keepSeconds: 3600, width: width).command
+                       failing: waiting.tokens, retryAfterMillis: waiting.after.milliseconds, keepSeconds: 3600, width: width, scanned: scanned).command
     }
 }

@@ -184,18 +184,21 @@ struct SliceRunner: SendRole {
         var waiting = TokenBatches.Waiting()
         var width: Int64 = 0
         var waitedSince: ContinuousClock.Instant?
+        // The next batch, scanned by this worker while the last one was being sent (`FanoutScan`).
+        var scanned: FanoutScan?
         while true {
             let reply: RESPValue
             let confirmed = confirm != nil
+            let scan = scanned
             if let first = firstStep {
                 reply = first
                 firstStep = nil
             } else {
                 reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm,
-                                                                 waiting: waiting, width: width))
-                (confirm, waiting) = (nil, TokenBatches.Waiting())
+                                                                 waiting: waiting, width: scan?.width ?? width, scanned: scan?.scanned))
+                (confirm, waiting, scanned) = (nil, TokenBatches.Waiting(), nil)
             }
-            let step = try FanoutStepReply(reply)
+            let step = try FanoutStepReply(reply, scan: scan)
             var waitingOnly = false
             if case .later = step { waitingOnly = true }
             if confirmed || waitingOnly, let counter = attempts {
@@ -209,12 +212,9 @@ struct SliceRunner: SendRole {
             case .send(_, let handed, let resent, let seen, let triples, let quiet):
                 confirm = handed
                 waitedSince = nil
-                var parking = TokenBatches.Parking()
-                switch handed {
-                case .range: width = seen
-                case .waiting(let round): parking = TokenBatches.Parking(quiet: quiet, attempt: round + 1)
-                }
-                waiting = try await send(&batch, triples, resent: resent, parking: parking, summary: &summary)
+                if case .range = handed { width = seen }
+                (waiting, scanned) = try await send(&batch, handed, triples, resent: resent, width: seen, quiet: quiet, summary: &summary,
+                                                    shouldStop: shouldStop)
             case .later(let ms):
                 // The slice's failing tokens go again when due (a stopping worker leaves them to another).
                 guard waits else { return .paused }
@@ -289,6 +289,32 @@ struct SliceRunner: SendRole {
                 groups[Group(env: row.env, priority: priority), default: []].append(row)
             }
             return groups
+        }
+    }
+
+    /// A batch the step handed out, sent. While a range batch that doesn't end the slice is out,
+    /// the worker scans the next one (`FanoutScan`), for the next step to take.
+    private func send(_ batch: inout Batch, _ handed: FanoutBatch, _ rows: [(activity: String, meta: [UInt8])], resent: FanoutResent,
+                      width: Int64, quiet: Set<String>, summary: inout SendSummary,
+                      shouldStop: () -> Bool) async throws -> (waiting: TokenBatches.Waiting, next: FanoutScan?) {
+        var parking = TokenBatches.Parking()
+        var ahead: Task<FanoutScan?, Never>?
+        switch handed {
+        case .range(let range):
+            let hi = SliceMath.bounds(index: batch.slice.index, count: batch.slice.count).hi
+            if range.to < hi, !shouldStop() {
+                ahead = Task { [redis, meta = keys.meta(batch.slice.key), want = configuration.sliceBatch] in
+                    try? await FanoutScan.run(redis, meta: meta, from: range.to, stop: hi, want: want, hint: width)
+                }
+            }
+        case .waiting(let round): parking = TokenBatches.Parking(quiet: quiet, attempt: round + 1)
+        }
+        do {
+            let waiting = try await send(&batch, rows, resent: resent, parking: parking, summary: &summary)
+            return (waiting, await ahead?.value ?? nil)
+        } catch {
+            ahead?.cancel()
+            throw error
         }
     }
 

@@ -127,6 +127,93 @@ import TestSupport
         #expect(m.step(Self.step("h", 0, of: 0, now: 2000), scan: a.scan) == .send(left: 2, batch: .range(Self.range(0, 30)), resent: .fresh))
     }
 
+    /// A worker's own scan (`FanoutScan`) is the batch when it starts where the slice stands and
+    /// ends where a scan ends; any other, and any after a takeover, is left for the script's scan.
+    @Test func aWorkersOwnScanIsTakenOnlyWhereTheSliceStands() {
+        var m = FanoutModel()
+        let a = Placed(places: [10, 20, 30, 40, 50, Self.half + 5])
+        let noScan: (FanoutModel.Scan) -> UInt64? = { s in Issue.record("scanned \(s) in place of the worker's own scan"); return nil }
+        _ = m.create(Self.create("g", 1, sliceSize: 3), audience: .init(tokens: 6, hashtable: true))
+        func own(_ call: FanoutStepCall, _ from: UInt64, _ to: UInt64, ended: Bool = false, count: Int = 2) -> FanoutStepCall {
+            var call = call
+            call.scanned = FanoutScanned(from: from, to: to, ended: ended, count: count)
+            return call
+        }
+        // From the slice's start, before its first batch.
+        #expect(m.step(own(Self.step("g", 0, of: 2, now: 1000), 0, 30), scan: noScan) == .send(left: 2, batch: .range(Self.range(0, 30)), resent: .fresh))
+        // Where the confirmed batch ends.
+        #expect(m.step(own(Self.step("g", 0, of: 2, now: 1100, confirm: Self.range(0, 30)), 30, 45), scan: noScan)
+                == .send(left: 2, batch: .range(Self.range(30, 45)), resent: .fresh))
+        // From elsewhere, or ending the range without saying so, or empty without ending it: the script's own scan.
+        for (from, to, ended, count) in [(31 as UInt64, 50 as UInt64, false, 1), (45, Self.half, false, 1), (45, 50, true, 1), (45, 50, false, 0),
+                                         (45, 45, false, 1)] {
+            var n = m
+            #expect(n.step(own(Self.step("g", 0, of: 2, now: 1200, confirm: Self.range(30, 45)), from, to, ended: ended, count: count), scan: a.scan)
+                    == .send(left: 2, batch: .range(Self.range(45, Self.half)), resent: .fresh))
+        }
+        // Empty and ending the range: the range is sent, the slice finished.
+        var n = m
+        #expect(n.step(own(Self.step("g", 0, of: 2, now: 1200, confirm: Self.range(30, 45)), 45, Self.half, ended: true, count: 0), scan: noScan)
+                == .finished(left: 1))
+        #expect(m.step(own(Self.step("g", 0, of: 2, now: 1200, confirm: Self.range(30, 45)), 45, Self.half, ended: true), scan: noScan)
+                == .send(left: 2, batch: .range(Self.range(45, Self.half)), resent: .fresh))
+        #expect(m.records["g"]?.progress[0] == .inFlight(Self.range(45, Self.half), last: true))
+        // A takeover hands out the lost batch again, scanned by the script, whatever the caller scanned.
+        #expect(m.step(own(Self.step("g", 0, of: 2, now: 5000), Self.half, Self.half + 1, ended: true), scan: a.scan)
+                == .send(left: 2, batch: .range(Self.range(45, Self.half)), resent: .afterTakeover))
+    }
+
+    /// The worker's own scan, decision by decision: the widest call that can't run past the
+    /// range's end (two elements per token still wanted), and the rest handed over to the script
+    /// once a call would be narrower than `smallest` (or the width isn't known).
+    @Test func aWorkersOwnScanAsksForWhatCantRunPastTheEnd() {
+        let w: UInt64 = 1 << 13, stop: UInt64 = 4096 * w
+        var c = FanoutScan.Cursor(from: 0, stop: stop, want: 256, hint: Int64(w))
+        // 4,096 buckets left: at most 409 (10·409+1 ≤ 4,096), and 512 wanted.
+        var call = c.next()
+        #expect(call?.cursor == 0 && call?.count == 409)
+        c.answer(next: SliceMath.place(cursor: 401 * w), tokens: 200)
+        #expect(c.count == 200 && c.pos == 401 * w && !c.ended && c.est == w)
+        // 56 more tokens: 112 elements, well within the bound.
+        call = c.next()
+        #expect(call?.cursor == SliceMath.place(cursor: 401 * w) && call?.count == 112)
+        c.answer(next: SliceMath.place(cursor: 501 * w), tokens: 60)
+        call = c.next()
+        #expect(call == nil && c.count == 260 && !c.ended && !c.handedOver)
+        // A place seen is a multiple of the width: its lowest bit bounds it, often coarsely (here
+        // 2^18): the last step's width stays the bound while it is the narrower.
+        var g = FanoutScan.Cursor(from: 0, stop: stop, want: 256, hint: Int64(w))
+        _ = g.next()
+        g.answer(next: SliceMath.place(cursor: 416 * w), tokens: 200)
+        call = g.next()
+        #expect(g.est == 32 * w && call?.count == 112 && !g.handedOver)
+        // Without it, the coarse one bounds: 115 buckets of 2^18 left, at most 11 elements, so
+        // the rest is handed over (or, with `smallest` 11, asked for).
+        var h = FanoutScan.Cursor(from: 416 * w, stop: stop, want: 256, hint: 0)
+        h.answer(next: SliceMath.place(cursor: 416 * w), tokens: 0)
+        call = h.next()
+        #expect(call == nil && h.handedOver)
+        var k = FanoutScan.Cursor(from: 416 * w, stop: stop, want: 256, hint: 0, smallest: 11)
+        k.answer(next: SliceMath.place(cursor: 416 * w), tokens: 0)
+        call = k.next()
+        #expect(call?.count == 11 && !k.handedOver)
+        // Near the end, and without a width: handed over at once.
+        var d = FanoutScan.Cursor(from: stop - 600 * w, stop: stop, want: 256, hint: Int64(w))
+        call = d.next()
+        #expect(call == nil && d.handedOver && d.count == 0)
+        var e = FanoutScan.Cursor(from: 0, stop: stop, want: 256, hint: 0)
+        call = e.next()
+        #expect(call == nil && e.handedOver)
+        // A few tokens still wanted: a call for just those is fine.
+        var f = FanoutScan.Cursor(from: stop - 700 * w, stop: stop, want: 20, hint: Int64(w))
+        call = f.next()
+        #expect(call?.count == 40)
+        // The end of the range (or of the scan order) ends the batch.
+        f.answer(next: 0, tokens: 3)
+        call = f.next()
+        #expect(f.ended && f.pos == SliceMath.space && call == nil && !f.handedOver)
+    }
+
     @Test func aLiveLeaseIsBusyAndAnEndedOneIsTakenOverWithTheSameBatch() {
         var m = FanoutModel()
         let a = Placed(places: [10, 20, 30, 40])
@@ -433,7 +520,7 @@ extension FanoutModelTests {
         // Every transition is exercised, each many times (the rare ones at least once), by each of
         // the fixed seeds; a new seed explores, and may happen to visit a path less often.
         guard given != 0 else { return }
-        let common = ["create.new", "create.exists", "create.older", "flush.new", "flush.older", "step.send.fresh", "step.send.afterRestart",
+        let common = ["create.new", "create.exists", "create.older", "flush.new", "flush.older", "step.send.fresh", "step.send.ownScan", "step.send.afterRestart",
                       "step.send.waiting.fresh", "step.later",
                       "step.finished", "step.done", "step.superseded", "step.busy", "step.wait", "step.gone", "step.paused", "step.relaid",
                       "abandon.abandoned", "renew.renewed", "mark.marked", "tokens.finishedSlice"]
@@ -731,16 +818,49 @@ struct CrossCheck {
             call.failing = held.batch.shuffled(using: &rng).prefix(count).map { FanoutWaiting(activity: $0, quiet: roll() < 50) }
             call.retryAfterMillis = [0, 50, 400, 2000].randomElement(using: &rng)!
         }
+        // Half the time the worker scans the next batch itself (`FanoutScan`, as a slice's worker
+        // does while its last batch is out), from where the slice will stand; now and then from a
+        // wrong place, or with a wrong end, which the script must refuse (and scan itself).
+        let scan = call.want > 0 && roll() < 50 ? try await ownScan(held, want: call.want) : nil
+        if var scanned = scan?.scanned {
+            switch roll() {
+            case ..<8: scanned.from += 1
+            case ..<14: scanned.ended.toggle()
+            case ..<18 where !scanned.ended: scanned.count = 0  // an empty batch that doesn't end the range
+            default: break
+            }
+            call.scanned = scanned
+        }
         action = "worker \(w) steps \(held.gen) slice \(held.slice)/\(held.count), want \(call.want), confirm \(held.confirm?.description ?? "none")"
             + (call.failing.isEmpty ? "" : ", \(call.failing.count) failing, \(call.retryAfterMillis) ms")
+            + (call.scanned.map { ", its own scan \($0)" } ?? "")
         let raw = try await redis.pipeline([call.command])[0]
-        guard let reply = try checkStep(call, raw) else { return }
+        guard let reply = try checkStep(call, raw, scan: call.scanned == scan?.scanned ? scan : nil) else { return }
         try await handle(reply, held, worker: w)
     }
 
+    /// The worker's own scan of the batch after `held`'s: from where the model says the slice
+    /// will stand once the held batch is confirmed (or stands now), to the slice's end.
+    mutating func ownScan(_ held: Held, want: Int) async throws -> FanoutScan? {
+        guard let record = model.records[held.gen] else { return nil }
+        let n = held.count == 0 ? record.slices : held.count
+        let (lo, hi) = SliceMath.bounds(index: held.slice, count: n)
+        let from: UInt64
+        switch record.progress[held.slice] {
+        case nil: from = lo
+        case .at(let place)?: from = place
+        case .inFlight(let range, false)? where held.confirm == .range(range): from = range.to
+        default: return nil
+        }
+        guard from < hi else { return nil }
+        // Calls as narrow as two elements: the test's audiences are small, and every step of the scan is checked.
+        return try await FanoutScan.run(redis, meta: keys.meta, from: from, stop: hi, want: want, hint: held.width, smallest: 2)
+    }
+
     /// A step's reply, checked against the model's, and its tokens against the scan order.
-    mutating func checkStep(_ call: FanoutStepCall, _ raw: RESPValue) throws -> FanoutStepReply? {
-        let reply = try FanoutStepReply(raw)
+    mutating func checkStep(_ call: FanoutStepCall, _ raw: RESPValue, scan: FanoutScan? = nil) throws -> FanoutStepReply? {
+        let reply = try FanoutStepReply(raw, scan: scan)
+        if case .send = reply, let parts = raw.array, parts.count > 7, parts[7].int == 1 { seen["step.send.ownScan", default: 0] += 1 }
         let n = call.slices == 0 ? model.records[call.gen]?.slices ?? 1 : call.slices
         // Where Redis's scan ended, for the scan the model asks about (a takeover first asks
         // whether anything is left of the lost batch, from where it began).
