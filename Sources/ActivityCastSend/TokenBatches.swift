@@ -100,11 +100,12 @@ struct TokenBatches: SendRole {
         var pending = rows.map { (row: $0, unsure: parking?.quiet.contains($0.activity) ?? false) }
         var attempt = (parking?.attempt ?? 1) - 1
         while !pending.isEmpty {
-            let sure = pending.filter { !$0.unsure || quiet == nil }, unsure = pending.filter { $0.unsure && quiet != nil }
-            var results: [APNsResult] = []
-            if !sure.isEmpty { results += try await sendAdmitted(client, bytes, sure.map(\.row.token), priority: priority) }
-            if !unsure.isEmpty, let quiet { results += try await sendAdmitted(client, quiet, unsure.map(\.row.token), priority: priority) }
-            let sent = sure + unsure
+            // The tokens that go without the alert after the others (none, almost always: then no copy).
+            let split = quiet != nil && pending.contains { $0.unsure }
+            let sent = split ? pending.filter { !$0.unsure } + pending.filter(\.unsure) : pending
+            let sure = split ? sent.prefix { !$0.unsure }.count : sent.count
+            var results = sure == 0 ? [] : try await sendAdmitted(client, bytes, sent[..<sure].map(\.row.token), priority: priority)
+            if sure < sent.count, let quiet { results += try await sendAdmitted(client, quiet, sent[sure...].map(\.row.token), priority: priority) }
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
             var retry: [(row: TokenRow, unsure: Bool, reason: String)] = []
             var delay = Duration.zero
@@ -117,19 +118,20 @@ struct TokenBatches: SendRole {
             var lastReason = ""
             stats.count(kind, results, priority: priority)
             for ((row, wasUnsure), result) in zip(sent, results) {
-                switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
+                let response = result.response
+                switch TokenOutcome.of(result.action, reason: response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
                 case .delivered:
                     deliveredCount += 1
                     if onDelivered != nil { delivered.append(row) }
                 case .forget(let reason):
-                    dead.append((row, reason, result.response?.apnsID))
+                    dead.append((row, reason, response?.apnsID))
                 case .retry(let after, let reason):
-                    retry.append((row, wasUnsure || result.response == nil, reason))
+                    retry.append((row, wasUnsure || response == nil, reason))
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):
                     failures.append((row.token, reason))
-                    failureIDs.append(result.response?.apnsID)
+                    failureIDs.append(response?.apnsID)
                 }
             }
             if !dead.isEmpty {
