@@ -59,10 +59,7 @@ public struct FanoutScan: Sendable {
         /// Tokens so far.
         public private(set) var count = 0
         /// The range's end is reached.
-        public private(set) var ended = false
-        /// The rest is the script's: no call worth making here can't run past `stop`, or the
-        /// bucket width isn't known.
-        public private(set) var handedOver = false
+        public private(set) var ended: Bool
         /// The lowest bit of the places seen: no bucket is narrower.
         public private(set) var est: UInt64?
 
@@ -71,6 +68,7 @@ public struct FanoutScan: Sendable {
         /// run past `stop` (duplicates, never a loss); the width handed on is the one seen here.
         public init(from: UInt64, stop: UInt64, want: Int, hint: Int64, smallest: Int = 128) {
             self.pos = from
+            self.ended = from >= stop
             self.stop = stop
             self.want = max(1, want)
             self.hint = UInt64(max(0, hint))
@@ -79,26 +77,22 @@ public struct FanoutScan: Sendable {
 
         /// The next `HSCAN`: its cursor and `COUNT`; nil once the batch is complete, the range
         /// ended, or the rest is handed over.
-        public mutating func next() -> (cursor: UInt64, count: Int)? {
-            if pos >= stop { ended = true }
+        public func next() -> (cursor: UInt64, count: Int)? {
             if ended || count >= want { return nil }
             let wanted = 2 * (want - count)
             // The last step's width, or a narrower one seen since (a place's lowest bit is often
             // a few times the width: the script's `est` alone would hand over most batches early).
             let width = hint > 0 ? min(hint, est ?? hint) : est ?? 0
-            guard width > 0 else {
-                handedOver = true
-                return nil
-            }
+            guard width > 0 else { return nil }
             // The script's bound (doubles, as Lua computes it; these values are exact in them).
             let bound = Int((((Double(stop - pos) / Double(width)) - 1) / 10).rounded(.down))
             let c = min(bound, wanted)
-            guard c >= min(smallest, wanted) else {
-                handedOver = true
-                return nil
-            }
-            return (SliceMath.place(cursor: pos), c)
+            return c >= min(smallest, wanted) ? (SliceMath.place(cursor: pos), c) : nil
         }
+
+        /// The rest is the script's: tokens are still wanted, but no call worth making here can't
+        /// run past `stop` (or the bucket width isn't known).
+        public var handedOver: Bool { !ended && count < want && next() == nil }
 
         /// The answer to the last `HSCAN`: its next cursor, and how many tokens it brought. A
         /// call runs past `stop` only if the table shrank since its width was seen: its tokens

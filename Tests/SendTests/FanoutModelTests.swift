@@ -198,10 +198,10 @@ import TestSupport
         call = k.next()
         #expect(call?.count == 11 && !k.handedOver)
         // Near the end, and without a width: handed over at once.
-        var d = FanoutScan.Cursor(from: stop - 600 * w, stop: stop, want: 256, hint: Int64(w))
+        let d = FanoutScan.Cursor(from: stop - 600 * w, stop: stop, want: 256, hint: Int64(w))
         call = d.next()
         #expect(call == nil && d.handedOver && d.count == 0)
-        var e = FanoutScan.Cursor(from: 0, stop: stop, want: 256, hint: 0)
+        let e = FanoutScan.Cursor(from: 0, stop: stop, want: 256, hint: 0)
         call = e.next()
         #expect(call == nil && e.handedOver)
         // A few tokens still wanted: a call for just those is fine.
