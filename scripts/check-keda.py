@@ -217,7 +217,7 @@ def check(doc, worker_config=None, deployments=None, config_map=None):
         feeds = [f.get("stream") for f in streams.get("feeds") or []]
         expected = [f"{f}:{{{i}}}" for f in feeds for i in range(shards)] if shards > 1 else feeds
         expected.append(streams.get("registrations") or f"{prefix}:registrations")
-        expected.append(f"{prefix}:slices")
+        expected += [f"{prefix}:slices", f"{prefix}:slices:5"]
         for stream in expected:
             if stream not in watched:
                 problems.append(f"spec.triggers: no trigger watches {stream}, a stream the workers read")

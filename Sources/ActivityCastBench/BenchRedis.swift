@@ -78,16 +78,16 @@ enum BenchRedis {
     }
 
     /// Waits until `group` has delivered every entry of each of `streams` and has none pending,
-    /// and none is pending on `slices` (when given): every event the workers read has a final
+    /// and none is pending on any of `slices`: every event the workers read has a final
     /// outcome. `pipeline` sends commands (the bench's own connection). Throws after `timeout`
     /// with where it stood and `hint`.
-    static func waitConsumed(streams: [String], slices: String? = nil, group: String, timeout: Duration, poll: Duration = .milliseconds(20),
+    static func waitConsumed(streams: [String], slices: [String] = [], group: String, timeout: Duration, poll: Duration = .milliseconds(20),
                              hint: String, pipeline: ([RedisCommand]) async throws -> [RESPValue]) async throws {
         let deadline = ContinuousClock.now + timeout
         var state: [String] = []
         while ContinuousClock.now < deadline {
             var commands = streams.flatMap { [RedisCommand("XINFO", "GROUPS", $0), RedisCommand("XINFO", "STREAM", $0)] }
-            if let slices { commands.append(RedisCommand("XINFO", "GROUPS", slices)) }
+            commands += slices.map { RedisCommand("XINFO", "GROUPS", $0) }
             let replies = try await pipeline(commands)
             var done = true
             state = []
@@ -103,10 +103,10 @@ enum BenchRedis {
                 if !(pending == 0 && delivered != nil && delivered == lastID) { done = false }
                 state.append("\(stream): pending \(pending), last delivered \(delivered ?? "-") of \(lastID ?? "-")")
             }
-            if let slices, let last = replies.last {
-                let pending = Self.group(group, in: last)?["pending"]?.int ?? 0
+            for (stream, reply) in zip(slices, replies.suffix(slices.count)) {
+                let pending = Self.group(group, in: reply)?["pending"]?.int ?? 0
                 if pending != 0 { done = false }
-                state.append("\(slices): pending \(pending)")
+                state.append("\(stream): pending \(pending)")
             }
             if done { return }
             try await Task.sleep(for: poll)

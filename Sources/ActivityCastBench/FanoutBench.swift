@@ -65,7 +65,7 @@ struct FanoutBench: AsyncParsableCommand {
         let tag = label.isEmpty ? "" : "[\(label)] "
         let c = settings.apns.connections, m = settings.apns.maxConcurrentStreams
         print("\(tag)target: sandbox \(admin.configuration.endpoint), stream \(feed), prefix \(settings.prefix); APNs \(c) connection(s) x \(m) streams; "
-              + "fanout.slice_size \(settings.sliceSize), fanout.batch \(settings.sliceBatch), fanout.slices_in_hand \(settings.slicesInHand); "
+              + "fanout.slice_size \(settings.sliceSize), fanout.batch \(settings.sliceBatch), fanout.slices_in_hand \(settings.slicesInHand) (at 5: \(settings.priority5SlicesInHand)); "
               + "\(workerPid.count) worker(s)")
 
         // The stats connection first, before any worker connects (they do at their first push):
@@ -543,7 +543,7 @@ final class Bench: @unchecked Sendable {
     /// Waits until the feed's consumer group has delivered and acknowledged every entry, and no
     /// slice is pending.
     func waitAcknowledged(timeout: Double) async throws {
-        try await BenchRedis.waitConsumed(streams: feeds, slices: settings.keys.slices, group: settings.group, timeout: .seconds(timeout),
+        try await BenchRedis.waitConsumed(streams: feeds, slices: settings.keys.sliceStreams, group: settings.group, timeout: .seconds(timeout),
                                           poll: .milliseconds(5), hint: "are workers running against this Redis?") { try await redis.pipeline($0) }
     }
 
@@ -553,7 +553,7 @@ final class Bench: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(stallTimeout)
         while ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(2))
-            let replies = try await redis.pipeline((feeds + [settings.keys.slices]).map { RedisCommand("XPENDING", $0, settings.group) })
+            let replies = try await redis.pipeline((feeds + settings.keys.sliceStreams).map { RedisCommand("XPENDING", $0, settings.group) })
             if replies.allSatisfy({ $0.array?.first?.int == 0 }) { return }
         }
         throw CommandFailure("entries still pending after \(Int(stallTimeout)) s")

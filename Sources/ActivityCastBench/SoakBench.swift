@@ -128,7 +128,7 @@ struct SoakBench: AsyncParsableCommand {
         var since = try await log.lastSequence()
         let warm = feed.warmScores()
         try await Self.send(warm, perSecond: 2000, redis: redis, streams: streams)
-        try await BenchRedis.waitConsumed(streams: [streams.sports], slices: settings.keys.slices, group: settings.group,
+        try await BenchRedis.waitConsumed(streams: [streams.sports], slices: settings.keys.sliceStreams, group: settings.group,
                                           timeout: .seconds(drainTimeout), hint: "the warm-up scores were not sent") { try await redis.pipeline($0) }
         let warmFetched = try await log.fetch(after: since)
         since = warmFetched.last
@@ -158,7 +158,7 @@ struct SoakBench: AsyncParsableCommand {
         let t0 = wallMicros()
         let tracker = SoakTracker(perEvent: perEvent, t0: t0, interval: Int64(windows.interval * 1e6), samples: windows.samples)
         let monitor = SoakMonitor(redis: monitorRedis, log: log, tracker: tracker, windows: windows, t0: t0,
-                                  inputs: [streams.sports, streams.transit, streams.registrations], slices: settings.keys.slices,
+                                  inputs: [streams.sports, streams.transit, streams.registrations], slices: settings.keys.sliceStreams,
                                   group: settings.group, workers: workerPid, sandboxPid: sandboxPid,
                                   csv: out.map { "\($0)/soak.csv" })
         let cpu = CPUProbe(workers: workerPid, sandbox: sandboxPid, redis: redisPid)
@@ -181,7 +181,7 @@ struct SoakBench: AsyncParsableCommand {
 
         // Everything the workers read must reach its outcome; then what never arrived is lost.
         let drainStart = ContinuousClock.now
-        try await BenchRedis.waitConsumed(streams: [streams.sports, streams.transit, streams.registrations], slices: settings.keys.slices,
+        try await BenchRedis.waitConsumed(streams: [streams.sports, streams.transit, streams.registrations], slices: settings.keys.sliceStreams,
                                           group: settings.group, timeout: .seconds(drainTimeout), hint: "the workers fell behind or stopped") {
             try await redis.pipeline($0)
         }
@@ -488,13 +488,13 @@ final class SoakMonitor: Sendable {
     let windows: SoakWindows
     let t0: Int64
     let inputs: [String]
-    let slices: String
+    let slices: [String]
     let group: String
     let workers: [Int32]
     let sandboxPid: Int32?
     let csv: String?
 
-    init(redis: RedisConnection, log: DeliveryLog, tracker: SoakTracker, windows: SoakWindows, t0: Int64, inputs: [String], slices: String,
+    init(redis: RedisConnection, log: DeliveryLog, tracker: SoakTracker, windows: SoakWindows, t0: Int64, inputs: [String], slices: [String],
          group: String, workers: [Int32], sandboxPid: Int32?, csv: String?) {
         self.redis = redis
         self.log = log
@@ -556,17 +556,18 @@ final class SoakMonitor: Sendable {
     }
 
     private func measure(_ k: Int, _ bucket: SoakTracker.Bucket) async throws -> SoakSample {
-        var commands = [RedisCommand("INFO", "memory"), RedisCommand("DBSIZE"), RedisCommand("XINFO", "GROUPS", slices)]
+        var commands = [RedisCommand("INFO", "memory"), RedisCommand("DBSIZE")]
         for s in inputs { commands += [RedisCommand("XINFO", "GROUPS", s), RedisCommand("XLEN", s)] }
+        commands += slices.map { RedisCommand("XINFO", "GROUPS", $0) }
         let replies = try await redis.pipeline(commands)
         var lag: Int64? = 0
-        var pending = BenchRedis.group(group, in: replies[2])?["pending"]?.int ?? 0
+        var pending = replies.suffix(slices.count).reduce(0) { $0 + (BenchRedis.group(group, in: $1)?["pending"]?.int ?? 0) }
         var entries: Int64 = 0
         for i in inputs.indices {
-            let g = BenchRedis.group(group, in: replies[3 + 2 * i])
+            let g = BenchRedis.group(group, in: replies[2 + 2 * i])
             pending += g?["pending"]?.int ?? 0
             if let l = g?["lag"], !l.isNull, let n = l.int { lag = lag.map { $0 + n } } else { lag = nil }
-            entries += replies[4 + 2 * i].int ?? 0
+            entries += replies[3 + 2 * i].int ?? 0
         }
         let first = Percentiles(bucket.first), last = Percentiles(bucket.last)
         func ms(_ micros: Double) -> Double? { bucket.first.isEmpty ? nil : micros / 1000 }

@@ -32,8 +32,15 @@ public struct RedisKeys: Sendable, Equatable {
     /// processing it) and last errors (`<id>`): `ac:errors:ac:feed:sports`.
     public func errors(_ stream: String) -> String { "\(prefix):errors:\(stream)" }
 
-    /// Stream of fan-out slices that every worker of the group takes: `ac:slices`.
-    public var slices: String { "\(prefix):slices" }
+    /// Stream of fan-out slices that every worker of the group takes: `ac:slices` for fan-outs
+    /// with an audience at priority 10, `ac:slices:5` for those wholly at 5 (routine updates,
+    /// budget flushes). Each stream has its own slices in hand per worker, so a priority-10
+    /// fan-out's slices never queue behind a priority-5 one's.
+    public func slices(priority: Int) -> String { priority >= 10 ? "\(prefix):slices" : "\(prefix):slices:5" }
+    /// The priority-10 slices stream (and where slices of a fan-out of unknown priority go).
+    public var slices: String { slices(priority: 10) }
+    /// Both slices streams, priority 10 first.
+    public var sliceStreams: [String] { [slices(priority: 10), slices(priority: 5)] }
 
     /// Sorted set of live activity keys, scored by last write (ms): `ac:keys`.
     public var keysIndex: String { "\(prefix):keys" }

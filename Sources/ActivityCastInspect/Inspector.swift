@@ -32,7 +32,7 @@ public struct Inspector: Sendable {
         var streams: [InspectReport.Stream] = []
         // The feeds, and the slices of fan-outs under way (finished slices are deleted: its
         // length is the slices not yet finished, its pending ones are in some worker's hands).
-        let read = settings.inputStreams.map { ($0.stream, $0.kind.rawValue, $0.shard?.feed) } + [(settings.keys.slices, "slices", nil)]
+        let read = settings.inputStreams.map { ($0.stream, $0.kind.rawValue, $0.shard?.feed) } + settings.keys.sliceStreams.map { ($0, "slices", nil) }
         for (name, kind, feed) in read {
             do {
                 var s = try await stream(name, kind: kind)

@@ -15,6 +15,9 @@ public struct AudiencePriorities: Equatable, Sendable {
         self.frequent = frequent
     }
 
+    /// The highest priority of the per-token audiences (0: neither has one): a fan-out's.
+    public var highest: Int { max(standard ?? 0, frequent ?? 0) }
+
     /// Every audience at one priority (what a plan means without budgets).
     public init(all priority: Int) { self.init(channel: priority, standard: priority, frequent: priority) }
 

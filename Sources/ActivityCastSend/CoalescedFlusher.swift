@@ -116,7 +116,7 @@ struct CoalescedFlusher: SendRole {
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
             // (a flush has no entry to be delivered again; if even handing slice 0 back fails, the
             // key's next flush finishes it: `helpFlush`).
-            let first = SliceRef(key: key, gen: gen, index: 0, count: slices)
+            let first = SliceRef(key: key, gen: gen, index: 0, count: slices, priority: tiers.highest)
             var summary = SendSummary()
             var handBack = false
             do {
@@ -139,9 +139,10 @@ struct CoalescedFlusher: SendRole {
     /// were and sends slice 0 alongside whoever has it: its batches are handed out once and
     /// leased (a batch in flight elsewhere answers `busy`), so helping re-sends nothing.
     func helpFlush(_ key: ActivityKey, gen: String, slices n: Int, queued: Bool) async throws {
-        if n > 1, !queued { try await fanouts.queueOthers(key, gen: gen, slices: n) }
+        // A flush is at 5 (`fanOut`).
+        let slice = SliceRef(key: key, gen: gen, index: 0, count: n, priority: 5)
+        if n > 1, !queued { try await fanouts.queueOthers(slice) }
         var summary = SendSummary()
-        let slice = SliceRef(key: key, gen: gen, index: 0, count: n)
         if try await slices.runSlice(slice, summary: &summary, acknowledges: false, waits: false,
                                      shouldStop: { [self] in ctx.stopping.load(ordering: .relaxed) }) == .paused {
             _ = try await redis.send(fanouts.queueCommand(slice))

@@ -38,10 +38,10 @@ struct Fanouts: SendRole {
         let (stream, entryID) = Fanouts.split(entry: entry)
         let commands = [FanoutCreate(keys: fanoutKeys(key), gen: gen, millis: millis, sliceSize: configuration.sliceSize,
                                      ttlSeconds: configuration.stateTTLSeconds, payload: payload, quiet: quiet,
-                                     priority: max(tiers.standard ?? 0, tiers.frequent ?? 0), tiers: tiers.encodedTiers, live: live, stream: stream,
+                                     priority: tiers.highest, tiers: tiers.encodedTiers, live: live, stream: stream,
                                      entryID: entryID, flush: flush, newest: newest, broadcastPending: broadcastPending).command] + also + [
             // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
-            stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0), want: ctx.stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
+            stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0, priority: tiers.highest), want: ctx.stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
         ]
         let replies = try await redis.pipeline(commands)
         let step = replies[replies.count - 1]
@@ -63,27 +63,29 @@ struct Fanouts: SendRole {
             head = SliceHead(payload: payload, payload5: quiet, tiers: tiers, live: Set(live), entry: entry)
         }
         if slices > 1, !queued, broadcastPending { return .firstSlice(slices: slices, head: head, step: step, unqueued: true) }
-        if slices > 1, !queued { try await queueOthers(key, gen: gen, slices: slices) }
+        if slices > 1, !queued { try await queueOthers(SliceRef(key: key, gen: gen, index: 0, count: slices, priority: tiers.highest)) }
         return .firstSlice(slices: slices, head: head, step: step, unqueued: false)
     }
 
-    /// Puts every slice of `gen`'s fan-out but `except` (the caller's own) on the slices stream
+    /// Puts every slice of `mine`'s fan-out but `mine` (the caller's own) on its slices stream
     /// (with `also` in the same pipeline), then records that they are (`q`) once every `XADD` is
     /// answered: the stream and the record may sit on different nodes of a cluster, so the mark
     /// never rides beside the `XADD`s (one that failed beside a recorded `q` would leave the
     /// fan-out unfinished for good). Until `q` is recorded, the entry's next delivery (or the
     /// key's next flush) queues them again; a slice queued twice is harmless (its batches are
     /// handed out once).
-    func queueOthers(_ key: ActivityKey, gen: String, slices n: Int, except: Int = 0, also: [RedisCommand] = []) async throws {
-        let adds = (0..<n).filter { $0 != except }.map { queueCommand(SliceRef(key: key, gen: gen, index: $0, count: n)) }
+    func queueOthers(_ mine: SliceRef, also: [RedisCommand] = []) async throws {
+        let adds = (0..<mine.count).filter { $0 != mine.index }.map {
+            queueCommand(SliceRef(key: mine.key, gen: mine.gen, index: $0, count: mine.count, priority: mine.priority))
+        }
         let replies = try await redis.pipeline(adds + also)
         if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }
-        let marked = try await redis.send(FanoutMark(record: keys.fanout(key, gen), .queued).command)
+        let marked = try await redis.send(FanoutMark(record: keys.fanout(mine.key, mine.gen), .queued).command)
         if let bad = marked.errorMessage { throw RedisError(.server, "recording queued slices: \(bad)") }
     }
 
-    /// Puts `slice` on the slices stream for any worker to take.
-    func queueCommand(_ slice: SliceRef) -> RedisCommand { RedisCommand("XADD", [configuration.slicesStream, "*"] + slice.fields) }
+    /// Puts `slice` on its priority's slices stream for any worker to take.
+    func queueCommand(_ slice: SliceRef) -> RedisCommand { RedisCommand("XADD", [keys.slices(priority: slice.priority), "*"] + slice.fields) }
 
     /// The fan-out's last slice is final: its event's entry is acknowledged (by whichever worker
     /// finished it; `XACK` works for any consumer of the group), then its finished record goes

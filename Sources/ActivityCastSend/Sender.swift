@@ -54,8 +54,6 @@ public struct SendConfiguration: Sendable {
     /// The consumer group that reads the feeds and the slices stream (the worker that finishes a
     /// fan-out's last slice acknowledges its entry in that group).
     public var group: String
-    /// The stream of slices any worker can take (`<prefix>:slices`).
-    public var slicesStream: String
     /// About how many tokens one slice holds: an audience larger than this is cut into slices.
     public var sliceSize: Int
     /// Tokens handed out and sent per step of a slice: a worker that dies re-sends at most this
@@ -78,7 +76,6 @@ public struct SendConfiguration: Sendable {
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
                 sliceSize: Int = 4096, sliceBatch: Int = 256, leaseMillis: Int = 10_000) {
         self.group = group
-        self.slicesStream = keys.slices
         self.sliceSize = sliceSize
         self.sliceBatch = sliceBatch
         self.leaseMillis = leaseMillis
@@ -477,7 +474,7 @@ public final class Sender: SendRole {
             return .outcome(.done(summary))
         }
         let (stream, entryID) = Fanouts.split(entry: entry)
-        var first = FirstSlice(slice: SliceRef(key: plan.key, gen: entry, index: 0, count: slices), summary: summary, head: head, step: step,
+        var first = FirstSlice(slice: SliceRef(key: plan.key, gen: entry, index: 0, count: slices, priority: a.priorities.highest), summary: summary, head: head, step: step,
                                attempts: redelivered ? (keys.errors(stream), "\(entryID)#n") : nil)
         guard let broadcasting = a.broadcasting else {
             if finishEnd, plan.event == .end { try await finish(plan) }
@@ -493,7 +490,7 @@ public final class Sender: SendRole {
             commands += delivered.map { broadcastCounted(plan.key, $0) }
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
-            if unqueued { try await fanouts.queueOthers(plan.key, gen: entry, slices: slices) }
+            if unqueued { try await fanouts.queueOthers(first.slice) }
             if finishEnd, plan.event == .end { try await finish(plan) }
             return .sending(sending, broadcasts: delivered.count)
         } catch {

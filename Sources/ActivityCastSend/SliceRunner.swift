@@ -11,18 +11,22 @@ public struct SliceRef: Sendable, Equatable, CustomStringConvertible {
     public var gen: String
     public var index: Int
     public var count: Int
+    /// The fan-out's highest priority (10 when any audience of it is at 10, else 5): which slices
+    /// stream it waits in (`RedisKeys.slices(priority:)`).
+    public var priority: Int
 
-    public init(key: ActivityKey, gen: String, index: Int, count: Int) {
+    public init(key: ActivityKey, gen: String, index: Int, count: Int, priority: Int) {
         self.key = key
         self.gen = gen
         self.index = index
         self.count = count
+        self.priority = priority >= 10 ? 10 : 5
     }
 
     public var description: String { "\(key) \(gen) slice \(index + 1)/\(count)" }
 
     /// The fields of its entry in the slices stream.
-    public var fields: [String] { ["key", key.description, "gen", gen, "slice", "\(index)", "of", "\(count)"] }
+    public var fields: [String] { ["key", key.description, "gen", gen, "slice", "\(index)", "of", "\(count)", "pri", "\(priority)"] }
 
     /// From a slices-stream entry's fields; nil when they aren't one.
     public init?(fields: [[UInt8]]) {
@@ -35,7 +39,8 @@ public struct SliceRef: Sendable, Equatable, CustomStringConvertible {
         guard let k = values["key"], let key = ActivityKey(parsing: k), let gen = values["gen"], !gen.isEmpty,
               let index = values["slice"].flatMap(Int.init), let count = values["of"].flatMap(Int.init),
               count >= 1, count <= SliceMath.maxSlices, index >= 0, index < count else { return nil }
-        self.init(key: key, gen: gen, index: index, count: count)
+        // Entries queued before slices had a priority are all in the priority-10 stream.
+        self.init(key: key, gen: gen, index: index, count: count, priority: values["pri"].flatMap(Int.init) ?? 10)
     }
 }
 
@@ -412,8 +417,7 @@ struct SliceRunner: SendRole {
     /// they are (else the entry's next delivery queues them).
     private func relay(_ slice: SliceRef) async throws {
         logger.warning("Redis restarted during a fan-out: every slice starts again", metadata: ["slice": "\(slice)"])
-        try await fanouts.queueOthers(slice.key, gen: slice.gen, slices: slice.count, except: slice.index,
-                                      also: [RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1)])
+        try await fanouts.queueOthers(slice, also: [RedisCommand("HINCRBY", keys.counters, "fanout_relaid", 1)])
     }
 }
 

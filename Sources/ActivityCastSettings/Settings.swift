@@ -57,7 +57,13 @@ public struct Settings: Sendable {
     public var sliceSize: Int = 4096
     public var sliceBatch: Int = 256
     public var sliceLease: Duration = .seconds(10)
+    /// Slices of priority-10 fan-outs one worker sends at once (`fanout.slices_in_hand`).
     public var slicesInHand: Int = 4
+    /// Slices of priority-5 fan-outs (routine updates, budget flushes) one worker sends at once,
+    /// beside the priority-10 ones (`fanout.priority5_slices_in_hand`).
+    public var priority5SlicesInHand: Int = 4
+    /// Slices one worker may hold from `stream` (a slices stream of `keys`).
+    public func slicesInHand(_ stream: String) -> Int { stream == keys.slices(priority: 5) ? priority5SlicesInHand : slicesInHand }
     /// How long a feed batch's acknowledgement may wait for others to share its round trip
     /// (`AcknowledgementQueue`); zero sends each at once.
     public var ackDelay: Duration = .milliseconds(2)
@@ -135,6 +141,7 @@ public enum SettingsLoader {
         ("fanout.batch", "256"),
         ("fanout.lease_ms", "10000"),
         ("fanout.slices_in_hand", "4"),
+        ("fanout.priority5_slices_in_hand", "4"),
         ("fanout.token_attempts", "16"),
     ] + budgetKeys + [
         ("limits.max_fields", "64"),
@@ -453,6 +460,7 @@ public enum SettingsLoader {
         settings.sliceBatch = try int("fanout.batch", 256, 1...1000)
         settings.sliceLease = try millis("fanout.lease_ms", 10_000, 100...600_000)
         settings.slicesInHand = try int("fanout.slices_in_hand", 4, 1...256)
+        settings.priority5SlicesInHand = try int("fanout.priority5_slices_in_hand", 4, 1...256)
         settings.ackDelay = try millis("worker.ack_delay_ms", 2, 0...1000)
         settings.tokenAttempts = try int("fanout.token_attempts", 16, 1...100)
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })

@@ -6,9 +6,12 @@ import Logging
 import RedisClient
 import Synchronization
 
-/// Takes fan-out slices from `<prefix>:slices` through the worker's consumer group, at most
-/// `fanout.slices_in_hand` at a time: a worker reads a slice only when it has room for it, so a
-/// hot key's slices spread over the fleet instead of piling up behind one worker. Slices idle
+/// Takes fan-out slices from one slices stream (`<prefix>:slices` for priority 10,
+/// `<prefix>:slices:5` for 5; a worker has a taker for each) through the worker's consumer group,
+/// at most that stream's slices in hand at a time (`fanout.slices_in_hand`,
+/// `fanout.priority5_slices_in_hand`): a worker reads a slice only when it has room for it, so a
+/// hot key's slices spread over the fleet instead of piling up behind one worker, and priority-5
+/// slices in hand never keep a priority-10 one waiting in its stream. Slices idle
 /// longer than the visibility timeout (their worker died) are claimed like feed entries; a slice
 /// whose attempts run out is dead-lettered and counted as final, so its event is still
 /// acknowledged.
@@ -21,21 +24,26 @@ final class SliceTaker: Sendable {
     let logger: Logger
     let stop: StopSignal
     let stats: WorkerStats
+    /// The slices stream it reads, and how many of its slices it may hold.
+    let stream: String
+    let inHand: Int
     /// Slices in hand.
     let active = Atomic<Int>(0)
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
 
-    var stream: String { settings.keys.slices }
     var errorsKey: String { settings.keys.errors(stream) }
 
-    init(settings: Settings, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal, stats: WorkerStats) {
+    init(settings: Settings, stream: String, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal,
+         stats: WorkerStats) {
         self.settings = settings
+        self.stream = stream
+        self.inHand = settings.slicesInHand(stream)
         self.consumer = consumer
         self.sender = sender
         self.redis = redis
         var config = settings.redisConfiguration
-        config.clientName = "activitycast-slices-\(consumer)"
+        config.clientName = "activitycast-\(stream == settings.keys.slices ? "slices" : "slices5")-\(consumer)"
         self.reader = RedisConnection(configuration: config)
         self.logger = logger
         self.stop = stop
@@ -55,7 +63,7 @@ final class SliceTaker: Sendable {
         var nextClaim = ContinuousClock.now
         var failures = 0
         while !stop.isStopped {
-            let room = settings.slicesInHand - active.load(ordering: .relaxed)
+            let room = inHand - active.load(ordering: .relaxed)
             if room <= 0 {
                 _ = await wakeups.next()
                 continue

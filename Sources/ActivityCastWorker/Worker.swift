@@ -49,8 +49,8 @@ public final class Worker: Sendable {
     /// big fan-out's steps then don't queue in front of an event's round trips.
     private let sliceSender: Sender?
     private let sliceRedis: RedisConnection
-    /// Takes fan-out slices, when the worker sends.
-    private let slices: SliceTaker?
+    /// Takes fan-out slices, when the worker sends: one taker per slices stream (priority 10, 5).
+    private let slices: [SliceTaker]
     /// Flushes coalesced states that came due, when the worker sends.
     private let flusher: BudgetFlusher?
     /// Trims the streams it reads to the retention (nil: `streams.trim_interval_ms` 0).
@@ -82,7 +82,7 @@ public final class Worker: Sendable {
         self.conditions = ConditionLog(logger: logger)
         // Per-stream counts for the streams this worker reads: its input streams, and the slices
         // stream when it sends.
-        self.stats = WorkerStats(streams: settings.inputStreams.map(\.stream) + (mode == .full && settings.send ? [settings.keys.slices] : []))
+        self.stats = WorkerStats(streams: settings.inputStreams.map(\.stream) + (mode == .full && settings.send ? settings.keys.sliceStreams : []))
         self.consumer = settings.consumer.isEmpty ? Settings.defaultConsumerName() : settings.consumer
         var readerConfig = settings.redisConfiguration
         readerConfig.clientName = "activitycast-reader-\(consumer)"
@@ -129,10 +129,14 @@ public final class Worker: Sendable {
         self.sender = sender
         self.sliceSender = sliceSender
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
-        self.slices = sliceSender.map { SliceTaker(settings: settings, consumer: consumerName, sender: $0, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats) }
+        self.slices = sliceSender.map { sender in
+            settings.keys.sliceStreams.map {
+                SliceTaker(settings: settings, stream: $0, consumer: consumerName, sender: sender, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats)
+            }
+        } ?? []
         self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
         self.trimmer = settings.retention.interval == nil ? nil
-            : StreamTrimmer(redis: redis, streams: settings.inputStreams.map(\.stream) + [settings.keys.slices], retention: settings.retention,
+            : StreamTrimmer(redis: redis, streams: settings.inputStreams.map(\.stream) + settings.keys.sliceStreams, retention: settings.retention,
                             keysIndex: settings.keys.keysIndex, activityTTLSeconds: settings.activityTTLSeconds, logger: logger)
         self.apns = apns
         self.sendSetupError = setupError
@@ -205,7 +209,7 @@ public final class Worker: Sendable {
             }
         }
         defer { ticker.cancel() }
-        let sliceLoop = slices.map { taker in Task { await taker.run() } }
+        let sliceLoops = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
         let sweepLoop = sender.map { $0.recordSweep.loop(redis, logger: logger) }
 
@@ -244,9 +248,9 @@ public final class Worker: Sendable {
         // Reads still in flight (a cluster's other slots): theirs to finish too.
         dispatch(await streamReader.finishInFlight(until: drainDeadline), completed: completed)
         await drain(&iterator, completed: completed)
-        await sliceLoop?.value
+        for loop in sliceLoops { await loop.value }
         await flushLoop?.value
-        await slices?.drain(until: drainDeadline)
+        for taker in slices { await taker.drain(until: drainDeadline) }
         // The sweep went on through the drain; what the last acknowledgements left goes now, within 2 s.
         sweepLoop?.cancel()
         if let sender { _ = await StopSignal.within(.now + .seconds(2)) { [redis] in await sender.recordSweep.sweep(redis) } }

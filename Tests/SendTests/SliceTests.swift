@@ -75,8 +75,14 @@ import TestSupport
     }
 
     @Test func sliceEntriesRoundTripAndBadOnesAreRefused() {
-        let ref = SliceRef(key: ActivityKey(parsing: "match:1")!, gen: "ac:feed:sports/1-0", index: 3, count: 8)
-        #expect(SliceRef(fields: ref.fields.map { Array($0.utf8) }) == ref)
+        for priority in [10, 5] {
+            let ref = SliceRef(key: ActivityKey(parsing: "match:1")!, gen: "ac:feed:sports/1-0", index: 3, count: 8, priority: priority)
+            #expect(SliceRef(fields: ref.fields.map { Array($0.utf8) }) == ref)
+        }
+        // An entry queued before slices had a priority is one of the priority-10 stream.
+        #expect(SliceRef(fields: ["key", "match:1", "gen", "g", "slice", "0", "of", "1"].map { Array($0.utf8) })?.priority == 10)
+        let keys = RedisKeys(prefix: "ac")
+        #expect(keys.sliceStreams == ["ac:slices", "ac:slices:5"] && keys.slices(priority: 10) == keys.slices)
         #expect(SliceRef(fields: ["key", "match:1", "gen", "g", "slice", "8", "of", "8"].map { Array($0.utf8) }) == nil)
         #expect(SliceRef(fields: ["key", "match:1", "gen", "", "slice", "0", "of", "1"].map { Array($0.utf8) }) == nil)
         #expect(SliceRef(fields: ["key", "nonsense", "gen", "g", "slice", "0", "of", "1"].map { Array($0.utf8) }) == nil)

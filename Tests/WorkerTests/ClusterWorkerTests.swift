@@ -23,7 +23,7 @@ import TestSupport
         for _ in 0..<50 {
             prefix = "c\(UInt32.random(in: 0...UInt32.max))"
             let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 2), "prefix": prefix])
-            let keys = s.inputStreams.map(\.stream) + [s.keys.slices, "\(prefix):{match:k1}:state"]
+            let keys = s.inputStreams.map(\.stream) + s.keys.sliceStreams + ["\(prefix):{match:k1}:state"]
             if Set(try await redis.keyGroups(keys).map(\.node)).count >= 2 {
                 spread = s
                 break
@@ -32,7 +32,7 @@ import TestSupport
         let settings = try #require(spread)
         let reg = settings.registrationsStream, sports = settings.feeds[0].stream
         // The input streams are in different slots: no one command can read them.
-        let groups = try await redis.keyGroups(settings.inputStreams.map(\.stream) + [settings.keys.slices])
+        let groups = try await redis.keyGroups(settings.inputStreams.map(\.stream) + settings.keys.sliceStreams)
         #expect(groups.count >= 3, "the streams share slots: \(groups)")
         let env = workerSettings(sandbox, prefix: prefix, ["worker.visibility_timeout_ms": "5000", "fanout.slice_size": "16", "fanout.batch": "8"])
         func worker(_ name: String) throws -> ChildProcess {
@@ -399,7 +399,7 @@ import TestSupport
             let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
             let node = try await cluster.primaryPort(forKey: "\(prefix):{\(key)}:state")
             var others: [Int] = []
-            for k in s.inputStreams.map(\.stream) + [s.keys.slices, s.keys.counters, s.deadLetterStream] { others.append(try await cluster.primaryPort(forKey: k)) }
+            for k in s.inputStreams.map(\.stream) + s.keys.sliceStreams + [s.keys.counters, s.deadLetterStream] { others.append(try await cluster.primaryPort(forKey: k)) }
             if !others.contains(node) { found = (s, key, node); break }
         }
         let (settings, key, keyNode) = try #require(found)

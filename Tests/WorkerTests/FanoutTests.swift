@@ -117,12 +117,15 @@ import TestSupport
         }
 
         /// Every input stream delivered and acknowledged (a feed entry is acknowledged only when its
-        /// fan-out's last slice is final), and no slice left in the slices stream.
+        /// fan-out's last slice is final), and no slice left in the slices streams.
         func drained() async -> Bool {
             for s in settings.inputStreams.map(\.stream) where !(await WorkerTests.drained(redis, s)) { return false }
-            guard let slices = try? await redis.send(RedisCommand("XLEN", settings.keys.slices)).int, slices == 0 else { return false }
-            let group = try? await groupState(redis, stream: settings.keys.slices)
-            return (group?.pending ?? 0) == 0
+            for stream in settings.keys.sliceStreams {
+                guard let slices = try? await redis.send(RedisCommand("XLEN", stream)).int, slices == 0 else { return false }
+                let group = try? await groupState(redis, stream: stream)
+                if (group?.pending ?? 0) != 0 { return false }
+            }
+            return true
         }
 
         func counter(_ field: String) async throws -> Int {
@@ -171,7 +174,7 @@ import TestSupport
         /// Entries pending in any group of any stream the workers read (feeds, registrations, slices).
         func pendingEverywhere() async throws -> [String: Int64] {
             var out: [String: Int64] = [:]
-            for s in settings.inputStreams.map(\.stream) + [settings.keys.slices] {
+            for s in settings.inputStreams.map(\.stream) + settings.keys.sliceStreams {
                 if let p = try await groupState(redis, stream: s)?.pending, p > 0 { out[s] = p }
             }
             return out
@@ -189,6 +192,7 @@ import TestSupport
         var event: String
         /// When the sandbox accepted it (ms).
         var timeMillis: Int64 = 0
+        var priority = 0
     }
 
     /// What every token received, in the order the sandbox accepted it.
@@ -474,7 +478,7 @@ import TestSupport
         #expect(try await r.pendingEverywhere() == [:])
         let sports = try #require(try await groupState(r.redis, stream: r.sports))
         #expect(sports.lag == 0 && sports.pending == 0)
-        #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.keys.slices)).int == 0)
+        for stream in r.settings.keys.sliceStreams { #expect(try await r.redis.send(RedisCommand("XLEN", stream)).int == 0) }
         #expect(try await r.redis.send(RedisCommand("XLEN", r.settings.deadLetterStream)).int == 0)
         print("FanoutTests restart: 100k tokens, Redis restarted after \(before) pushes: \(seconds(took)), \(received.total) pushes, "
               + "\(received.duplicates) duplicates, \(resent) counted as re-sent")
@@ -519,6 +523,44 @@ import TestSupport
         #expect(try await r.pendingEverywhere() == [:])
         print("FanoutTests superseded: 100k tokens, the newer event after \(older) pushes: \(seconds(took)), \(received.total) pushes, \(superseded) slices superseded, "
               + "\(received.duplicates) duplicates; " + received.histogram)
+    }
+
+    /// Priority 10 first, for slices too: a worker holding as many priority-5 slices as it may
+    /// (one here) while a routine update fans out to 24,000 tokens (47 slices, APNs answering in
+    /// 5 ms) takes a critical update's slices (2,000 tokens, 4 slices) at once, from their own
+    /// stream, instead of after every priority-5 slice queued before them. (With one stream for
+    /// both, B's last push came after every one of A's: 0 of them after it, against 21,506 now.)
+    @Test func aPriority10FanOutsSlicesDontWaitBehindPriority5Ones() async throws {
+        let countA = 24_000, countB = 2_000
+        let r = try await Rig(deliveryLog: 60_000, sandbox: ["--slow-rate", "1", "--slow-ms", "5"], worker: [
+            "fanout.slice_size": "512", "fanout.batch": "64", "fanout.slices_in_hand": "1", "fanout.priority5_slices_in_hand": "1",
+            // Budgets that never coalesce nor downgrade: A's update is at 5 because it is routine, B's at 10.
+            "budgets.standard.capacity": "10000", "budgets.standard.refill_per_hour": "100000", "budgets.standard.spacing_ms": "0",
+        ])
+        let a = tokens(countA, base: 0x700000), b = tokens(countB, base: 0x800000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(a, key: "match:pa", ts: t0)
+        try await r.seedTokens(b, key: "match:pb", ts: t0)
+        try r.startWorker("w1")
+        _ = try await r.add(r.sports, [("type", "match.clock"), ("ts", String(t0 + 1000)), ("match", "pa"), ("clock", "10'"), ("period", "first_half")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.devicePushes() >= 1_000 })
+        _ = try await r.score("pb", 1, 0, ts: t0 + 2000, clock: "11'")
+        #expect(await eventually(timeout: .seconds(120)) { await r.drained() })
+        #expect(await r.stopAll().values.allSatisfy { $0 == 0 })
+
+        let log = try await r.deliveries()
+        let toA = Set(a), toB = Set(b)
+        let aPushes = log.filter { toA.contains($0.target) }, bPushes = log.filter { toB.contains($0.target) }
+        #expect(Set(aPushes.map(\.target)).count == countA && aPushes.count == countA, "A: \(aPushes.count) pushes")
+        #expect(Set(bPushes.map(\.target)).count == countB && bPushes.count == countB, "B: \(bPushes.count) pushes")
+        #expect(aPushes.allSatisfy { $0.priority == 5 } && bPushes.allSatisfy { $0.priority == 10 },
+                "priorities: A \(Set(aPushes.map(\.priority))), B \(Set(bPushes.map(\.priority)))")
+        // Where B's last push stands in the log: most of A must still come after it.
+        let lastB = try #require(log.lastIndex { toB.contains($0.target) })
+        let aAfter = log[(lastB + 1)...].count { toA.contains($0.target) }
+        r.keepLogs(if: aAfter < countA / 2, "lanes")
+        #expect(aAfter >= countA / 2, "only \(aAfter) of A's \(countA) pushes came after B's last: B's slices waited behind A's")
+        print("FanoutTests lanes: \(aAfter) of A's \(countA) priority-5 pushes came after the last of B's \(countB) at 10")
     }
 
     /// The older fan-out's entry stays pending after the newer event arrives (a worker died holding

@@ -223,7 +223,9 @@ import TestSupport
     @Test func aWorkerJoiningAnExistingSlicesGroupTakesSlices() async throws {
         let r = try await rig()
         defer { r.redis.close() }
-        _ = try await r.redis.send(RedisCommand("XGROUP", "CREATE", r.settings.keys.slices, r.settings.group, "0", "MKSTREAM"))
+        for stream in r.settings.keys.sliceStreams {
+            _ = try await r.redis.send(RedisCommand("XGROUP", "CREATE", stream, r.settings.group, "0", "MKSTREAM"))
+        }
         let w = try r.worker("w", ["fanout.slice_size": "64", "fanout.batch": "16"])
         defer { w.removeLogs() }
         let key = ActivityKey(kind: .match, id: "m9")
@@ -240,10 +242,11 @@ import TestSupport
         }
         _ = try await r.redis.pipeline([RedisCommand("HSET", tokens), RedisCommand("HSET", meta)])
         try await score(r, "m9", 1, 0, ts: t + 1000)
-        let slices = r.settings.keys.slices
+        let slices = r.settings.keys.sliceStreams
         #expect(await eventually {
             guard await r.drainedAll() else { return false }
-            return await drained(r.redis, slices)
+            for stream in slices where !(await drained(r.redis, stream)) { return false }
+            return true
         })
         #expect(try await r.sandbox.get("/sandbox/stats")?["devicePushes"] as? Int == 600)
         #expect(await w.stop() == 0)

@@ -58,7 +58,7 @@ func drained(_ redis: RedisConnection, _ stream: String) async -> Bool {
 
 /// True once every input stream and the slices stream are drained.
 func drained(_ redis: RedisConnection, _ settings: Settings) async -> Bool {
-    for stream in settings.inputStreams.map(\.stream) + [settings.keys.slices] where !(await drained(redis, stream)) { return false }
+    for stream in settings.inputStreams.map(\.stream) + settings.keys.sliceStreams where !(await drained(redis, stream)) { return false }
     return true
 }
 
@@ -154,7 +154,8 @@ extension SandboxProcess {
                 since = sequence
                 guard d["kind"] as? String == "device", let target = d["target"] as? String else { continue }
                 out.append(FanoutTests.Delivered(target: target, timestamp: (d["timestamp"] as? NSNumber)?.doubleValue ?? -1,
-                                     event: d["event"] as? String ?? "", timeMillis: (d["timeMillis"] as? NSNumber)?.int64Value ?? 0))
+                                     event: d["event"] as? String ?? "", timeMillis: (d["timeMillis"] as? NSNumber)?.int64Value ?? 0,
+                                     priority: (d["priority"] as? NSNumber)?.intValue ?? 0))
             }
             if list.isEmpty || since >= last { break }
         }
