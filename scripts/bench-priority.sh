@@ -12,6 +12,7 @@
 #
 #   bash scripts/bench-priority.sh [--updates 200] [--spacing-ms 10] [--audience 4] [--flood-tokens 300000] [--queued 100000]
 #                                  [--workers 1] [--dump FILE]   (other arguments go to the bench)
+#   bash scripts/bench-priority.sh --flood-priority 10   # the flood a critical update (B's lane and slices stream)
 #   ACTIVITYCAST_BUDGETS_CHANNEL_NO_STORAGE_CAPACITY=4 bash scripts/bench-priority.sh   # budgets.* reach the worker
 #   BIN=/tmp/old/activitycast bash scripts/bench-priority.sh   # another build, not rebuilt
 #   SANDBOX_BIN=.build/release/activitycast BIN=/tmp/old/activitycast bash scripts/bench-priority.sh   # its worker, this sandbox

@@ -36,6 +36,8 @@ struct PriorityBench: AsyncParsableCommand {
     @Option(help: "Milliseconds between B's updates (paced by a clock).") var spacingMs = 10.0
     @Option(help: "Tokens of key B (the measured audience).") var audience = 4
     @Option(help: "Tokens of key A (the priority-5 flood).") var floodTokens = 100_000
+    @Option(help: "The flood's priority: 5 (a routine match.clock, the goal's case) or 10 (a critical match.score: B's updates then share the lane and the slices stream with it).")
+    var floodPriority = 5
     @Option(help: "The goal's queue: the flood's updates counted for it are those issued while at least this many of A's pushes had not reached the sandbox yet (give --flood-tokens well above it, so that many updates are).")
     var queued = 100_000
     @Option(help: "Updates to B before the idle phase (connections, scripts; not measured).") var warmup = 20
@@ -52,6 +54,7 @@ struct PriorityBench: AsyncParsableCommand {
         guard floodTokens >= 1, floodTokens <= 10_000_000 else { throw ValidationError("--flood-tokens is 1…10000000") }
         guard warmup >= 0 else { throw ValidationError("--warmup must be 0 or more") }
         guard queued >= 0 else { throw ValidationError("--queued must be 0 or more") }
+        guard floodPriority == 5 || floodPriority == 10 else { throw ValidationError("--flood-priority is 5 or 10") }
     }
 
     func run() async throws {
@@ -122,7 +125,7 @@ struct PriorityBench: AsyncParsableCommand {
         let cpu = CPUProbe(workers: workerPid, sandbox: sandboxPid, redis: redisPid)
         let host = HostProbe(), steal = StealProbe()
         let phaseStart = ContinuousClock.now
-        let aIssued = try await publish(redis, feed, type: "match.clock", key: keyA, ts: wallMillis(), clock: "flood")
+        let aIssued = try await publish(redis, feed, type: floodPriority == 10 ? "match.score" : "match.clock", key: keyA, ts: wallMillis(), clock: "flood")
         let floodSent = try await series(redis, feed, key: keyB, count: updates, ts: nextB)
         try await bench.waitAcknowledged(timeout: stallTimeout)
         // Before reading the log (which costs the sandbox and the bench): the whole phase.
@@ -182,7 +185,7 @@ struct PriorityBench: AsyncParsableCommand {
 
         var problems: [String] = []
         if a.count != floodTokens || a.distinct != floodTokens { problems.append("A: \(a.count) pushes to \(a.distinct) tokens, expected \(floodTokens) once each") }
-        if a.priorities.keys.contains(where: { $0 != 5 }) { problems.append("A's pushes were not all at priority 5 (\(a.priorityText))") }
+        if a.priorities.keys.contains(where: { $0 != floodPriority }) { problems.append("A's pushes were not all at priority \(floodPriority) (\(a.priorityText))") }
         for (name, s) in [("idle", idle), ("flood", flood)] where s.lost > 0 || s.notAt10 > 0 {
             problems.append("\(name): \(s.lost) of B's updates never reached a token (nor anything newer), \(s.notAt10) of B's pushes not at priority 10")
         }
