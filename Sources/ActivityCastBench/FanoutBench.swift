@@ -40,6 +40,8 @@ struct FanoutBench: AsyncParsableCommand {
     @Option(help: "redis-server's PID (once per node of a cluster): its CPU is reported.") var redisPid: [Int32] = []
     @Option(help: "The h2load binary.") var h2load = "/usr/bin/h2load"
     @Flag(help: "Skip the h2load comparison.") var noH2load = false
+    @Flag(name: .customLong("uuid-ids"), help: "Activity and device ids of 36 characters, as an app's UUIDs are (default: a<n> and d<n>, short enough for Swift's inline strings).")
+    var uuidIDs = false
     @Option(help: "Give up on a fan-out when the sandbox has received nothing new for this many seconds.") var stallTimeout = 60.0
 
     func parseList(_ text: String, _ name: String) throws -> [Int] {
@@ -60,6 +62,7 @@ struct FanoutBench: AsyncParsableCommand {
     func run() async throws {
         let (settings, logger) = try benchSetup(common, sandbox: sandbox)
         let bench = try Bench(settings: settings, logger: logger, workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
+        bench.uuidIDs = uuidIDs
         defer { bench.close() }
         let admin = bench.admin, feed = bench.feed
         let tag = label.isEmpty ? "" : "[\(label)] "
@@ -371,17 +374,24 @@ struct SandboxStatsReader {
 /// Loads audiences in the documented schema: `{key}:tokens` (activity → token) and `{key}:meta`
 /// (activity → `ts device env tier broadcast token`), N distinct 64-hex-digit tokens made by a script
 /// in Redis (two SHA-1s of a per-key seed and the index), 1,000 per call, calls pipelined.
+/// Activity and device ids are `a<n>` and `d<n>`, or (`uuids`) 36 characters each, as apps' are.
 enum AudienceLoader {
     static let script = RedisScript("""
     local from, to, seed, tail = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+    local uuids = ARGV[6] == '1'
     local t, m = {}, {}
     for i = from, to do
-      local a = 'a' .. i
+      local a, d = 'a' .. i, 'd' .. i
+      if uuids then
+        local h = redis.sha1hex('id:' .. seed .. ':' .. i)
+        a = string.sub(h, 1, 8) .. '-' .. string.sub(h, 9, 12) .. '-4' .. string.sub(h, 13, 15) .. '-8' .. string.sub(h, 16, 18) .. '-' .. string.sub(h, 19, 30)
+        d = string.upper(string.sub(h, 11, 18) .. '-' .. string.sub(h, 19, 22) .. '-4' .. string.sub(h, 23, 25) .. '-8' .. string.sub(h, 26, 28) .. '-' .. string.sub(h, 29, 40))
+      end
       local token = redis.sha1hex(seed .. ':' .. i) .. string.sub(redis.sha1hex(i .. ':' .. seed), 1, 24)
       t[#t + 1] = a
       t[#t + 1] = token
       m[#m + 1] = a
-      m[#m + 1] = ARGV[5] .. ' d' .. i .. ' ' .. tail .. ' ' .. token
+      m[#m + 1] = ARGV[5] .. ' ' .. d .. ' ' .. tail .. ' ' .. token
     end
     redis.call('HSET', KEYS[1], unpack(t))
     redis.call('HSET', KEYS[2], unpack(m))
@@ -390,7 +400,7 @@ enum AudienceLoader {
     return to - from + 1
     """)
 
-    static func load(_ redis: CountingRedis, keys: RedisKeys, key: ActivityKey, count: Int, env: String, ts: Int64) async throws {
+    static func load(_ redis: CountingRedis, keys: RedisKeys, key: ActivityKey, count: Int, env: String, ts: Int64, uuids: Bool = false) async throws {
         let seed = String(UInt64.random(in: 0...UInt64.max), radix: 16)
         let chunk = 1000, perPipeline = 20
         var from = 1
@@ -398,7 +408,7 @@ enum AudienceLoader {
             var commands: [RedisCommand] = []
             while from <= count, commands.count < perPipeline {
                 let to = min(count, from + chunk - 1)
-                commands.append(.script(script, keys: [keys.tokens(key), keys.meta(key)], args: [from, to, seed, "\(env) standard 0", ts]))
+                commands.append(.script(script, keys: [keys.tokens(key), keys.meta(key)], args: [from, to, seed, "\(env) standard 0", ts, uuids ? "1" : "0"]))
                 from = to + 1
             }
             for r in try await redis.pipeline(commands) { _ = try r.orThrow("loading tokens") }
@@ -457,6 +467,8 @@ final class Bench: @unchecked Sendable {
     let sandboxPid: Int32?
     let redisPid: [Int32]
     let stallTimeout: Double
+    /// Audiences with 36-character activity and device ids (`--uuid-ids`).
+    var uuidIDs = false
     private var lastTs: Int64 = 0
     private let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     private var keyNumber = 0
@@ -515,7 +527,7 @@ final class Bench: @unchecked Sendable {
         _ = try await publish(key, clock: "w")
         try await waitAcknowledged(timeout: 30)
         let t0 = ContinuousClock.now
-        try await AudienceLoader.load(redis, keys: settings.keys, key: key, count: tokens, env: env, ts: nextTs())
+        try await AudienceLoader.load(redis, keys: settings.keys, key: key, count: tokens, env: env, ts: nextTs(), uuids: uuidIDs)
         return (key, (ContinuousClock.now - t0).seconds)
     }
 
