@@ -45,7 +45,7 @@ public final class Worker: Sendable {
     private let streams = Mutex<[String: StreamState]>([:])
     /// The send path, when the worker sends (`worker.send`).
     let sender: Sender?
-    /// Sends the slices this worker takes from the slices stream, on a connection of its own: a
+    /// Sends the slices this worker takes from the slices streams, on a connection of its own: a
     /// big fan-out's steps then don't queue in front of an event's round trips.
     private let sliceSender: Sender?
     private let sliceRedis: RedisConnection
@@ -81,7 +81,7 @@ public final class Worker: Sendable {
         self.logger = logger
         self.conditions = ConditionLog(logger: logger)
         // Per-stream counts for the streams this worker reads: its input streams, and the slices
-        // stream when it sends.
+        // streams when it sends.
         self.stats = WorkerStats(streams: settings.inputStreams.map(\.stream) + (mode == .full && settings.send ? settings.keys.sliceStreams : []))
         self.consumer = settings.consumer.isEmpty ? Settings.defaultConsumerName() : settings.consumer
         var readerConfig = settings.redisConfiguration

@@ -31,7 +31,7 @@ final class GroupMonitor: Sendable {
     let group: String
     /// Streams whose group must exist for the worker to be ready (its input streams).
     let required: [String]
-    /// Every stream whose group is watched for metrics (the input streams and the slices stream).
+    /// Every stream whose group is watched for metrics (the input streams and the slices streams).
     let watched: [String]
     let checkInterval: Duration
     let viewInterval: Duration
