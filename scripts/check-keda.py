@@ -15,8 +15,8 @@ ACTIVITYCAST_STREAMS_SHARDS win over the worker config: with N shards every feed
 It rejects unknown and missing fields, wrong types (trigger metadata values are strings, numbers
 in them must be whole numbers), and metadata KEDA would silently ignore (lagCount without
 consumerGroup, streamLength with one). With --worker-config it also checks that the triggers
-watch the streams and the consumer group the workers read (feeds, registrations, the slices
-stream); with --deployment, that scaleTargetRef names a Deployment there. Exit 1 on any problem.
+watch the streams and the consumer group the workers read (feeds, registrations, the two slices
+streams); with --deployment, that scaleTargetRef names a Deployment there. Exit 1 on any problem.
 Needs PyYAML.
 """
 import copy

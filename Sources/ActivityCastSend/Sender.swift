@@ -268,7 +268,7 @@ public final class Sender: SendRole {
         var commands = [
             mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
             channels.statesCommand(plan.key, apns.environments),
-            RedisCommand("HMGET", keys.fanout(plan.key, entry), "left", "b"),
+            RedisCommand("HMGET", [keys.fanout(plan.key, entry)] + FanoutPrior.fields),
             RedisCommand("HLEN", keys.direct(plan.key)),
         ]
         if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
@@ -339,7 +339,7 @@ public final class Sender: SendRole {
         }
         let fan = keys.fanout(plan.key, entry)
         var prior = known0
-        if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", fan, "left", "b"))) }
+        if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", [fan] + FanoutPrior.fields))) }
         if prior?.left == 0 {
             summary.finishedRecord = fan
             return .outcome(.done(summary))
@@ -347,8 +347,8 @@ public final class Sender: SendRole {
         // The broadcast first (its latency is what broadcast devices see), then the fan-out record
         // while it is answered. The budget decides each audience's priority once per event; a
         // fan-out that exists with its broadcast recorded (this entry delivered again) keeps the
-        // decisions it recorded.
-        var audiences = Audiences(priorities: AudiencePriorities(all: PushBuilder.priority(plan)), bytes5: bytes)
+        // decisions it recorded (and its slices go to the stream of the priority it recorded).
+        var audiences = Audiences(priorities: AudiencePriorities(all: prior?.priority ?? PushBuilder.priority(plan)), bytes5: bytes)
         if prior?.broadcastDone != true {
             var channelStates: [APNsEnvironment: ChannelRegistry.State] = known ?? [:]
             if known == nil {

@@ -79,11 +79,18 @@ public enum SliceMath {
 struct FanoutPrior {
     var left: Int?
     var broadcastDone: Bool
+    /// The priority the fan-out was created with (`pri`: its audiences' highest), which picks its
+    /// slices stream; nil without a record.
+    var priority: Int?
+
+    /// The fields `init` reads, in its order.
+    static let fields = ["left", "b", "pri"]
 
     init(_ reply: RESPValue) {
         let v = reply.array ?? []
         left = v.first?.string.flatMap(Int.init)
         broadcastDone = v.count > 1 && v[1].string == "1"
+        priority = v.count > 2 ? v[2].string.flatMap(Int.init).flatMap { $0 > 0 ? $0 : nil } : nil
     }
 }
 

@@ -139,20 +139,23 @@ import TestSupport
         /// <activity>` and its settings) and the key's place in `keys`. Going through the
         /// registrations stream is the real interface (tested in RegistrationTests); here it would
         /// spend most of a test's time on intake, so the writes are pipelined directly.
-        func seedTokens(_ tokens: [String], key: String, ts: Int64) async throws {
+        func seedTokens(_ tokens: [String], key: String, ts: Int64, tier: String = "standard", from first: Int = 0) async throws {
             let activityTTL = 12 * 3600, deviceTTL = 90 * 86_400
             let tokensKey = "\(settings.prefix):{\(key)}:tokens", metaKey = "\(settings.prefix):{\(key)}:meta"
             var i = 0
             while i < tokens.count {
                 let chunk = i..<min(tokens.count, i + 2000)
+                // Activities and devices are numbered from `first` (a second call for the same key
+                // adds devices instead of replacing the first call's).
                 var tokenArgs: [any RedisArgument] = [tokensKey], metaArgs: [any RedisArgument] = [metaKey]
                 var commands: [RedisCommand] = []
-                for k in chunk {
-                    tokenArgs += ["A\(k)", tokens[k]]
-                    metaArgs += ["A\(k)", "\(ts) d\(k) development standard 0 \(tokens[k])"]
+                for j in chunk {
+                    let k = first + j
+                    tokenArgs += ["A\(k)", tokens[j]]
+                    metaArgs += ["A\(k)", "\(ts) d\(k) development \(tier) 0 \(tokens[j])"]
                     let device = settings.keys.device("d\(k)")
                     commands.append(RedisCommand("HSET", device, "act:\(key) A\(k)", "\(ts) 1", "ts", ts, "env", "development",
-                                                 "tier", "standard", "broadcast", "0"))
+                                                 "tier", tier, "broadcast", "0"))
                     commands.append(RedisCommand("EXPIRE", device, deviceTTL))
                 }
                 commands += [RedisCommand("HSET", tokenArgs), RedisCommand("HSET", metaArgs)]
@@ -561,6 +564,55 @@ import TestSupport
         r.keepLogs(if: aAfter < countA / 2, "lanes")
         #expect(aAfter >= countA / 2, "only \(aAfter) of A's \(countA) pushes came after B's last: B's slices waited behind A's")
         print("FanoutTests lanes: \(aAfter) of A's \(countA) priority-5 pushes came after the last of B's \(countB) at 10")
+    }
+
+    /// A critical update its budget downgraded to 5 fans out at 5, so its slices wait in the
+    /// priority-5 stream; its entry delivered again (its worker killed mid-batch) must keep them
+    /// there: the fan-out's recorded priority picks the stream, not the event's. Here slice 0,
+    /// handed back by the worker that claimed the entry (the dead worker's batch still leased),
+    /// went to the priority-10 stream before the record's priority was read.
+    @Test func aRedeliveredFanOutKeepsItsSlicesInItsRecordedPrioritysStream() async throws {
+        let count = 3_000, frequent = 200
+        let r = try await Rig(deliveryLog: 20_000, sandbox: ["--slow-rate", "1", "--slow-ms", "300"], worker: [
+            "fanout.slice_size": "512", "fanout.batch": "64", "fanout.lease_ms": "3000", "worker.visibility_timeout_ms": "1000",
+            // One priority-10 push per tier for critical updates (the other token is the end's
+            // reserve), one more per hour: the first update takes both tiers', the second goes at
+            // 5 for every device. (Both tiers have devices: a tier with none gets its token back.)
+            "budgets.standard.capacity": "2", "budgets.standard.end_reserve": "1", "budgets.standard.refill_per_hour": "1",
+            "budgets.standard.spacing_ms": "0",
+            "budgets.frequent.capacity": "2", "budgets.frequent.end_reserve": "1", "budgets.frequent.refill_per_hour": "1",
+            "budgets.frequent.spacing_ms": "0",
+        ])
+        let all = tokens(count + frequent, base: 0x900000)
+        let t0 = secondsAgo(600)
+        try await r.seedTokens(Array(all.prefix(count)), key: "match:rp", ts: t0)
+        try await r.seedTokens(Array(all.suffix(frequent)), key: "match:rp", ts: t0, tier: "frequent", from: count)
+        try r.startWorker("w1")
+        _ = try await r.score("rp", 1, 0, ts: t0 + 1000, clock: "10'")
+        #expect(await eventually(timeout: .seconds(60)) { await r.drained() })
+        func added(_ stream: String) async throws -> Int {
+            let info = try await r.redis.send(RedisCommand("XINFO", "STREAM", stream)).array ?? []
+            let i = try #require(info.firstIndex { $0.string == "entries-added" })
+            return Int(info[i + 1].int ?? -1)
+        }
+        let before = (p10: try await added(r.settings.keys.slices(priority: 10)), p5: try await added(r.settings.keys.slices(priority: 5)))
+        let pushed = await r.devicePushes()
+        _ = try await r.score("rp", 2, 0, ts: t0 + 2000, clock: "20'")
+        // w1 dies with slice 0's batch in flight (each answer takes 300 ms).
+        #expect(await eventually(timeout: .seconds(30)) { await r.devicePushes() >= pushed + 8 })
+        _ = await r.kill("w1")
+        try r.startWorker("w2")
+        #expect(await eventually(timeout: .seconds(90)) { await r.drained() })
+        #expect(await r.stopAll().values.allSatisfy { $0 == 0 })
+
+        let second = try await r.deliveries().filter { $0.timestamp == Double(t0 + 2000) / 1000 }
+        #expect(Set(second.map(\.target)) == Set(all), "\(Set(second.map(\.target)).count) of \(all.count) tokens got the second update")
+        #expect(second.allSatisfy { $0.priority == 5 }, "the second update's priorities: \(Set(second.map(\.priority)))")
+        let after = (p10: try await added(r.settings.keys.slices(priority: 10)), p5: try await added(r.settings.keys.slices(priority: 5)))
+        r.keepLogs(if: after.p10 != before.p10, "redelivered-lane")
+        #expect(after.p10 == before.p10, "the downgraded fan-out put \(after.p10 - before.p10) slices in the priority-10 stream")
+        #expect(after.p5 - before.p5 >= count / 512, "slices in the priority-5 stream: \(after.p5 - before.p5)")
+        print("FanoutTests redelivered lane: priority-5 stream +\(after.p5 - before.p5) slices, priority-10 stream +\(after.p10 - before.p10)")
     }
 
     /// The older fan-out's entry stays pending after the newer event arrives (a worker died holding
