@@ -61,8 +61,8 @@ struct FanoutBench: AsyncParsableCommand {
 
     func run() async throws {
         let (settings, logger) = try benchSetup(common, sandbox: sandbox)
-        let bench = try Bench(settings: settings, logger: logger, workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout)
-        bench.uuidIDs = uuidIDs
+        let bench = try Bench(settings: settings, logger: logger, workers: workerPid, sandboxPid: sandboxPid, redisPid: redisPid, stallTimeout: stallTimeout,
+                              uuidIDs: uuidIDs)
         defer { bench.close() }
         let admin = bench.admin, feed = bench.feed
         let tag = label.isEmpty ? "" : "[\(label)] "
@@ -468,14 +468,15 @@ final class Bench: @unchecked Sendable {
     let redisPid: [Int32]
     let stallTimeout: Double
     /// Audiences with 36-character activity and device ids (`--uuid-ids`).
-    var uuidIDs = false
+    let uuidIDs: Bool
     private var lastTs: Int64 = 0
     private let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     private var keyNumber = 0
 
     /// With the bench's own connections, which `close()` ends: Redis (its commands counted) and `admin`.
-    init(settings: Settings, logger: Logger, workers: [Int32], sandboxPid: Int32?, redisPid: [Int32], stallTimeout: Double) throws {
+    init(settings: Settings, logger: Logger, workers: [Int32], sandboxPid: Int32?, redisPid: [Int32], stallTimeout: Double, uuidIDs: Bool = false) throws {
         self.settings = settings
+        self.uuidIDs = uuidIDs
         feed = try settings.sportsFeed().stream
         feeds = settings.feeds.filter { $0.kind == .sports }.map(\.stream)
         admin = try makeAPNsClient(settings, channels: true, logger: logger)

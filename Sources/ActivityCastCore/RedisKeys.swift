@@ -39,8 +39,10 @@ public struct RedisKeys: Sendable, Equatable {
     public func slices(priority: Int) -> String { priority >= 10 ? "\(prefix):slices" : "\(prefix):slices:5" }
     /// The priority-10 slices stream (and where slices of a fan-out of unknown priority go).
     public var slices: String { slices(priority: 10) }
+    /// The priorities with a slices stream of their own, 10 first.
+    public static let slicePriorities = [10, 5]
     /// Both slices streams, priority 10 first.
-    public var sliceStreams: [String] { [slices(priority: 10), slices(priority: 5)] }
+    public var sliceStreams: [String] { Self.slicePriorities.map(slices(priority:)) }
 
     /// Sorted set of live activity keys, scored by last write (ms): `ac:keys`.
     public var keysIndex: String { "\(prefix):keys" }

@@ -101,7 +101,7 @@ public struct FanoutScan: Sendable {
             let at = cursor == 0 ? SliceMath.space : SliceMath.place(cursor: cursor)
             if cursor != 0 {
                 let low = at & (~at &+ 1)
-                if est == nil || low < est! { est = low }
+                est = min(est ?? low, low)
             }
             if at >= stop { ended = true }
             count += tokens

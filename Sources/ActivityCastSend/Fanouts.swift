@@ -75,8 +75,10 @@ struct Fanouts: SendRole {
     /// key's next flush) queues them again; a slice queued twice is harmless (its batches are
     /// handed out once).
     func queueOthers(_ mine: SliceRef, also: [RedisCommand] = []) async throws {
-        let adds = (0..<mine.count).filter { $0 != mine.index }.map {
-            queueCommand(SliceRef(key: mine.key, gen: mine.gen, index: $0, count: mine.count, priority: mine.priority))
+        let adds = (0..<mine.count).filter { $0 != mine.index }.map { index in
+            var other = mine
+            other.index = index
+            return queueCommand(other)
         }
         let replies = try await redis.pipeline(adds + also)
         if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "queueing slices: \(bad)") }

@@ -62,8 +62,8 @@ public struct Settings: Sendable {
     /// Slices of priority-5 fan-outs (routine updates, budget flushes) one worker sends at once,
     /// beside the priority-10 ones (`fanout.priority5_slices_in_hand`).
     public var priority5SlicesInHand: Int = 4
-    /// Slices one worker may hold from `stream` (a slices stream of `keys`).
-    public func slicesInHand(_ stream: String) -> Int { stream == keys.slices(priority: 5) ? priority5SlicesInHand : slicesInHand }
+    /// Slices of fan-outs at `priority` one worker may hold.
+    public func slicesInHand(priority: Int) -> Int { priority >= 10 ? slicesInHand : priority5SlicesInHand }
     /// How long a feed batch's acknowledgement may wait for others to share its round trip
     /// (`AcknowledgementQueue`); zero sends each at once.
     public var ackDelay: Duration = .milliseconds(2)

@@ -34,16 +34,16 @@ final class SliceTaker: Sendable {
 
     var errorsKey: String { settings.keys.errors(stream) }
 
-    init(settings: Settings, stream: String, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal,
+    init(settings: Settings, priority: Int, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal,
          stats: WorkerStats) {
         self.settings = settings
-        self.stream = stream
-        self.inHand = settings.slicesInHand(stream)
+        self.stream = settings.keys.slices(priority: priority)
+        self.inHand = settings.slicesInHand(priority: priority)
         self.consumer = consumer
         self.sender = sender
         self.redis = redis
         var config = settings.redisConfiguration
-        config.clientName = "activitycast-\(stream == settings.keys.slices ? "slices" : "slices5")-\(consumer)"
+        config.clientName = "activitycast-\(priority >= 10 ? "slices" : "slices5")-\(consumer)"
         self.reader = RedisConnection(configuration: config)
         self.logger = logger
         self.stop = stop

@@ -130,8 +130,8 @@ public final class Worker: Sendable {
         self.sliceSender = sliceSender
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
         self.slices = sliceSender.map { sender in
-            settings.keys.sliceStreams.map {
-                SliceTaker(settings: settings, stream: $0, consumer: consumerName, sender: sender, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats)
+            RedisKeys.slicePriorities.map {
+                SliceTaker(settings: settings, priority: $0, consumer: consumerName, sender: sender, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats)
             }
         } ?? []
         self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
