@@ -229,8 +229,11 @@ struct RedisDelta {
             s += String(format: " (EVALSHA: %.1f µs each inside Redis, %.0f%% of Redis CPU time)", Double(evalsha.usec) / Double(evalsha.calls),
                         cpuSeconds > 0 ? Double(evalsha.usec) / (cpuSeconds * 1e6) * 100 : 0)
         }
-        let sorted = calls.filter { $0.value.calls > 0 }.sorted { $0.value.calls > $1.value.calls }.prefix(top)
-        s += "; calls/\(unit): " + sorted.map { String(format: "%@ %.2f", $0.key, Double($0.value.calls) / d) }.joined(separator: ", ")
+        // By the time inside Redis (a script's includes the commands it calls, which count under their own names too).
+        let sorted = calls.filter { $0.value.calls > 0 }.sorted { $0.value.usec > $1.value.usec }.prefix(top)
+        s += "; calls and µs inside Redis/\(unit): " + sorted.map {
+            String(format: "%@ %.3f %.2f µs", $0.key, Double($0.value.calls) / d, Double($0.value.usec) / d)
+        }.joined(separator: ", ")
         if nodeCPU.count > 1 {
             s += "; Redis CPU/\(unit) per primary: " + nodeCPU.map { String(format: "%@ %.2f µs", $0.node, $0.seconds * 1e6 / d) }.joined(separator: ", ")
         }

@@ -34,13 +34,14 @@ public struct FanoutScanned: Sendable, Equatable, CustomStringConvertible {
 /// the script's reply as well. A slice's worker makes it for the next batch while the last one is
 /// being sent, and the step that confirms the last one takes it (`FanoutScanned`).
 ///
-/// Only wide calls are made here. A hash's `HSCAN` stops once it has `COUNT` elements (a field
-/// and its value each) or has visited 10·`COUNT` buckets, so a call can't run past the range's
-/// end while 10·`COUNT`+1 buckets are left before it; towards the end the script narrows its calls
-/// a tenth at a time, dozens per slice, cheap inside Redis and a round trip each here (at 1,000
-/// tokens, 67 round trips per event instead of 11, and more Redis CPU, not less). So once a call
-/// could bring fewer than `smallest` elements, the scan stops and returns what it has (a shorter
-/// batch), or nothing, and the script scans the rest of the range as before (`Cursor.handedOver`).
+/// A hash's `HSCAN` stops once it has `COUNT` fields (with their values) or has visited 20·`COUNT`
+/// buckets (Redis doubles a hash's `COUNT` and stops at ten times that). The script bounds its
+/// calls so that none can run past the range's end, ever narrower towards it: dozens of calls at
+/// each slice's end, for about a third of its tokens. Here a call asks for what the batch still
+/// wants, or near the end for what is left at the density seen (`Cursor.next`), and may run past
+/// the end: what it brought from there on is exactly what an `HSCAN` from the end finds up to where
+/// the call stopped, the next slice's first tokens, and is dropped (`run`). A slice's end costs a
+/// call or two. Without a bucket width (a slice's first batch) the script scans (`Cursor.handedOver`).
 public struct FanoutScan: Sendable {
     public var scanned: FanoutScanned
     /// The tokens, as the scan gave them: activity, and its `{key}:meta` value.
@@ -52,8 +53,7 @@ public struct FanoutScan: Sendable {
     public struct Cursor: Sendable, Equatable {
         public let stop: UInt64
         public let want: Int
-        /// The narrowest call worth a round trip (elements).
-        public let smallest: Int
+        let start: UInt64
         let hint: UInt64
         public private(set) var pos: UInt64
         /// Tokens so far.
@@ -63,40 +63,39 @@ public struct FanoutScan: Sendable {
         /// The lowest bit of the places seen: no bucket is narrower.
         public private(set) var est: UInt64?
 
-        /// `hint`: the bucket width the last step saw (0: unknown). It bounds the calls, as it
-        /// bounds the script's first: if the table shrank since (its buckets wider), a call may
-        /// run past `stop` (duplicates, never a loss); the width handed on is the one seen here.
-        public init(from: UInt64, stop: UInt64, want: Int, hint: Int64, smallest: Int = 128) {
+        /// `hint`: the bucket width the last step saw (0: unknown).
+        public init(from: UInt64, stop: UInt64, want: Int, hint: Int64) {
             self.pos = from
+            self.start = from
             self.ended = from >= stop
             self.stop = stop
             self.want = max(1, want)
             self.hint = UInt64(max(0, hint))
-            self.smallest = max(2, smallest)
         }
 
         /// The next `HSCAN`: its cursor and `COUNT`; nil once the batch is complete, the range
-        /// ended, or the rest is handed over.
+        /// ended, or the bucket width isn't known. `COUNT` is what the batch still wants, or what
+        /// the buckets left hold at the density this scan saw (one token per bucket before it saw
+        /// 32) and a quarter more, so that the call most often ends the range in one go; at
+        /// least 16 (a call costs a round trip, a token scanned twice far less).
         public func next() -> (cursor: UInt64, count: Int)? {
             if ended || count >= want { return nil }
-            let wanted = 2 * (want - count)
             // The last step's width, or a narrower one seen since (a place's lowest bit is often
-            // a few times the width: the script's `est` alone would hand over most batches early).
+            // a few times the width).
             let width = hint > 0 ? min(hint, est ?? hint) : est ?? 0
             guard width > 0 else { return nil }
-            // The script's bound (doubles, as Lua computes it; these values are exact in them).
-            let bound = Int((((Double(stop - pos) / Double(width)) - 1) / 10).rounded(.down))
-            let c = min(bound, wanted)
-            return c >= min(smallest, wanted) ? (SliceMath.place(cursor: pos), c) : nil
+            let left = Double(stop - pos) / Double(width)
+            let seen = Double(pos - start) / Double(width)
+            let density = seen >= 32 ? Double(count) / seen : 1
+            let estimate = max(16, Int((left * density * 1.25).rounded(.up)) + 2)
+            return (SliceMath.place(cursor: pos), min(want - count, estimate))
         }
 
-        /// The rest is the script's: tokens are still wanted, but no call worth making here can't
-        /// run past `stop` (or the bucket width isn't known).
+        /// The rest is the script's: tokens are still wanted, but the bucket width isn't known.
         public var handedOver: Bool { !ended && count < want && next() == nil }
 
-        /// The answer to the last `HSCAN`: its next cursor, and how many tokens it brought. A
-        /// call runs past `stop` only if the table shrank since its width was seen: its tokens
-        /// are kept (the next slice sends them again: duplicates, never a loss), as the script does.
+        /// The answer to the last `HSCAN`: its next cursor, and how many tokens it brought before
+        /// `stop` (`run` drops those after it).
         public mutating func answer(next cursor: UInt64, tokens: Int) {
             let at = cursor == 0 ? SliceMath.space : SliceMath.place(cursor: cursor)
             if cursor != 0 {
@@ -112,18 +111,36 @@ public struct FanoutScan: Sendable {
     /// Scans `{key}:meta` (`meta`) from `from` up to `stop` for about `want` tokens, with the
     /// bucket width `hint` the last step saw. Nil when it handed over before finding anything:
     /// the step scans that batch itself.
-    public static func run(_ redis: RedisConnection, meta: String, from: UInt64, stop: UInt64, want: Int, hint: Int64,
-                           smallest: Int = 128) async throws -> FanoutScan? {
-        var cursor = Cursor(from: from, stop: stop, want: want, hint: hint, smallest: smallest)
+    public static func run(_ redis: RedisConnection, meta: String, from: UInt64, stop: UInt64, want: Int, hint: Int64) async throws -> FanoutScan? {
+        var cursor = Cursor(from: from, stop: stop, want: want, hint: hint)
         var rows: [(activity: String, meta: [UInt8])] = []
         while let call = cursor.next() {
-            let (next, pairs) = try Self.reply(await redis.send(RedisCommand("HSCAN", meta, String(call.cursor), "COUNT", call.count)))
+            var (next, pairs) = try await hscan(redis, meta, cursor: call.cursor, count: call.count)
+            let end = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
+            if end > stop { pairs = try await before(stop, pairs, redis, meta, end: end) }
             cursor.answer(next: next, tokens: pairs.count / 2)
             appendRows(pairs, to: &rows)
         }
         guard cursor.count > 0 || cursor.ended else { return nil }
         return FanoutScan(scanned: FanoutScanned(from: from, to: cursor.pos, ended: cursor.ended, count: cursor.count), rows: rows,
                           width: Int64(cursor.est ?? cursor.hint))
+    }
+
+    /// Of a call's elements that ran past `stop` to `end`, those before `stop`: it drops what
+    /// scans from `stop` find up to `end`, as the next slice's first scan will find it (in a table
+    /// that doesn't change size meanwhile, exactly the buckets from `stop` on).
+    static func before(_ stop: UInt64, _ pairs: [RESPValue], _ redis: RedisConnection, _ meta: String, end: UInt64) async throws -> [RESPValue] {
+        var theirs = Set<[UInt8]>()
+        var at = stop
+        while at < end {
+            let (next, found) = try await hscan(redis, meta, cursor: SliceMath.place(cursor: at), count: max(1, pairs.count / 2))
+            for i in stride(from: 0, to: found.count - 1, by: 2) { theirs.insert(found[i].bytes ?? []) }
+            at = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
+        }
+        guard !theirs.isEmpty else { return pairs }
+        var kept: [RESPValue] = []
+        for i in stride(from: 0, to: pairs.count - 1, by: 2) where !theirs.contains(pairs[i].bytes ?? []) { kept += [pairs[i], pairs[i + 1]] }
+        return kept
     }
 
     /// An `HSCAN` of `{key}:meta`'s elements (activity, meta, activity, meta, …) as token rows.
@@ -136,7 +153,8 @@ public struct FanoutScan: Sendable {
         }
     }
 
-    private static func reply(_ value: RESPValue) throws -> (next: UInt64, pairs: [RESPValue]) {
+    private static func hscan(_ redis: RedisConnection, _ meta: String, cursor: UInt64, count: Int) async throws -> (next: UInt64, pairs: [RESPValue]) {
+        let value = try await redis.send(RedisCommand("HSCAN", meta, String(cursor), "COUNT", count))
         guard let parts = value.array, parts.count == 2, let next = parts[0].string.flatMap(UInt64.init), let pairs = parts[1].array,
               pairs.count % 2 == 0 else {
             throw RedisError(.unexpectedReply, "HSCAN of an audience: unexpected reply \(String(describing: value).prefix(200))")

@@ -263,10 +263,11 @@ public enum FanoutScripts {
     if out then return waiting_batch(out, true) end
     if round then return waiting_batch(round + 1, false) end
     -- Scans from pos up to stop (the slice's end, or a lost batch's) for about want tokens. A call
-    -- with COUNT c visits at most 10c+1 buckets; est (the lowest bit of the places seen, never
-    -- below a bucket's width) bounds c so that no call runs past stop. Near stop, COUNT 1 stops at
-    -- the first non-empty bucket: if a scan from stop itself reaches the same bucket, that bucket
-    -- is beyond it (the next slice's, or the next batch's).
+    -- with COUNT c visits at most 20c+1 buckets (Redis doubles a hash's COUNT, a field and its
+    -- value, and stops at ten times that); est (the lowest bit of the places seen, never below a
+    -- bucket's width) bounds c so that no call runs past stop. Near stop, COUNT 1 stops at the
+    -- first non-empty bucket (within 21): if a scan from stop itself reaches the same bucket, that
+    -- bucket is beyond it (the next slice's, or the next batch's).
     -- The caller passes the width its last step saw (ARGV[9]), so a step starts with a wide COUNT
     -- instead of COUNT 1. It comes from an earlier call: if the table shrank since, a wide call may
     -- run past stop, and then its tokens are kept (sent again later: duplicates, never a loss).
@@ -279,7 +280,7 @@ public enum FanoutScripts {
         local count = 1
         local width = est or (hint > 0 and hint or nil)
         if width then
-          local c = math.floor(((stop - pos) / width - 1) / 10)
+          local c = math.floor(((stop - pos) / width - 1) / 20)
           if c > want - n_out then c = want - n_out end
           if c > 1 then count = c end
         end

@@ -200,6 +200,25 @@ import TestSupport
             #expect(try await redis.send(RedisCommand("HGET", f.fan(g), "left")).string == "0")
         }
 
+        // Sparse: 3,500 registrations left of 20,000 (Redis shrinks a hash table only below 10 %
+        // full), so a call's COUNT can take it over 10·COUNT buckets (up to 20·COUNT+1): a bound
+        // of 10·COUNT ran past slices' ends here and handed tokens out twice.
+        _ = try await redis.send(RedisCommand("FLUSHALL"))
+        try await f.fill(0..<20_000)
+        for first in stride(from: 0, to: 16_500, by: 500) {
+            let gone = (first..<first + 500).map { "a\($0)" }
+            _ = try await redis.pipeline([RedisCommand("HDEL", [f.tokens] + gone), RedisCommand("HDEL", [f.meta] + gone)])
+        }
+        #expect(try await redis.send(RedisCommand("OBJECT", "ENCODING", f.meta)).string == "hashtable")
+        for (sliceSize, want) in [(300, 97), (300, 31), (1000, 200)] {
+            let g = "sparse-\(sliceSize)-\(want)"
+            let n = try await f.create(g, millis: 1, sliceSize: sliceSize)
+            var seen: [String: Int] = [:]
+            for j in 0..<n { for a in try await f.drain(g, j, of: n, want: want) { seen[a, default: 0] += 1 } }
+            #expect(seen.count == 3_500, "sparse, slices \(n), want \(want): \(3_500 - seen.count) never handed out")
+            #expect(seen.values.allSatisfy { $0 == 1 }, "sparse, slices \(n), want \(want): \(seen.values.filter { $0 > 1 }.count) handed out twice")
+        }
+
         // Growing while it is being sent: registrations arriving between batches.
         _ = try await redis.send(RedisCommand("FLUSHALL"))
         try await f.fill(0..<30_000)
