@@ -40,13 +40,14 @@ public struct FanoutScanned: Sendable, Equatable, CustomStringConvertible {
 /// each slice's end, for about a third of its tokens. Here a call asks for what the batch still
 /// wants, or near the end for what is left at the density seen (`Cursor.next`), and may run past
 /// the end: what it brought from there on is exactly what an `HSCAN` from the end finds up to where
-/// the call stopped, the next slice's first tokens, and is dropped (`run`). A slice's end costs a
-/// call or two. Without a bucket width (a slice's first batch) the script scans (`Cursor.handedOver`).
+/// the call stopped, the next slice's first tokens (in a table that doesn't change size meanwhile),
+/// and is dropped (`run`). A slice's last batch costs two or three calls, the one from the end
+/// included. Without a bucket width (none seen yet) the script scans (`Cursor.handedOver`).
 public struct FanoutScan: Sendable {
     public var scanned: FanoutScanned
     /// The tokens, as the scan gave them: activity, and its `{key}:meta` value.
     public var rows: [(activity: String, meta: [UInt8])]
-    /// The narrowest bucket width the scan saw, for the next scan's first `COUNT`.
+    /// The bucket width for the next scan: the narrower of the hint and the narrowest seen.
     public var width: Int64
 
     /// The scan's decisions as a value: which cursor and `COUNT` to ask next, and where the batch ends.
@@ -75,20 +76,24 @@ public struct FanoutScan: Sendable {
 
         /// The next `HSCAN`: its cursor and `COUNT`; nil once the batch is complete, the range
         /// ended, or the bucket width isn't known. `COUNT` is what the batch still wants, or what
-        /// the buckets left hold at the density this scan saw (one token per bucket before it saw
-        /// 32) and a quarter more, so that the call most often ends the range in one go; at
-        /// least 16 (a call costs a round trip, a token scanned twice far less).
+        /// the buckets left hold (`expected`), so that the call most often ends the range in one go.
         public func next() -> (cursor: UInt64, count: Int)? {
-            if ended || count >= want { return nil }
-            // The last step's width, or a narrower one seen since (a place's lowest bit is often
-            // a few times the width).
-            let width = hint > 0 ? min(hint, est ?? hint) : est ?? 0
-            guard width > 0 else { return nil }
-            let left = Double(stop - pos) / Double(width)
-            let seen = Double(pos - start) / Double(width)
+            if ended || count >= want || width == 0 { return nil }
+            return (SliceMath.place(cursor: pos), min(want - count, expected(from: pos, to: stop)))
+        }
+
+        /// The bucket width: the last step's, or a narrower one seen since (a place's lowest bit
+        /// is often a few times the width); 0 when neither is known.
+        public var width: UInt64 { hint > 0 ? min(hint, est ?? hint) : est ?? 0 }
+
+        /// Tokens the places `[a, b)` hold at the density this scan saw (one per bucket before it
+        /// saw 32 buckets), a quarter more, and 16 at least (a call costs a round trip, a token
+        /// scanned twice far less).
+        func expected(from a: UInt64, to b: UInt64) -> Int {
+            let w = Double(max(1, width))
+            let seen = Double(pos - start) / w
             let density = seen >= 32 ? Double(count) / seen : 1
-            let estimate = max(16, Int((left * density * 1.25).rounded(.up)) + 2)
-            return (SliceMath.place(cursor: pos), min(want - count, estimate))
+            return max(16, Int((Double(b - a) / w * density * 1.25).rounded(.up)) + 2)
         }
 
         /// The rest is the script's: tokens are still wanted, but the bucket width isn't known.
@@ -117,23 +122,26 @@ public struct FanoutScan: Sendable {
         while let call = cursor.next() {
             var (next, pairs) = try await hscan(redis, meta, cursor: call.cursor, count: call.count)
             let end = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
-            if end > stop { pairs = try await before(stop, pairs, redis, meta, end: end) }
+            if end > stop, !pairs.isEmpty {
+                pairs = try await before(stop, pairs, redis, meta, end: end, count: min(pairs.count / 2, cursor.expected(from: stop, to: end)))
+            }
             cursor.answer(next: next, tokens: pairs.count / 2)
             appendRows(pairs, to: &rows)
         }
         guard cursor.count > 0 || cursor.ended else { return nil }
         return FanoutScan(scanned: FanoutScanned(from: from, to: cursor.pos, ended: cursor.ended, count: cursor.count), rows: rows,
-                          width: Int64(cursor.est ?? cursor.hint))
+                          width: Int64(cursor.width))
     }
 
     /// Of a call's elements that ran past `stop` to `end`, those before `stop`: it drops what
-    /// scans from `stop` find up to `end`, as the next slice's first scan will find it (in a table
-    /// that doesn't change size meanwhile, exactly the buckets from `stop` on).
-    static func before(_ stop: UInt64, _ pairs: [RESPValue], _ redis: RedisConnection, _ meta: String, end: UInt64) async throws -> [RESPValue] {
+    /// scans from `stop` find up to `end` (`count` per call), as the next slice's first scan will
+    /// find it (in a table that doesn't change size meanwhile, exactly the buckets from `stop` on).
+    static func before(_ stop: UInt64, _ pairs: [RESPValue], _ redis: RedisConnection, _ meta: String, end: UInt64,
+                       count: Int) async throws -> [RESPValue] {
         var theirs = Set<[UInt8]>()
         var at = stop
         while at < end {
-            let (next, found) = try await hscan(redis, meta, cursor: SliceMath.place(cursor: at), count: max(1, pairs.count / 2))
+            let (next, found) = try await hscan(redis, meta, cursor: SliceMath.place(cursor: at), count: max(1, count))
             for i in stride(from: 0, to: found.count - 1, by: 2) { theirs.insert(found[i].bytes ?? []) }
             at = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
         }

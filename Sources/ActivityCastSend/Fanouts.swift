@@ -41,7 +41,7 @@ struct Fanouts: SendRole {
                                      priority: tiers.highest, tiers: tiers.encodedTiers, live: live, stream: stream,
                                      entryID: entryID, flush: flush, newest: newest, broadcastPending: broadcastPending).command] + also + [
             // Slice 0's count is the fan-out's, decided by the create (0: the step reads it).
-            stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0, priority: tiers.highest), want: ctx.stopping.load(ordering: .relaxed) ? 0 : configuration.sliceBatch),
+            stepCommand(SliceRef(key: key, gen: gen, index: 0, count: 0, priority: tiers.highest), want: ctx.stopping.load(ordering: .relaxed) ? 0 : configuration.firstSliceBatch),
         ]
         let replies = try await redis.pipeline(commands)
         let step = replies[replies.count - 1]

@@ -59,6 +59,10 @@ public struct SendConfiguration: Sendable {
     /// Tokens handed out and sent per step of a slice: a worker that dies re-sends at most this
     /// many per slice it was sending (the bound on duplicates).
     public var sliceBatch: Int
+    /// What a slice's step asks for when its worker has no scan of its own to give it (a slice's
+    /// first step): a few tokens, scanned by the script, whose places tell the worker the bucket
+    /// width it then scans each further batch with itself (`FanoutScan`, at half the script's cost).
+    public var firstSliceBatch: Int { min(sliceBatch, 16) }
     /// How long a batch in flight keeps its slice from other workers (renewed by each batch).
     public var leaseMillis: Int
     /// Attempts per token of a fan-out for retryable answers: one in its batch, then in rounds

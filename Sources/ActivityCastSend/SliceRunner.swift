@@ -206,7 +206,8 @@ struct SliceRunner: SendRole {
                 reply = first
                 firstStep = nil
             } else {
-                reply = try await redis.send(fanouts.stepCommand(slice, want: shouldStop() ? 0 : configuration.sliceBatch, confirm: confirm,
+                let want = shouldStop() ? 0 : confirm == nil && scan == nil ? configuration.firstSliceBatch : configuration.sliceBatch
+                reply = try await redis.send(fanouts.stepCommand(slice, want: want, confirm: confirm,
                                                                  waiting: waiting, width: scan?.width ?? width, scanned: scan?.scanned))
                 (confirm, waiting, scanned) = (nil, TokenBatches.Waiting(), nil)
             }
