@@ -41,7 +41,7 @@ public struct FanoutScanned: Sendable, Equatable, CustomStringConvertible {
 /// wants, or near the end for what is left at the density seen (`Cursor.next`), and may run past
 /// the end: what it brought from there on is exactly what an `HSCAN` from the end finds up to where
 /// the call stopped, the next slice's first tokens (in a table that doesn't change size meanwhile),
-/// and is dropped (`run`). A slice's last batch costs two or three calls, the one from the end
+/// and is dropped (`run`). A slice's last batch costs one or two calls, the one from the end
 /// included. Without a bucket width (none seen yet) the script scans (`Cursor.handedOver`).
 public struct FanoutScan: Sendable {
     public var scanned: FanoutScanned
