@@ -259,8 +259,12 @@ struct EntryProcessor: Sendable {
         }
     }
 
-    /// Runs the send path for `sends` (entry index, plan): one key's plans in order, keys
-    /// concurrently. Returns each entry's result.
+    /// Runs the send path for `sends` (entry index, plan): each plan its own task, a key's plans
+    /// taking their turns in its line (`KeyLocks` tickets, taken here in order). A plan's turn
+    /// covers its merge, broadcast and fan-out's creation; its slice 0 is sent after, so the
+    /// key's next plan doesn't wait behind that slice (awaited in a row, an event held behind a
+    /// 100,000-token fan-out's slice 0 for seconds found a newer event merged by another worker
+    /// meanwhile, and its catch-up pushed the newest state again). Returns each entry's result.
     func send(_ sends: [(Int, Plan)], sender: Sender, stream: String, entries: [StreamEntry], redelivered: Bool,
                       order: UInt64?) async -> [(Int, Result<SendOutcome, Error>)] {
         if redelivered, let pauseRedelivered { try? await Task.sleep(for: pauseRedelivered) }
@@ -272,42 +276,38 @@ struct EntryProcessor: Sendable {
         }
         if let order { readOrder.done(order) }
         let logger = self.logger
-        return await withTaskGroup(of: [(Int, Result<SendOutcome, Error>)].self) { group in
-            for (_, plans) in byKey {
+        return await withTaskGroup(of: (Int, Result<SendOutcome, Error>).self) { group in
+            for (index, plan, ticket) in byKey.values.joined() {
                 group.addTask {
-                    var out: [(Int, Result<SendOutcome, Error>)] = []
-                    for (index, plan, ticket) in plans {
-                        let entry = "\(stream)/\(entries[index].id)"
-                        do {
-                            let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered, ticket: ticket)
-                            var summary: SendSummary?
-                            switch outcome {
-                            case .done(let s), .handedOff(let s): summary = s
-                            case .rejected: summary = nil
-                            }
-                            if let s = summary {
-                                logger.info(outcome == .handedOff(s) ? "sent its first slice; the others are the fleet's" : "sent", metadata: [
-                                    "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
-                                    "priority": "\(plan.priority.rawValue)",
-                                    "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
-                                    "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
-                                ])
-                            }
-                            out.append((index, .success(outcome)))
-                        } catch {
-                            // Redis refusing work is logged once for the whole episode (the worker's
-                            // `noteRefusal`), not once per entry.
-                            if Self.refusal(of: error) == nil {
-                                logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
-                            }
-                            out.append((index, .failure(error)))
+                    let entry = "\(stream)/\(entries[index].id)"
+                    do {
+                        let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered, ticket: ticket)
+                        var summary: SendSummary?
+                        switch outcome {
+                        case .done(let s), .handedOff(let s): summary = s
+                        case .rejected: summary = nil
                         }
+                        if let s = summary {
+                            logger.info(outcome == .handedOff(s) ? "sent its first slice; the others are the fleet's" : "sent", metadata: [
+                                "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
+                                "priority": "\(plan.priority.rawValue)",
+                                "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
+                                "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
+                            ])
+                        }
+                        return (index, .success(outcome))
+                    } catch {
+                        // Redis refusing work is logged once for the whole episode (the worker's
+                        // `noteRefusal`), not once per entry.
+                        if Self.refusal(of: error) == nil {
+                            logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
+                        }
+                        return (index, .failure(error))
                     }
-                    return out
                 }
             }
             var all: [(Int, Result<SendOutcome, Error>)] = []
-            for await part in group { all += part }
+            for await result in group { all.append(result) }
             return all
         }
     }
