@@ -102,7 +102,7 @@ public struct FanoutScan: Sendable {
         /// The answer to the last `HSCAN`: its next cursor, and how many tokens it brought before
         /// `stop` (`run` drops those after it).
         public mutating func answer(next cursor: UInt64, tokens: Int) {
-            let at = cursor == 0 ? SliceMath.space : SliceMath.place(cursor: cursor)
+            let at = SliceMath.reached(cursor: cursor)
             if cursor != 0 {
                 let low = at & (~at &+ 1)
                 est = min(est ?? low, low)
@@ -121,7 +121,7 @@ public struct FanoutScan: Sendable {
         var rows: [(activity: String, meta: [UInt8])] = []
         while let call = cursor.next() {
             var (next, pairs) = try await hscan(redis, meta, cursor: call.cursor, count: call.count)
-            let end = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
+            let end = SliceMath.reached(cursor: next)
             if end > stop, !pairs.isEmpty {
                 pairs = try await before(stop, pairs, redis, meta, end: end, count: min(pairs.count / 2, cursor.expected(from: stop, to: end)))
             }
@@ -143,11 +143,15 @@ public struct FanoutScan: Sendable {
         while at < end {
             let (next, found) = try await hscan(redis, meta, cursor: SliceMath.place(cursor: at), count: max(1, count))
             for i in stride(from: 0, to: found.count - 1, by: 2) { theirs.insert(found[i].bytes ?? []) }
-            at = next == 0 ? SliceMath.space : SliceMath.place(cursor: next)
+            at = SliceMath.reached(cursor: next)
         }
         guard !theirs.isEmpty else { return pairs }
         var kept: [RESPValue] = []
-        for i in stride(from: 0, to: pairs.count - 1, by: 2) where !theirs.contains(pairs[i].bytes ?? []) { kept += [pairs[i], pairs[i + 1]] }
+        kept.reserveCapacity(pairs.count)
+        for i in stride(from: 0, to: pairs.count - 1, by: 2) where !theirs.contains(pairs[i].bytes ?? []) {
+            kept.append(pairs[i])
+            kept.append(pairs[i + 1])
+        }
         return kept
     }
 

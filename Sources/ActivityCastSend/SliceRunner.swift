@@ -73,6 +73,10 @@ public enum SliceMath {
         for _ in 0..<32 { r = (r << 1) | (x & 1); x >>= 1 }
         return r
     }
+
+    /// Where a scan stands once an `HSCAN` answered `cursor`: its place, or the end of the space
+    /// when the answer is 0 (the scan is over).
+    public static func reached(cursor: UInt64) -> UInt64 { cursor == 0 ? space : place(cursor: cursor) }
 }
 
 /// What an earlier delivery of the entry left: its fan-out's `left` and whether it broadcast.

@@ -270,14 +270,11 @@ struct EntryProcessor: Sendable {
         if redelivered, let pauseRedelivered { try? await Task.sleep(for: pauseRedelivered) }
         // Places in the keys' lines first, in the order the batches were read (see `ReadOrder`).
         if let order { await readOrder.waitTurn(order) }
-        var byKey: [ActivityKey: [(Int, Plan, KeyLocks.Ticket)]] = [:]
-        for s in sends.sorted(by: { $0.1.timestampMillis < $1.1.timestampMillis }) {
-            byKey[s.1.key, default: []].append((s.0, s.1, sender.ticket(for: s.1.key)))
-        }
+        let turns = sends.sorted { $0.1.timestampMillis < $1.1.timestampMillis }.map { ($0.0, $0.1, sender.ticket(for: $0.1.key)) }
         if let order { readOrder.done(order) }
         let logger = self.logger
         return await withTaskGroup(of: (Int, Result<SendOutcome, Error>).self) { group in
-            for (index, plan, ticket) in byKey.values.joined() {
+            for (index, plan, ticket) in turns {
                 group.addTask {
                     let entry = "\(stream)/\(entries[index].id)"
                     do {
