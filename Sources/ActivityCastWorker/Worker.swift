@@ -528,11 +528,10 @@ public final class Worker: Sendable {
     }
 
     /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end; `/readyz`
-    /// reports it while it lasts. A batch that went through ends it only if it began after the
-    /// last refusal: batches run concurrently, and one begun before Redis filled up proves nothing.
+    /// reports it while it lasts. Which outcome starts or ends it: `RefusalSpan`.
     private func noteRefusal(_ refusal: RedisRefusal?, stream: String, batchStarted: ContinuousClock.Instant) {
         if let refusal {
-            lastRefusal.withLock { $0 = (refusal, .now) }
+            guard refusals.withLock({ $0.refused(refusal, began: batchStarted, now: .now) }) != .none else { return }
             var message = "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)"
             if refusal.kind == .outOfMemory {
                 message += ". Redis is at maxmemory with a policy that refuses writes: raise maxmemory or free memory "
@@ -540,20 +539,14 @@ public final class Worker: Sendable {
                     + "redis-cli --bigkeys; docs/operations.md, 'Redis memory')"
             }
             conditions.report("refusal", message, ["reason": "\(refusal.kind.rawValue)", "error": "\(refusal.message)", "stream": "\(stream)"])
-        } else {
-            let ended = lastRefusal.withLock { last -> Bool in
-                guard let at = last?.at else { return true }
-                if at > batchStarted { return false }
-                last = nil
-                return true
-            }
-            if ended { conditions.clear("refusal", "Redis accepts the worker's writes again") }
+        } else if refusals.withLock({ $0.wentThrough(began: batchStarted, now: .now) }) == .ended {
+            conditions.clear("refusal", "Redis accepts the worker's writes again")
         }
     }
 
-    /// Redis's last refusal of this worker's writes and when, until a batch goes through again.
-    private let lastRefusal = Mutex<(refusal: RedisRefusal, at: ContinuousClock.Instant)?>(nil)
-    var refusal: (refusal: RedisRefusal, at: ContinuousClock.Instant)? { lastRefusal.withLock { $0 } }
+    /// Whether Redis refuses this worker's writes: its last refusal and when, while it lasts.
+    private let refusals = Mutex(RefusalSpan<ContinuousClock.Instant, RedisRefusal>())
+    var refusal: (reason: RedisRefusal, at: ContinuousClock.Instant)? { refusals.withLock { $0.last } }
 
     // MARK: Pending entries
 

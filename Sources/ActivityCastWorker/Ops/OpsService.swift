@@ -80,7 +80,7 @@ struct Probes: Sendable {
     func notReadyReason() -> String? {
         let now = ContinuousClock.now
         return Self.notReady(stopping: worker.isStopping, check: monitor.lastReadiness.map { ($0.problem, now - $0.checkedAt) },
-                             refusal: worker.refusal.map { ($0.refusal, now - $0.at) },
+                             refusal: worker.refusal.map { ($0.reason, now - $0.at) },
                              refusalWindow: worker.settings.visibilityTimeout + worker.settings.claimInterval + .seconds(10))
     }
 
