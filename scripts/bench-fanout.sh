@@ -15,6 +15,7 @@
 #   ACTIVITYCAST_FANOUT_BATCH=512 ACTIVITYCAST_FANOUT_SLICES_IN_HAND=8 bash scripts/bench-fanout.sh   # fanout.* settings reach the workers
 #   BIN=/tmp/old/activitycast bash scripts/bench-fanout.sh   # another build, not rebuilt
 #   PERF=/tmp/prof bash scripts/bench-fanout.sh ...   # also `perf record -g -a` of the whole machine during each sitting (DIR/perf-<sitting>.data; report with --comm or --pid)
+#   PERF=/tmp/prof PERF_WORKERS=1 bash scripts/bench-fanout.sh ...   # the workers alone, DWARF call graphs (large files: use short runs)
 #   LOGS=/tmp/fanout-logs LOG_LEVEL=info bash scripts/bench-fanout.sh ...   # keep the workers', sandbox's and redis-server's logs
 #   bash scripts/bench-fanout.sh --cluster 3 ...   # against a private Redis Cluster of 3 primaries (no replicas); Redis's
 #                                                  # work is every primary's added up, and shown per primary
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --streams) streams=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --cluster) cluster=$2; shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -95,7 +96,10 @@ while True:
     fi
   done
   if [ -n "${PERF:-}" ]; then
-    perf record -g -a -o "$PERF/perf-$sitting.data" >"$work/perf.log" 2>&1 &
+    perf_scope=(-g -a)
+    # PERF_WORKERS=1: the workers alone, with DWARF call graphs (callers of libc and nghttp2 too).
+    [ -n "${PERF_WORKERS:-}" ] && perf_scope=(--call-graph dwarf,16384 -p "$(IFS=,; echo "${worker_pids[*]}")")
+    perf record "${perf_scope[@]}" -o "$PERF/perf-$sitting.data" >"$work/perf.log" 2>&1 &
     perf_pid=$!
   fi
   sitting_trips=$trips

@@ -484,10 +484,11 @@ extension OpsEndpointTests {
         // Room again: the worker recovers by itself and every entry is processed.
         _ = try await redis.command("CONFIG", "SET", "maxmemory", limit + (256 << 20))
         #expect(try await eventually(timeout: .seconds(60)) { try await get(port, "/readyz").status == 200 })
+        var outcomes: [String: Double] = [:]
         #expect(try await eventually(timeout: .seconds(60)) {
-            let s = try await scrape(port)
-            return [reg, sports].allSatisfy { s["activitycast_stream_entries_total{stream=\"\($0)\",outcome=\"acked\"}"] == Double(added[$0]!) }
-        })
+            outcomes = try await scrape(port).filter { $0.key.hasPrefix("activitycast_stream_entries_total{") }
+            return [reg, sports].allSatisfy { outcomes["activitycast_stream_entries_total{stream=\"\($0)\",outcome=\"acked\"}"] == Double(added[$0]!) }
+        }, "added \(added); \(outcomes.sorted { $0.key < $1.key }.map { "\($0.key.dropFirst(34)) \(Int($0.value))" })")
         #expect(await drained(redis, reg))
         #expect(await drained(redis, sports))
         for t in tokens {
