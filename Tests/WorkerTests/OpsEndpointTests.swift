@@ -440,7 +440,10 @@ extension OpsEndpointTests {
             // pipeline can go through (counting up to the first refusal once left 3 entries out
             // of `added`, and the acknowledgements never matched it).
             for (row, reply) in zip(rows, try await redis.pipeline(commands)) {
-                if let e = reply.errorMessage { refusedXADD = refusedXADD.isEmpty ? e : refusedXADD; continue }
+                if let e = reply.errorMessage {
+                    if refusedXADD.isEmpty { refusedXADD = e }
+                    continue
+                }
                 added[row.stream, default: 0] += 1
                 if row.stream == reg { tokens.append((row.key, row.activity, row.token)) } else { scores.append((row.key, row.ts)) }
             }
@@ -489,11 +492,12 @@ extension OpsEndpointTests {
         // Room again: the worker recovers by itself and every entry is processed.
         _ = try await redis.command("CONFIG", "SET", "maxmemory", limit + (256 << 20))
         #expect(try await eventually(timeout: .seconds(60)) { try await get(port, "/readyz").status == 200 })
+        let entriesTotal = "activitycast_stream_entries_total{"
         var outcomes: [String: Double] = [:]
         #expect(try await eventually(timeout: .seconds(60)) {
-            outcomes = try await scrape(port).filter { $0.key.hasPrefix("activitycast_stream_entries_total{") }
-            return [reg, sports].allSatisfy { outcomes["activitycast_stream_entries_total{stream=\"\($0)\",outcome=\"acked\"}"] == Double(added[$0]!) }
-        }, "added \(added); \(outcomes.sorted { $0.key < $1.key }.map { "\($0.key.dropFirst(34)) \(Int($0.value))" })")
+            outcomes = try await scrape(port).filter { $0.key.hasPrefix(entriesTotal) }
+            return [reg, sports].allSatisfy { outcomes["\(entriesTotal)stream=\"\($0)\",outcome=\"acked\"}"] == Double(added[$0]!) }
+        }, "added \(added); \(outcomes.sorted { $0.key < $1.key }.map { "\($0.key.dropFirst(entriesTotal.count)) \(Int($0.value))" })")
         #expect(await drained(redis, reg))
         #expect(await drained(redis, sports))
         for t in tokens {
