@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Redis CPU per token for reading a key's audience three ways, on a private redis-server.
+"""Redis CPU per token for reading a key's audience several ways, on a private redis-server.
 
 The fan-out reads `{key}:meta` with HSCAN (docs/sending.md); this measures what the same tokens
-would cost Redis kept in pages instead: hashes of --page fields read with HGETALL, or strings of
---page packed values read with GET (four to a pipeline). Values are shaped like the meta the
-registration writes (`ts device env tier broadcast token`). Figures are Redis's own CPU (INFO
-cpu, user + sys) over each read of the whole audience, per token; the client's speed doesn't
-enter them. Starts redis-server on a free loopback port and stops it by PID on exit.
+would cost Redis kept otherwise: in pages filled in registration order (hashes of --page fields
+read with HGETALL, or strings of --page packed values read with GET, four to a pipeline), in
+pages chosen by a hash of the activity (the same count of pages, read with HGETALL), or in one
+sorted set of `<hash> <activity> <value>` members (all of score 0), read in --page steps with
+`ZRANGE … BYLEX LIMIT` from the last member read. Values are shaped like the meta the
+registration writes (`ts device env tier broadcast token`), and the activities register in a
+random order, as a real key's do: what is near in a layout's order was written at the same time
+only where the layout keeps registration order. Figures are Redis's own CPU (INFO cpu, user +
+sys) over each read of the whole audience, per token; the client's speed doesn't enter them; the
+memory is `MEMORY USAGE` per token. Starts redis-server on a free loopback port and stops it by
+PID on exit.
 
   python3 scripts/bench-audience-layouts.py [--tokens 100000] [--page 256] [--rounds 3]
 """
-import argparse, random, socket, subprocess, tempfile, time
+import argparse, hashlib, random, socket, subprocess, tempfile, time
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--tokens", type=int, default=100000)
@@ -55,10 +61,16 @@ try:
         return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
 
     rnd = random.Random(1)
-    rows = [(b"A%07d" % i, b"%d d%d development - 0 %064x" % (1732000000000 + i, i, rnd.getrandbits(256))) for i in range(opts.tokens)]
-    for i in range(0, opts.tokens, 1000):
-        run([("HSET", "meta") + tuple(x for r in rows[i:i + 1000] for x in r)])
+    rows = [(b"%08x-4e5a-8c1d-%012x" % (rnd.getrandbits(32), rnd.getrandbits(48)),
+             b"%d d%d development - 0 %064x" % (1732000000000 + i, i, rnd.getrandbits(256))) for i in range(opts.tokens)]
+    place = {a: int.from_bytes(hashlib.sha1(a).digest()[:4], "big") for a, _ in rows}
     pages = (opts.tokens + opts.page - 1) // opts.page
+    # Every layout is written in the one registration order, each row to all of them in turn.
+    for i in range(0, opts.tokens, 1000):
+        chunk = rows[i:i + 1000]
+        run([("HSET", "meta") + tuple(x for r in chunk for x in r),
+             ("ZADD", "lex") + tuple(x for a, m in chunk for x in (0, b"%08x %s %s" % (place[a], a, m)))]
+            + [("HSET", f"hashed:{place[a] % pages}", a, m) for a, m in chunk])
     for p in range(pages):
         chunk = rows[p * opts.page:(p + 1) * opts.page]
         run([("HSET", f"page:{p}") + tuple(x for r in chunk for x in r),
@@ -71,6 +83,14 @@ try:
             n += len(fields) // 2
             if cursor == b"0": return n
 
+    def bylex():
+        start, n = b"-", 0
+        while True:
+            members = run([("ZRANGE", "lex", start, "+", "BYLEX", "LIMIT", 0, opts.page)])[0]
+            n += len(members)
+            if len(members) < opts.page: return n
+            start = b"(" + members[-1]
+
     def paged(command, name, count):
         n = 0
         for first in range(0, pages, 4):
@@ -79,9 +99,15 @@ try:
 
     ways = [("HSCAN of one hash", hscan),
             ("HGETALL of pages", lambda: paged("HGETALL", "page", lambda r: len(r) // 2)),
-            ("GET of packed pages", lambda: paged("GET", "packed", lambda r: r.count(b"\n") + 1))]
+            ("GET of packed pages", lambda: paged("GET", "packed", lambda r: r.count(b"\n") + 1)),
+            ("HGETALL hashed pages", lambda: paged("HGETALL", "hashed", lambda r: len(r) // 2)),
+            ("ZRANGE BYLEX", bylex)]
+    def usage(*names):
+        return sum(run([("MEMORY", "USAGE", n, "SAMPLES", 0) for n in names])) / opts.tokens
     print(f"{opts.tokens} tokens, pages of {opts.page}; encodings: meta {run([('OBJECT', 'ENCODING', 'meta')])[0].decode()}, "
-          f"page {run([('OBJECT', 'ENCODING', 'page:0')])[0].decode()}")
+          f"page {run([('OBJECT', 'ENCODING', 'page:0')])[0].decode()}, sorted set {run([('OBJECT', 'ENCODING', 'lex')])[0].decode()}")
+    print(f"bytes per token: one hash {usage('meta'):.0f}, pages {usage(*[f'page:{p}' for p in range(pages)]):.0f}, "
+          f"hashed pages {usage(*[f'hashed:{p}' for p in range(pages)]):.0f}, sorted set {usage('lex'):.0f}")
     results = {name: [] for name, _ in ways}
     for _ in range(opts.rounds):
         for name, read in ways:

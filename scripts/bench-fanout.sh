@@ -96,6 +96,7 @@ while True:
     fi
   done
   if [ -n "${PERF:-}" ]; then
+    mkdir -p "$PERF"
     perf_scope=(-g -a)
     # PERF_WORKERS=1: the workers alone, with DWARF call graphs (callers of libc and nghttp2 too).
     [ -n "${PERF_WORKERS:-}" ] && perf_scope=(--call-graph dwarf,16384 -p "$(IFS=,; echo "${worker_pids[*]}")")
