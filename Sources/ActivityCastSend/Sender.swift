@@ -545,14 +545,6 @@ public final class Sender: SendRole {
         }
     }
 
-    // MARK: Broadcast
-
-    // MARK: Per-token
-
-    // MARK: Push-to-start
-
-    // MARK: End
-
     /// After the end went out: the channel is deleted after the dismissal window, and the key's
     /// tokens, state and index entry are forgotten then too — until then a late event (processed
     /// after the end by another worker) can still bring its values to every device.
@@ -570,9 +562,6 @@ public final class Sender: SendRole {
             RedisCommand("EXPIRE", keys.state(plan.key), keep),
         ])
     }
-
-    // MARK: Failures
-
 }
 
 struct PushRejectionError: Error, CustomStringConvertible {
