@@ -117,7 +117,7 @@ struct FanoutBench: AsyncParsableCommand {
             var line = String(format: "  %@ tokens: fan-out %.0f tokens/s", n.formatted(), rate)
             if let hs = h2[n] {
                 let hr = median(hs.map(\.rate))
-                line += String(format: ", h2load %.0f req/s, ratio %.2f (goal ≥ 0.70)", hr, median(zip(rs, hs).map { $0.rate / $1.rate }))
+                line += String(format: ", h2load %.0f req/s, ratio %.2f (goal ≥ 0.85)", hr, median(zip(rs, hs).map { $0.rate / $1.rate }))
             }
             line += String(format: "; worker peak RSS %.1f MiB (the largest worker's; goal ≤ 64 MiB at 1M)", hwm)
             line += String(format: "; Redis %.2f µs CPU/token, %.3f round trips/token", median(rs.map(\.redisMicrosPerToken)), median(rs.map(\.readsPerToken)))
