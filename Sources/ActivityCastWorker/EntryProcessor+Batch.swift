@@ -28,11 +28,12 @@ extension EntryProcessor {
         var beforeAck: [RedisCommand] = []
     }
 
-    func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, order: UInt64?,
+    /// `counted`: a redelivered batch's attempts, counted before anything is done (so an entry
+    /// that kills every worker that takes it still runs out of attempts); nil for a first delivery.
+    func attemptProcess(feed: Settings.Feed, entries: [StreamEntry], attempts counted: Attempts?, order: UInt64?,
                         baseline: GroupLoss.Baseline) async throws -> Outcome {
-        // A redelivered entry's attempt counts before anything is done (so an entry that kills
-        // every worker that takes it still runs out of attempts).
-        let attempts = redelivered ? try await countAttempts(feed.stream, entries) : Attempts()
+        let redelivered = counted != nil
+        let attempts = counted ?? Attempts()
         let work = planBatch(feed: feed, entries: entries, attempts: attempts)
         var carried = try await applyEffects(feed: feed, entries: entries, work: work, attempts: attempts)
         if let sender {
@@ -168,7 +169,13 @@ extension EntryProcessor {
                                                                         deliveries: attempts.deliveries(entries[index].id), copyFields: true)])[0]
                 if let e = reply.errorMessage { carried.outcome[index] = Failure(e) } else { carried.deadLettered.append((entries[index], reason)) }
             case .failure(let error):
-                if let r = Self.refusal(of: error) { carried.outcome[index] = .refused(r) } else { carried.outcome[index] = .own("sending failed: \(error)") }
+                if let r = Self.refusal(of: error) {
+                    carried.outcome[index] = .refused(r)
+                } else if let e = error as? RedisError, e.isConnectionProblem {
+                    carried.outcome[index] = .unreachable("\(e)")
+                } else {
+                    carried.outcome[index] = .own("sending failed: \(error)")
+                }
             }
         }
     }

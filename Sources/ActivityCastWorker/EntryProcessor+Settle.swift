@@ -4,8 +4,9 @@ import ActivityCastSettings
 import RedisClient
 
 /// The end of a batch's attempt: acknowledge what is final, remember why the entries' own
-/// failures happened. A refusal is Redis's state, not the entry's: nothing is recorded and its
-/// attempt is given back; so is a handed-off entry's (its fan-out's slices are under way).
+/// failures happened. A refusal, or Redis out of reach, is Redis's state, not the entry's:
+/// nothing is recorded and its attempt is given back; so is a handed-off entry's (its fan-out's
+/// slices are under way).
 extension EntryProcessor {
     /// What the outcomes come to (no I/O): the entries to acknowledge, the failures to record,
     /// the attempts to give back.
@@ -14,6 +15,8 @@ extension EntryProcessor {
         var failures: [(id: String, message: String)] = []
         var refunds: [String] = []
         var refusal: RedisRefusal?
+        /// Entries left pending because Redis was out of reach, and what it said.
+        var unreachable: [String] = []
         var handedOff = 0
 
         init(entries: [StreamEntry], outcome: [Failure?], redelivered: Bool) {
@@ -22,6 +25,9 @@ extension EntryProcessor {
                 case nil: ack.append(entry.id)
                 case .refused(let r)?:
                     refusal = refusal ?? r
+                    if redelivered { refunds.append(entry.id) }
+                case .unreachable(let message)?:
+                    unreachable.append(message)
                     if redelivered { refunds.append(entry.id) }
                 case .handedOff?:
                     handedOff += 1
@@ -74,8 +80,12 @@ extension EntryProcessor {
             counters?.failed.add(s.failures.count, ordering: .relaxed)
             logger.warning("entries left pending after a failure", metadata: ["stream": "\(feed.stream)", "count": "\(s.failures.count)", "error": "\(first.message)"])
         }
+        if let first = s.unreachable.first {
+            counters?.failed.add(s.unreachable.count, ordering: .relaxed)
+            logger.warning("entries left pending: Redis out of reach", metadata: ["stream": "\(feed.stream)", "count": "\(s.unreachable.count)", "error": "\(first)"])
+        }
         if s.refusal != nil {
-            counters?.refused.add(entries.count - s.ack.count - s.failures.count - s.handedOff, ordering: .relaxed)
+            counters?.refused.add(entries.count - s.ack.count - s.failures.count - s.unreachable.count - s.handedOff, ordering: .relaxed)
         }
         return Outcome(finished: s.ack.count, refusal: s.refusal)
     }

@@ -133,28 +133,49 @@ struct EntryProcessor: Sendable {
         return total
     }
 
+    /// One delivery of `entries`. A redelivered batch's attempt is counted once, before anything
+    /// is done, however many times Redis makes it retry; and it is given back when the delivery
+    /// ends because Redis was unreachable or refusing: an outage (a failover, a restart, a full
+    /// Redis) is not the entries' fault and must not run them out of attempts into dead letters.
     private func processWithRetries(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool, retryUntil: ContinuousClock.Instant,
                                     order: UInt64? = nil, baseline: GroupLoss.Baseline) async -> Outcome {
         guard !entries.isEmpty else { return Outcome() }
         var attempt = 0
+        var attempts: Attempts?
         while true {
             do {
-                return try await attemptProcess(feed: feed, entries: entries, redelivered: redelivered, order: order, baseline: baseline)
+                if redelivered, attempts == nil { attempts = try await countAttempts(feed.stream, entries) }
+                return try await attemptProcess(feed: feed, entries: entries, attempts: attempts, order: order, baseline: baseline)
             } catch let error as RedisError where error.isConnectionProblem && ContinuousClock.now < retryUntil {
                 attempt += 1
                 if attempt == 1 || attempt % 20 == 0 {
                     logger.warning("Redis unavailable while processing; retrying", metadata: ["stream": "\(feed.stream)", "entries": "\(entries.count)", "error": "\(error)"])
                 }
                 try? await Task.sleep(for: .milliseconds(min(50 * attempt, 1000)))
-            } catch let error as RedisError where error.refusal != nil {
-                stats.stream(feed.stream)?.refused.add(entries.count, ordering: .relaxed)
-                return Outcome(finished: 0, refusal: error.refusal)
             } catch {
+                if attempts != nil, Self.isRedisOutage(error) { await refundAttempts(feed.stream, entries) }
+                if let refusal = Self.refusal(of: error) {
+                    stats.stream(feed.stream)?.refused.add(entries.count, ordering: .relaxed)
+                    return Outcome(finished: 0, refusal: refusal)
+                }
                 stats.stream(feed.stream)?.failed.add(entries.count, ordering: .relaxed)
                 logger.error("batch left pending for a retry", metadata: ["stream": "\(feed.stream)", "entries": "\(entries.count)", "error": "\(error)"])
                 return Outcome()
             }
         }
+    }
+
+    /// Gives this delivery's attempt back to each of `entries` (best effort: with Redis gone, the
+    /// attempt stays counted, one per outage at most).
+    private func refundAttempts(_ stream: String, _ entries: [StreamEntry]) async {
+        let errors = errorsKey(stream)
+        _ = try? await redis.pipeline(entries.map { AttemptScripts.refund(errors, $0.id) })
+    }
+
+    /// Redis, not the work, made an attempt fail: unreachable, timed out, or refusing (see `RedisRefusal`).
+    static func isRedisOutage(_ error: Error) -> Bool {
+        if let e = error as? RedisError, e.isConnectionProblem { return true }
+        return refusal(of: error) != nil
     }
 
     /// Redis refusing work behind a send's failure: a `RedisError`'s, or one the send path quotes
@@ -169,6 +190,8 @@ struct EntryProcessor: Sendable {
     /// about the entry's own data.
     enum Failure {
         case refused(RedisRefusal)
+        /// Redis unreachable or timing out (a failover, a restart): not the entry's fault either.
+        case unreachable(String)
         case own(String)
         /// Not final yet, through no failure: its fan-out's slices are under way.
         case handedOff

@@ -392,17 +392,7 @@ import TestSupport
         let sandbox = try await SandboxProcess(arguments: ["--delivery-log", "20000", "--slow-rate", "1", "--slow-ms", "50"])
         let redis = try cluster.connection(seeds: 3)
         defer { redis.close() }
-        // The key alone on its node: the streams, the counters and the schedule elsewhere.
-        var found: (Settings, String, Int)?
-        for attempt in 0..<300 {
-            let prefix = "k\(UInt32.random(in: 0...UInt32.max))", key = "match:k\(attempt)"
-            let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
-            let node = try await cluster.primaryPort(forKey: "\(prefix):{\(key)}:state")
-            var others: [Int] = []
-            for k in s.inputStreams.map(\.stream) + s.keys.sliceStreams + [s.keys.counters, s.deadLetterStream] { others.append(try await cluster.primaryPort(forKey: k)) }
-            if !others.contains(node) { found = (s, key, node); break }
-        }
-        let (settings, key, keyNode) = try #require(found)
+        let (settings, key, keyNode) = try await keyAloneOnItsNode(cluster, "k")
         let match = String(key.dropFirst("match:".count))
         let (w1, w2) = try failoverWorkers(cluster, sandbox, settings)
         defer { w1.removeLogs(); w2.removeLogs() }
@@ -435,6 +425,64 @@ import TestSupport
         for w in [w1, w2] { #expect(!jsonLogLines(w.stderr).contains { ($0["msg"] ?? "").hasPrefix("REDIS RESTARTED") }) }
         print("key node failover mid-fan-out: \(before) of \(tokens.count) devices had the update at the kill; \(r.total) pushes, "
               + "\(r.duplicates) duplicates (\(r.duplicates * 100 / tokens.count) % of the devices), 0 lost")
+    }
+
+    /// The match key's node and its replica frozen (SIGSTOP) mid-fan-out for many times the
+    /// visibility timeout × `worker.max_deliveries` (the other nodes serve their slots meanwhile),
+    /// and a newer update published while they are: the slices and the update's entry are
+    /// delivered again and again, each delivery failing on the unreachable node, and none of those
+    /// deliveries counts against them. Once the node answers again every device ends on the newer
+    /// update, and nothing is dead-lettered or left pending.
+    @Test func anOutageOfTheKeysNodeLongerThanTheDeliveriesDeadLettersNothing() async throws {
+        let cluster = try await RedisClusterServers()
+        let sandbox = try await SandboxProcess(arguments: ["--delivery-log", "20000", "--slow-rate", "1", "--slow-ms", "50"])
+        let redis = try cluster.connection(seeds: 3)
+        defer { redis.close() }
+        let (settings, key, keyNode) = try await keyAloneOnItsNode(cluster, "o")
+        let match = String(key.dropFirst("match:".count))
+        let env = workerSettings(sandbox, prefix: settings.prefix, ["worker.visibility_timeout_ms": "400", "worker.max_deliveries": "2",
+                                                                   "redis.command_timeout_ms": "300", "redis.connect_timeout_ms": "300",
+                                                                   "fanout.slice_size": "16", "fanout.batch": "8", "fanout.lease_ms": "1000"])
+        let url = cluster.urlString(seeds: 3)
+        let w = try startActivitycast(["worker", "--consumer", "w1"], redisURL: url, settings: env, logName: "outage")
+        defer { w.removeLogs() }
+        let t0 = (Int64(Date().timeIntervalSince1970) - 600) * 1000
+        let tokens = (0..<300).map { String(format: "%064x", 0xfd_0000 + $0) }
+        for reply in try await redis.pipeline(tokens.enumerated().map { registration(settings, $0, $1, key: key, ts: t0) }) { _ = try reply.orThrow("XADD") }
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+
+        // The other primaries go on serving their slots while the key's has no node.
+        let shards = try await cluster.shards()
+        let frozen = [keyNode] + (shards.first { $0.primary == keyNode }?.replicas ?? [])
+        for shard in shards where shard.primary != keyNode {
+            _ = try await cluster.on(shard.primary, RedisCommand("CONFIG", "SET", "cluster-require-full-coverage", "no"))
+        }
+        let first = t0 + 60_000, newer = t0 + 120_000
+        _ = try await xadd(redis, settings.feeds[0].stream, [("type", "match.score"), ("ts", String(first)), ("match", match),
+                                                             ("home_score", "1"), ("away_score", "0")])
+        let before = await MidFanOut(sandbox: sandbox, tokens: tokens, update: first).reached(atLeast: 20)
+        for node in frozen { cluster.pause(port: node) }
+        var resumed = false
+        defer { if !resumed { for node in frozen { cluster.resume(port: node) } } }
+        _ = try await xadd(redis, settings.feeds[0].stream, [("type", "match.score"), ("ts", String(newer)), ("match", match),
+                                                             ("home_score", "2"), ("away_score", "0")])
+        // 8 s: 20 visibility timeouts, ten times what two deliveries take.
+        try await Task.sleep(for: .seconds(8))
+        let claimed = try await redis.send(RedisCommand("XPENDING", settings.keys.slices, settings.group))
+        for node in frozen { cluster.resume(port: node) }
+        resumed = true
+        #expect(before < tokens.count, "the fan-out was over before the freeze")
+
+        let r = try await MidFanOut(sandbox: sandbox, tokens: tokens, update: newer).everyDeviceOnTheUpdate()
+        #expect(await eventually(timeout: .seconds(60)) { await drained(redis, settings) })
+        let dead = try await redis.send(RedisCommand("XRANGE", settings.deadLetterStream, "-", "+", "COUNT", 5))
+        #expect(dead.array?.isEmpty == true, "dead letters: \(String(describing: dead).prefix(1500))")
+        #expect(w.isRunning)
+        #expect(await w.stop() == 0)
+        let redeliveries = jsonLogLines(w.stderr).filter { ($0["msg"] ?? "").hasPrefix("claimed idle") }.count
+        #expect(redeliveries > 2, "\(redeliveries) claims while the node was frozen")
+        print("key node frozen 8 s mid-fan-out: \(before) of \(tokens.count) devices had the first update; slices pending then: "
+              + "\(claimed.array?.first?.int ?? -1); \(redeliveries) claims; \(r.total) pushes, \(r.duplicates) duplicates, 0 dead letters")
     }
 
     /// The primary holding the registrations stream and the slices stream SIGKILLed while an
@@ -564,6 +612,20 @@ private struct MidFanOut {
         #expect(r.duplicates <= tokens.count, "\(r.duplicates) duplicates for \(tokens.count) devices")
         return r
     }
+}
+
+/// Settings (prefix `<letter><random>`) under which `match:<letter><n>` is alone on its primary:
+/// the streams, the counters and the dead letters elsewhere. The settings, the key and its node's port.
+private func keyAloneOnItsNode(_ cluster: RedisClusterServers, _ letter: String) async throws -> (Settings, String, Int) {
+    for attempt in 0..<300 {
+        let prefix = "\(letter)\(UInt32.random(in: 0...UInt32.max))", key = "match:\(letter)\(attempt)"
+        let s = try SettingsLoader.load(file: nil, environment: [:], overrides: ["redis.url": cluster.urlString(seeds: 3), "prefix": prefix])
+        let node = try await cluster.primaryPort(forKey: "\(prefix):{\(key)}:state")
+        var others: [Int] = []
+        for k in s.inputStreams.map(\.stream) + s.keys.sliceStreams + [s.keys.counters, s.deadLetterStream] { others.append(try await cluster.primaryPort(forKey: k)) }
+        if !others.contains(node) { return (s, key, node) }
+    }
+    throw RedisServerError(description: "no prefix put match:\(letter)<n> alone on its node in 300 tries")
 }
 
 /// A worker's settings on the test cluster: the sandbox's, `prefix`, quick polls and claims, then `extra`.
