@@ -47,11 +47,15 @@ struct EntryProcessor: Sendable {
     let groupLoss: GroupLoss
     /// Where batches' acknowledgements wait to share a round trip (nil: each goes at once).
     let acks: AcknowledgementQueue?
+    /// What this worker is working on: kept claimed, never started twice (`EntriesInHand`).
+    let held: EntriesInHand
 
     init(settings: Settings, redis: RedisConnection, consumer: String, logger: Logger, stats: WorkerStats, mode: Mode = .full,
-         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil, acks: AcknowledgementQueue? = nil) {
+         sender: Sender? = nil, routes: RouteSet = .shipped, groupLoss: GroupLoss? = nil, acks: AcknowledgementQueue? = nil,
+         held: EntriesInHand? = nil) {
         self.sender = sender
         self.acks = acks
+        self.held = held ?? EntriesInHand(visibilityTimeout: settings.visibilityTimeout)
         self.groupLoss = groupLoss ?? GroupLoss(connections: [redis], streams: settings.inputStreams.map(\.stream))
         self.routes = routes
         self.settings = settings
@@ -104,6 +108,10 @@ struct EntryProcessor: Sendable {
     func process(feed: Settings.Feed, entries: [StreamEntry], redelivered: Bool = false, retryUntil: ContinuousClock.Instant,
                  order: UInt64? = nil) async -> Outcome {
         defer { if let order { readOrder.done(order) } }
+        // An entry this worker is still working on (its own claim handed it back) is left to that delivery.
+        let taken = held.take(feed.stream, entries.map(\.id))
+        defer { held.release(feed.stream, taken) }
+        let entries = taken.count == entries.count ? entries : entries.filter { taken.contains($0.id) }
         guard !entries.isEmpty else { return Outcome() }
         let baseline = groupLoss.baseline()
         guard redelivered, entries.count > 1 else {

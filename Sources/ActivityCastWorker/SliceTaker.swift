@@ -24,6 +24,8 @@ final class SliceTaker: Sendable {
     let logger: Logger
     let stop: StopSignal
     let stats: WorkerStats
+    /// What this worker is working on: kept claimed, never started twice (`EntriesInHand`).
+    let held: EntriesInHand
     /// The slices stream it reads, and how many of its slices it may hold.
     let stream: String
     let inHand: Int
@@ -35,8 +37,9 @@ final class SliceTaker: Sendable {
     var errorsKey: String { settings.keys.errors(stream) }
 
     init(settings: Settings, priority: Int, consumer: String, sender: Sender, redis: RedisConnection, logger: Logger, stop: StopSignal,
-         stats: WorkerStats) {
+         stats: WorkerStats, held: EntriesInHand) {
         self.settings = settings
+        self.held = held
         self.stream = settings.keys.slices(priority: priority)
         self.inHand = settings.slicesInHand(priority: priority)
         self.consumer = consumer
@@ -142,10 +145,13 @@ final class SliceTaker: Sendable {
     }
 
     private func take(_ entry: StreamEntry, redelivered: Bool) {
+        // Still in hand here (this worker's own claim handed it back): that delivery goes on.
+        guard !held.take(stream, [entry.id]).isEmpty else { return }
         active.add(1, ordering: .relaxed)
         stats.stream(stream)?.read.add(1, ordering: .relaxed)
         Task {
             await self.process(entry, redelivered: redelivered)
+            self.held.release(self.stream, [entry.id])
             self.active.subtract(1, ordering: .relaxed)
             self.wake.yield()
         }

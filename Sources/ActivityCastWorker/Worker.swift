@@ -129,9 +129,11 @@ public final class Worker: Sendable {
         self.sender = sender
         self.sliceSender = sliceSender
         let consumerName = self.consumer, stopSignal = self.stop, workerStats = self.stats
+        let held = EntriesInHand(visibilityTimeout: settings.visibilityTimeout)
         self.slices = sliceSender.map { sender in
             RedisKeys.slicePriorities.map {
-                SliceTaker(settings: settings, priority: $0, consumer: consumerName, sender: sender, redis: sliceRedis, logger: logger, stop: stopSignal, stats: workerStats)
+                SliceTaker(settings: settings, priority: $0, consumer: consumerName, sender: sender, redis: sliceRedis, logger: logger, stop: stopSignal,
+                           stats: workerStats, held: held)
             }
         } ?? []
         self.flusher = sender.map { BudgetFlusher(sender: $0, redis: redis, keys: settings.keys, logger: logger, stop: stopSignal) }
@@ -142,7 +144,7 @@ public final class Worker: Sendable {
         self.sendSetupError = setupError
         self.processor = EntryProcessor(settings: settings, redis: redis, consumer: consumer, logger: logger, stats: stats,
                                         mode: mode == .full ? .full : .decodeOnly, sender: sender, routes: routes, groupLoss: groupLoss,
-                                        acks: AcknowledgementQueue(redis, delay: settings.ackDelay))
+                                        acks: AcknowledgementQueue(redis, delay: settings.ackDelay), held: held)
     }
 
     public enum Mode: Sendable { case full, decodeOnly }
@@ -212,6 +214,8 @@ public final class Worker: Sendable {
         let sliceLoops = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
         let sweepLoop = sender.map { $0.recordSweep.loop(redis, logger: logger) }
+        let keepClaimed = processor.held.keepClaimedLoop(redis, group: settings.group, consumer: consumer, logger: logger)
+        defer { keepClaimed.cancel() }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {

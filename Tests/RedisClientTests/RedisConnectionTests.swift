@@ -108,7 +108,9 @@ import TestSupport
     }
 
     @Test func connectFailureIsQuickAndClear() async throws {
-        let port = freeLoopbackPort()  // nothing listens here
+        let refusing = RefusingLoopbackPort()  // nothing listens here, and nothing can start to
+        defer { refusing.close() }
+        let port = refusing.port
         let redis = RedisConnection(configuration: RedisConfiguration(url: RedisURL(host: "127.0.0.1", port: port), connectTimeout: .seconds(1)))
         defer { redis.close() }
         let start = ContinuousClock.now

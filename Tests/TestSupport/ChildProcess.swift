@@ -228,19 +228,35 @@ public func startOnFreeLoopbackPort(_ what: String, timeout: Duration, launch: (
 
 /// A loopback TCP port that was free a moment ago (bound to port 0, then released).
 public func freeLoopbackPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    precondition(fd >= 0)
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let ok = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+    let reserved = RefusingLoopbackPort()
+    defer { reserved.close() }
+    return reserved.port
+}
+
+/// A loopback port that refuses connections for as long as this is held: bound, never listening,
+/// so no server a parallel test starts can take it (a port found free and let go can be). Close
+/// it when done.
+public final class RefusingLoopbackPort: @unchecked Sendable {
+    public let port: Int
+    private let fd: Int32
+
+    public init() {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        precondition(fd >= 0)
+        self.fd = fd
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        precondition(ok, "cannot bind a loopback socket")
+        port = Int(UInt16(bigEndian: addr.sin_port))
     }
-    precondition(ok, "cannot bind a loopback socket")
-    return Int(UInt16(bigEndian: addr.sin_port))
+
+    public func close() { _ = Glibc.close(fd) }
 }
 
 /// True when something accepts TCP connections on 127.0.0.1:`port`.

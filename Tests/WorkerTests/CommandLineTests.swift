@@ -192,7 +192,9 @@ import TestSupport
     }
 
     @Test func inspectWithoutRedisFailsClearly() async throws {
-        let port = freeLoopbackPort()  // nothing listens here
+        let refusing = RefusingLoopbackPort()  // nothing listens here, and nothing can start to
+        defer { refusing.close() }
+        let port = refusing.port
         let child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["inspect", "--redis", "redis://127.0.0.1:\(port)"],
                                      logName: "inspect-down")
         defer { child.removeLogs() }

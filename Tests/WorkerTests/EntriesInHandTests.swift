@@ -1,0 +1,38 @@
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// A delivery that outlives the visibility timeout stays its worker's (`EntriesInHand`).
+extension SendTests {
+    /// APNs answers every push 1.5 s late, five visibility timeouts (300 ms), with two workers
+    /// claiming idle entries every 100 ms and `worker.max_deliveries` 2: the worker that read the
+    /// update keeps it claimed while its push is under way, so the other never claims it, it
+    /// is delivered once, the device gets it once, and nothing is dead-lettered.
+    @Test func aDeliveryLongerThanTheVisibilityTimeoutIsNotClaimedFromItsWorker() async throws {
+        let r = try await rig(["--slow-rate", "1", "--slow-ms", "1500", "--delivery-log", "1000"])
+        defer { r.redis.close() }
+        let quick = ["worker.visibility_timeout_ms": "300", "worker.claim_interval_ms": "100", "worker.max_deliveries": "2",
+                     "log.level": "info"]
+        let w1 = try r.worker("w1", quick), w2 = try r.worker("w2", quick)
+        defer { w1.removeLogs(); w2.removeLogs() }
+        let t = now() - 60_000
+        let device = token("c7")
+        try await register(r, device: "d", key: "match:h1", activity: "A", token: device, ts: t)
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+
+        try await score(r, "h1", 1, 0, ts: t + 1000)
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        try await Task.sleep(for: .seconds(1))
+        let all = try await r.sandbox.deviceDeliveries()
+        let received = all.filter { $0.target == device && $0.event == "update" }
+        #expect(received.count == 1, "the device got the update \(received.count) times: \(all)")
+        #expect(state(try await r.device(device))["homeScore"] as? Int == 1)
+        let dead = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+", "COUNT", 5))
+        #expect(dead.array?.isEmpty == true, "dead letters: \(String(describing: dead).prefix(1000))")
+        #expect(await w1.stop() == 0)
+        #expect(await w2.stop() == 0)
+        let claims = (jsonLogLines(w1.stderr) + jsonLogLines(w2.stderr)).filter { ($0["msg"] ?? "").hasPrefix("claimed idle") }
+        #expect(claims.isEmpty, "\(claims.count) claims: \(claims.prefix(3))")
+    }
+}
