@@ -6,11 +6,13 @@ public enum APNsResult: Sendable, Hashable {
     case failed(APNsTransportError)
 
     /// What to do next. A request that got no answer is retried with back-off (its outcome is
-    /// unknown; a Live Activity push carries its timestamp, so a duplicate is harmless).
+    /// unknown; a Live Activity push carries its timestamp, so a duplicate is harmless); so is one
+    /// that was never sent for want of a provider token (the fleet's is in Redis, which may be
+    /// away for a moment): neither says anything about the device token.
     public var action: APNsAction {
         switch self {
         case .response(let r): return r.action
-        case .failed(let e): return e.kind == .configuration || e.kind == .providerToken ? .fail : .retryWithBackoff
+        case .failed(let e): return e.kind == .configuration ? .fail : .retryWithBackoff
         }
     }
 

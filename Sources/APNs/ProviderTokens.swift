@@ -90,9 +90,21 @@ public final class RedisSharedProviderTokens: ProviderTokenSource {
 
     public func currentToken() async throws -> ProviderToken {
         let now = clock()
-        if let t = cached.withLock({ $0 }), t.age(now: now) < refreshAfterSeconds { return t }
-        return try await obtain(replacing: nil)
+        let local = cached.withLock { $0 }
+        if let t = local, t.age(now: now) < refreshAfterSeconds { return t }
+        do {
+            return try await obtain(replacing: nil)
+        } catch {
+            // Redis away when the token is due: the local copy is still good for APNs until its
+            // hour is nearly over, so pushes go on meanwhile.
+            if let t = local, t.age(now: now) >= 0, t.age(now: now) < Self.lastUsableSeconds { return t }
+            throw error
+        }
     }
+
+    /// The age past which a token is not used even when a fresh one can't be had (APNs refuses
+    /// tokens older than an hour: `ExpiredProviderToken`).
+    static let lastUsableSeconds: Int64 = 55 * 60
 
     public func refresh(rejected: ProviderToken) async throws -> ProviderToken {
         try await obtain(replacing: rejected)

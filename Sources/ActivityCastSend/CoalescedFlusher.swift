@@ -21,6 +21,9 @@ struct CoalescedFlusher: SendRole {
         let replies = try await redis.pipeline([
             RedisCommand("HGETALL", stateKey), channels.statesCommand(key, envs), RedisCommand("HGET", keys.fanoutGen(key), "name"),
         ])
+        // An error reply read as "no state" would settle the flush with nothing sent: the waiting
+        // state lost. Thrown, the flush stays due and is tried again.
+        for (reply, name) in zip(replies, ["HGETALL", "HMGET channels", "HGET fan-out"]) { _ = try reply.orThrow("flush \(key): \(name)") }
         if tier != nil, let current = replies[2].string {
             let fan = try await redis.send(RedisCommand("HMGET", keys.fanout(key, current), "left", "n", "q")).array ?? []
             if fan.count == 3, let left = fan[0].string.flatMap(Int.init), left > 0 {

@@ -89,7 +89,8 @@ struct StartSender: SendRole {
         let settings = try await redis.pipeline(devices.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
         var rows: [TokenRow] = []
         for (device, reply) in zip(devices, settings) {
-            let v = reply.array ?? []
+            // An error reply is not "no start token": that device would silently get no start.
+            let v = try reply.orThrow("HMGET \(keys.device(device))").array ?? []
             guard let start = v.first?.string, let space = start.firstIndex(of: " ") else { continue }
             let token = String(start[start.index(after: space)...])
             let env = (v.count > 1 ? v[1].string.flatMap(APNsEnvironment.init(rawValue:)) : nil) ?? .production

@@ -50,7 +50,9 @@ struct TokenBatches: SendRole {
         if !needDevice.isEmpty {
             let replies = try await redis.pipeline(needDevice.map { RedisCommand("HMGET", keys.device($0.device), "env", "broadcast", "tier") })
             for (need, reply) in zip(needDevice, replies) {
-                let values = reply.array ?? []
+                // An error reply (Redis refusing, a cluster's node away) is not "no settings": read
+                // as such, a development token would go to production and be forgotten as bad.
+                let values = try reply.orThrow("HMGET \(keys.device(need.device))").array ?? []
                 // The device hash keeps its settings as plain values: `env`, `broadcast` ("1"/"0"), `tier`.
                 if need.env, let env = values.first?.string.flatMap(APNsEnvironment.init(rawValue:)) { rows[need.row].env = env }
                 if need.broadcast, values.count > 1 { rows[need.row].onBroadcast = values[1].string == "1" }

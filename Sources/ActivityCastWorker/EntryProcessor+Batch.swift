@@ -143,6 +143,9 @@ extension EntryProcessor {
                 if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { carried.outcome[index] = Failure(bad) }
             }
         }
+        for (index, w) in work.enumerated() where carried.outcome[index] == nil {
+            if case .effects(let e, _) = w { carried.beforeAck += e.done }
+        }
         return carried
     }
 

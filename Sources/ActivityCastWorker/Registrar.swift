@@ -10,6 +10,8 @@ struct EntryEffects: Sendable {
     var second: (@Sendable ([RESPValue]) -> [RedisCommand])? = nil
     /// Registrations ignored as older than what is stored; counted for `inspect`, not errors.
     var staleIfZero: Int? = nil
+    /// Once both phases succeeded: written in the entry's acknowledgement, before its `XACK`.
+    var done: [RedisCommand] = []
 }
 
 /// Turns registrations into Redis writes following docs/schema.md's layout.
@@ -88,7 +90,7 @@ struct Registrar: Sendable {
                     }
                 }
                 return cleanup
-            })
+            }, done: [RedisCommand("HDEL", keys.device(device), "cleanup:\(ts)")])
         }
     }
 

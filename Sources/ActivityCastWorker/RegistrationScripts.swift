@@ -70,22 +70,29 @@ enum RegistrationScripts {
     /// Forgets the device as of `ts`: keeps only a `gone` tombstone (so older registrations that
     /// arrive late are ignored) and returns what the device had, for the caller to clean up:
     /// a flat list of field names (`follow:<target>`, `start:<type>`, `act:<key> <activity>`)
-    /// whose values were live. Returns -1 if a newer unregister already happened.
+    /// whose values were live. Returns -1 if a newer unregister already happened. The list stays
+    /// with the tombstone (`cleanup:<ts>`, JSON) until the cleanup is done (the entry's
+    /// acknowledgement deletes it): the same unregister applied again — its cleanup interrupted,
+    /// its entry delivered again — gets it again instead of an empty hash's nothing.
     static let forgetDevice = RedisScript("""
     local ts = tonumber(ARGV[1])
     local gone = tonumber(redis.call('HGET', KEYS[1], 'gone') or '0')
     if ts < gone then return -1 end
+    if ts == gone then
+      local saved = redis.call('HGET', KEYS[1], 'cleanup:' .. ARGV[1])
+      if saved then return cjson.decode(saved) end
+    end
     local all = redis.call('HGETALL', KEYS[1])
     local live = {}
     for i = 1, #all, 2 do
       local f, v = all[i], all[i + 1]
-      if f ~= 'gone' and f ~= 'ts' and f ~= 'env' and f ~= 'tier' and f ~= 'broadcast' and string.sub(f, 1, 3) ~= 'ts:' then
+      if f ~= 'gone' and string.sub(f, 1, 8) ~= 'cleanup:' and f ~= 'ts' and f ~= 'env' and f ~= 'tier' and f ~= 'broadcast' and string.sub(f, 1, 3) ~= 'ts:' then
         local t = tonumber(string.match(v, '^%d+')) or 0
         if t <= ts and not string.match(v, ' 0$') then table.insert(live, f) end
       end
     end
     redis.call('DEL', KEYS[1])
-    redis.call('HSET', KEYS[1], 'gone', ARGV[1])
+    redis.call('HSET', KEYS[1], 'gone', ARGV[1], 'cleanup:' .. ARGV[1], #live == 0 and '[]' or cjson.encode(live))
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return live
     """)

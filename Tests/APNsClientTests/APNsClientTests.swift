@@ -329,4 +329,25 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(replacements.count == 1 && !replacements.contains(p))
         #expect(a.mintedHere + b.mintedHere == 3)
     }
+
+    /// Redis away when the token is due: the local copy goes on while APNs still accepts it
+    /// (55 minutes), then the failure is a provider-token failure — retried, as a request that
+    /// got no answer is, never held against the device token.
+    @Test func redisAwayWhenTheTokenIsDueKeepsTheLocalCopyWhileItIsGood() async throws {
+        let server = try await RedisServer()
+        let signer = ProviderTokenSigner(key: try ES256PrivateKey.generate(), identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
+        let now = Mutex<Int64>(1_800_000_000)
+        let redis = RedisConnection(configuration: RedisConfiguration(url: server.url, connectTimeout: .milliseconds(200),
+                                                                      commandTimeout: .milliseconds(500)))
+        defer { redis.close() }
+        let tokens = RedisSharedProviderTokens(signer: signer, redis: redis, prefix: "t", clock: { now.withLock { $0 } })
+        let first = try await tokens.currentToken()
+        await server.stop()
+        now.withLock { $0 += 41 * 60 }
+        #expect(try await tokens.currentToken() == first)
+        now.withLock { $0 += 15 * 60 }
+        await #expect(throws: (any Error).self) { try await tokens.currentToken() }
+        #expect(APNsResult.failed(APNsTransportError(.providerToken, "no provider token")).action == .retryWithBackoff)
+        #expect(APNsResult.failed(APNsTransportError(.configuration, "no client")).action == .fail)
+    }
 }

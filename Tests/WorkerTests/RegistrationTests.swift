@@ -98,6 +98,32 @@ import TestSupport
         #expect(try await redis.command("SCARD", settings.keys.followers(ars)) == .integer(1))
     }
 
+    /// A device's unregister applied a second time (its cleanup interrupted — Redis away between
+    /// the two pipelines — and its entry delivered again) finds what the device had once more,
+    /// so the cleanup runs in full; an older unregister after it finds nothing to do.
+    @Test func anUnregisterAppliedAgainCleansUpAgain() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        let ars = FollowTarget(kind: .team, id: "ars")
+        for reply in try await redis.pipeline(registrar.effects(of: .follow(device: "d-9", target: ars), timestampMillis: 1000).first) {
+            _ = try reply.orThrow()
+        }
+        let forget = registrar.effects(of: .unregisterDevice(device: "d-9"), timestampMillis: 2000)
+        let first = try await redis.pipeline(forget.first)
+        let cleanup = try #require(forget.second?(first))
+        #expect(cleanup.count == 1)
+        // The cleanup never ran; the entry comes again.
+        let again = try await redis.pipeline(forget.first)
+        #expect(again == first)
+        for reply in try await redis.pipeline(try #require(forget.second?(again))) { _ = try reply.orThrow() }
+        #expect(try await redis.command("SISMEMBER", settings.keys.followers(ars), "d-9") == .integer(0))
+        let older = try await redis.pipeline(registrar.effects(of: .unregisterDevice(device: "d-9"), timestampMillis: 1500).first)
+        #expect(older == [.integer(-1)])
+    }
+
     /// Each device setting holds the newest value given for it: a registration that sets one
     /// setting does not make an older one that set another stale. (Two registrations of a device
     /// applied out of order — by two workers, or in one batch — lost the older one's `broadcast`,
@@ -268,6 +294,8 @@ func applied(_ registrar: Registrar, _ redis: RedisConnection, _ registration: R
     let replies = try await redis.pipeline(effects.first)
     for reply in replies { _ = try reply.orThrow() }
     if let second = effects.second { _ = try await redis.pipeline(second(replies)) }
+    // What the entry's acknowledgement writes once both phases succeeded.
+    if !effects.done.isEmpty { _ = try await redis.pipeline(effects.done) }
 }
 
 /// A Redis of a test's own and a registrar on it: what the registration-script tests start from.
