@@ -373,11 +373,13 @@ struct EntryProcessor: Sendable {
 
 /// Delivery attempts, counted in `<prefix>:errors:<stream>` as `<id>#n`.
 enum AttemptScripts {
-    /// KEYS[1] = errors hash, ARGV[1] = field. Gives one attempt back, if the count is still
-    /// there: progress (a confirmed fan-out batch) or the entry's end may have cleared it, and a
-    /// refund must not leave a stray `-1` behind.
+    /// KEYS[1] = errors hash, ARGV[1] = field. Gives one attempt back, if there is one: progress
+    /// (a confirmed fan-out batch) or the entry's end may have cleared the count, a settlement
+    /// retried after its pipeline's answer was lost may refund twice, and a refund must not leave
+    /// a stray `-1` behind (an entry's extra delivery).
     static let refundScript = RedisScript("""
-    if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+    local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+    if n <= 0 then return 0 end
     return redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
     """)
 
