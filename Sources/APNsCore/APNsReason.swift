@@ -30,6 +30,12 @@ public enum APNsReason: Hashable, Sendable, CustomStringConvertible {
 
     private static let byName: [String: APNsReason] = Dictionary(uniqueKeysWithValues: allKnown.map { ($0.rawValue, $0) })
 
+    /// A reason not in Apple's documentation (`unknown`).
+    public var isUnknown: Bool {
+        if case .unknown = self { return true }
+        return false
+    }
+
     public init(rawValue: String) {
         self = APNsReason.byName[rawValue] ?? .unknown(rawValue)
     }

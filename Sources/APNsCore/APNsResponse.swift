@@ -26,7 +26,9 @@ public struct APNsResponse: Sendable, Hashable {
 
     public var action: APNsAction {
         if (200..<300).contains(status) { return .delivered }
-        if let reason { return reason.action(retryAfter: retryAfter, timestampMillis: timestampMillis) }
+        // A reason Apple may add later says nothing we know: its status does (a 503 with a new
+        // reason is still "try again", a 410 still a dead token).
+        if let reason, !reason.isUnknown { return reason.action(retryAfter: retryAfter, timestampMillis: timestampMillis) }
         // No reason we can read: decide by status.
         switch status {
         case 410: return .forgetToken(invalidSince: timestampMillis)

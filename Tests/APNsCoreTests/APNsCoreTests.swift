@@ -42,6 +42,11 @@ import TestSupport
         #expect(APNsResponse(status: 201).action == .delivered)
         #expect(APNsResponse(status: 502).action == .retryWithBackoff)
         #expect(APNsResponse(status: 429).action == .retryAfter(.seconds(1)))
+        // A reason Apple doesn't document (yet): its status decides.
+        #expect(APNsResponse(status: 503, reason: .unknown("Maintenance")).action == .retryWithBackoff)
+        #expect(APNsResponse(status: 429, reason: .unknown("SlowDown"), retryAfter: .seconds(3)).action == .retryAfter(.seconds(3)))
+        #expect(APNsResponse(status: 410, reason: .unknown("Gone"), timestampMillis: 5).action == .forgetToken(invalidSince: 5))
+        #expect(APNsResponse(status: 400, reason: .unknown("BadThing")).action == .fail)
         #expect(APNsResponse.parseErrorBody(Array("not json".utf8)).reason == nil)
         #expect(APNsResponse.parseErrorBody(Array(#"{ "reason" : "Bad\"Path" }"#.utf8)).reason == .unknown("Bad\"Path"))
     }
