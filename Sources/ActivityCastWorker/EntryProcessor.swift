@@ -89,6 +89,9 @@ struct EntryProcessor: Sendable {
     struct Outcome: Sendable {
         var finished = 0
         var refusal: RedisRefusal?
+        /// False when nothing was tried: every entry was still in hand with another delivery.
+        /// Such a batch says nothing about whether Redis takes writes.
+        var attempted = true
     }
 
     enum Work {
@@ -112,7 +115,7 @@ struct EntryProcessor: Sendable {
         let taken = held.take(feed.stream, entries.map(\.id))
         defer { held.release(feed.stream, taken) }
         let entries = taken.count == entries.count ? entries : entries.filter { taken.contains($0.id) }
-        guard !entries.isEmpty else { return Outcome() }
+        guard !entries.isEmpty else { return Outcome(attempted: false) }
         let baseline = groupLoss.baseline()
         guard redelivered, entries.count > 1 else {
             return await processWithRetries(feed: feed, entries: entries, redelivered: redelivered, retryUntil: retryUntil, order: order,

@@ -309,7 +309,7 @@ public final class Worker: Sendable {
             Task {
                 let started = ContinuousClock.now
                 let outcome = await processor.process(feed: feed, entries: read.entries, retryUntil: retryUntil, order: order)
-                self.noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
+                self.noteRefusal(outcome, stream: feed.stream, batchStarted: started)
                 self.inFlight.subtract(n, ordering: .relaxed)
                 completed.yield(n)
             }
@@ -533,8 +533,9 @@ public final class Worker: Sendable {
 
     /// Logs Redis refusing a batch's work (once, then at a steady rate), or its end; `/readyz`
     /// reports it while it lasts. Which outcome starts or ends it: `RefusalSpan`.
-    private func noteRefusal(_ refusal: RedisRefusal?, stream: String, batchStarted: ContinuousClock.Instant) {
-        if let refusal {
+    private func noteRefusal(_ outcome: EntryProcessor.Outcome, stream: String, batchStarted: ContinuousClock.Instant) {
+        guard outcome.attempted else { return }
+        if let refusal = outcome.refusal {
             guard refusals.withLock({ $0.refused(refusal, began: batchStarted, now: .now) }) != .none else { return }
             var message = "Redis refuses the worker's writes; entries stay pending and are retried (not dead-lettered: it is not their fault)"
             if refusal.kind == .outOfMemory {
@@ -568,7 +569,7 @@ public final class Worker: Sendable {
             let started = ContinuousClock.now
             let outcome = await processor.process(feed: feed, entries: entries, redelivered: true,
                                                   retryUntil: ContinuousClock.now + settings.visibilityTimeout)
-            noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
+            noteRefusal(outcome, stream: feed.stream, batchStarted: started)
             noteProgress()
             start = entries.last!.id
         }
@@ -605,7 +606,7 @@ public final class Worker: Sendable {
                     let started = ContinuousClock.now
                     let outcome = await processor.process(feed: feed, entries: claim.entries, redelivered: true,
                                                           retryUntil: ContinuousClock.now + settings.visibilityTimeout)
-                    noteRefusal(outcome.refusal, stream: feed.stream, batchStarted: started)
+                    noteRefusal(outcome, stream: feed.stream, batchStarted: started)
                 }
                 cursor = claim.nextCursor
                 rounds += 1

@@ -1,3 +1,4 @@
+@testable import ActivityCastWorker
 import Foundation
 import RedisClient
 import Testing
@@ -34,5 +35,23 @@ extension SendTests {
         #expect(await w2.stop() == 0)
         let claims = (jsonLogLines(w1.stderr) + jsonLogLines(w2.stderr)).filter { ($0["msg"] ?? "").hasPrefix("claimed idle") }
         #expect(claims.isEmpty, "\(claims.count) claims: \(claims.prefix(3))")
+    }
+}
+
+/// What a worker holds, as plain values.
+@Suite struct EntriesInHandValueTests {
+    @Test func anEntryIsTakenOnceAndKeptClaimedForTenTimeouts() {
+        let held = EntriesInHand(visibilityTimeout: .seconds(1))
+        #expect(held.take("s", ["1-0", "2-0"]) == ["1-0", "2-0"])
+        // Its own claim hands 2-0 back while its delivery goes on: not started twice.
+        #expect(held.take("s", ["2-0", "3-0"]) == ["3-0"])
+        #expect(held.take("t", ["2-0"]) == ["2-0"])
+        let now = ContinuousClock.now
+        #expect(held.toKeep(now: now).sorted { $0.stream < $1.stream }.map { "\($0.stream) \($0.ids)" } == ["s [\"1-0\", \"2-0\", \"3-0\"]", "t [\"2-0\"]"])
+        // Held ten visibility timeouts: no longer kept, the fleet may take it over.
+        #expect(held.toKeep(now: now + .seconds(11)).isEmpty)
+        held.release("s", ["1-0", "2-0", "3-0"])
+        #expect(held.toKeep(now: now).map(\.stream) == ["t"])
+        #expect(held.take("s", ["2-0"]) == ["2-0"])
     }
 }
