@@ -172,7 +172,7 @@ extension EntryProcessor {
                                                                         deliveries: attempts.deliveries(entries[index].id), copyFields: true)])[0]
                 if let e = reply.errorMessage { carried.outcome[index] = Failure(e) } else { carried.deadLettered.append((entries[index], reason)) }
             case .failure(let error):
-                if let r = Self.refusal(of: error) {
+                if let r = RedisOutage.refusal(of: error) {
                     carried.outcome[index] = .refused(r)
                 } else if let e = error as? RedisError, e.isConnectionProblem {
                     carried.outcome[index] = .unreachable("\(e)")

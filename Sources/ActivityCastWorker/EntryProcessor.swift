@@ -164,8 +164,8 @@ struct EntryProcessor: Sendable {
                 }
                 try? await Task.sleep(for: .milliseconds(min(50 * attempt, 1000)))
             } catch {
-                if attempts != nil, Self.isRedisOutage(error) { await refundAttempts(feed.stream, entries) }
-                if let refusal = Self.refusal(of: error) {
+                if attempts != nil, RedisOutage.isOutage(error) { await refundAttempts(feed.stream, entries) }
+                if let refusal = RedisOutage.refusal(of: error) {
                     stats.stream(feed.stream)?.refused.add(entries.count, ordering: .relaxed)
                     return Outcome(finished: 0, refusal: refusal)
                 }
@@ -183,34 +183,7 @@ struct EntryProcessor: Sendable {
         _ = try? await redis.pipeline(entries.map { AttemptScripts.refund(errors, $0.id) })
     }
 
-    /// Redis, not the work, made an attempt fail: unreachable, timed out, or refusing (see `RedisRefusal`).
-    static func isRedisOutage(_ error: Error) -> Bool {
-        if let e = error as? RedisError, e.isConnectionProblem { return true }
-        return refusal(of: error) != nil
-    }
-
-    /// Redis refusing work behind a send's failure: a `RedisError`'s, or one the send path quotes
-    /// (`fan-out create: unexpected reply OOM command not allowed …`).
-    static func refusal(of error: Error) -> RedisRefusal? {
-        if let e = error as? RedisError { return e.refusal }
-        if let e = error as? SendFailure { return RedisRefusal(quotedIn: e.description) }
-        return nil
-    }
-
-    /// Why an entry's commands failed: Redis refusing work (not the entry's fault), or an error
-    /// about the entry's own data.
-    enum Failure {
-        case refused(RedisRefusal)
-        /// Redis unreachable or timing out (a failover, a restart): not the entry's fault either.
-        case unreachable(String)
-        case own(String)
-        /// Not final yet, through no failure: its fan-out's slices are under way.
-        case handedOff
-
-        init(_ message: String) {
-            if let refusal = RedisRefusal(errorReply: message) { self = .refused(refusal) } else { self = .own(message) }
-        }
-    }
+    typealias Failure = EntryFailure
 
     func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
         // A time far ahead of the clock would make every later event (or registration) of its key
@@ -330,7 +303,7 @@ struct EntryProcessor: Sendable {
                     } catch {
                         // Redis refusing work is logged once for the whole episode (the worker's
                         // `noteRefusal`), not once per entry.
-                        if Self.refusal(of: error) == nil {
+                        if RedisOutage.refusal(of: error) == nil {
                             logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
                         }
                         return (index, .failure(error))

@@ -191,11 +191,11 @@ final class SliceTaker: Sendable {
                 // Another worker has a batch of it in flight: not this delivery's failure.
                 if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
             }
-        } catch where EntryProcessor.isRedisOutage(error) {
+        } catch where RedisOutage.isOutage(error) {
             // Redis unreachable or refusing (a failover, a restart, a full Redis): not the slice's
             // failure. Its attempt is given back, so an outage longer than its deliveries does not
             // dead-letter it; nothing is recorded as its error.
-            if EntryProcessor.refusal(of: error) == nil {
+            if RedisOutage.refusal(of: error) == nil {
                 stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             } else {
                 stats.stream(stream)?.refused.add(1, ordering: .relaxed)

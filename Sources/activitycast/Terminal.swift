@@ -24,10 +24,9 @@ final class Terminal: Sendable {
         var entered = false
     }
 
-    /// Keys and signals as events; the signal sources live as long as this does.
+    /// Keys and signals as events.
     struct Input {
         let events: AsyncStream<Event>
-        let sources: [DispatchSourceSignal]
     }
 
     private let state = Mutex(State())
@@ -40,13 +39,23 @@ final class Terminal: Sendable {
     /// keys and signals as events.
     func enter() -> Input {
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        var sources: [DispatchSourceSignal] = []
-        for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { continuation.yield(sig == SIGWINCH ? .resize : .signal(sig)) }
-            source.resume()
-            sources.append(source)
+        // Signals through a handler and a pipe, not dispatch sources: a source needs the signal
+        // blocked in every thread, and threads started before this (Redis's I/O) don't block it,
+        // so a Ctrl-C delivered to one of them was ignored and lost (seen in CI).
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            signalPipe.store(fds[1], ordering: .relaxed)
+            for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH] { signal(sig, forwardSignal) }
+            let readEnd = fds[0]
+            let signals = Thread {
+                var byte: UInt8 = 0
+                while true {
+                    let n = read(readEnd, &byte, 1)
+                    if n == 1 { continuation.yield(Int32(byte) == SIGWINCH ? .resize : .signal(Int32(byte))) } else if n == 0 || errno != EINTR { return }
+                }
+            }
+            signals.name = "top-signals"
+            signals.start()
         }
         var saved = termios()
         let haveSaved = tcgetattr(STDIN_FILENO, &saved) == 0
@@ -80,7 +89,7 @@ final class Terminal: Sendable {
         }
         reader.name = "top-keys"
         reader.start()
-        return Input(events: events, sources: sources)
+        return Input(events: events)
     }
 
     /// Leaves the alternate screen, shows the cursor and puts the terminal modes back. Safe to call
@@ -123,4 +132,15 @@ final class Terminal: Sendable {
             if n > 0 { bytes = bytes.dropFirst(n) } else if n < 0 && (errno == EINTR || errno == EAGAIN) { continue } else { return }
         }
     }
+}
+
+/// Where `forwardSignal` writes the signals `activitycast top` handles (-1: nowhere yet).
+private let signalPipe = Atomic<Int32>(-1)
+
+/// The signal handler: one byte, the signal's number, to the pipe (`write` is async-signal-safe).
+private func forwardSignal(_ sig: Int32) {
+    let fd = signalPipe.load(ordering: .relaxed)
+    guard fd >= 0 else { return }
+    var byte = UInt8(truncatingIfNeeded: sig)
+    _ = write(fd, &byte, 1)
 }

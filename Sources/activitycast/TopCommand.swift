@@ -85,7 +85,7 @@ struct TopCommand: AsyncParsableCommand {
         let merged = Task {
             for await event in events { continuation.yield(.terminal(event)) }
         }
-        defer { refresher.cancel(); ticker.cancel(); merged.cancel(); withExtendedLifetime(input.sources) {} }
+        defer { refresher.cancel(); ticker.cancel(); merged.cancel() }
         var busySince: ContinuousClock.Instant?
         for await update in readings {
             switch update {
