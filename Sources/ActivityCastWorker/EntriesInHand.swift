@@ -62,11 +62,9 @@ final class EntriesInHand: Sendable {
                 try? await Task.sleep(for: every)
                 var commands: [RedisCommand] = []
                 for (stream, ids) in toKeep() {
-                    var start = 0
-                    while start < ids.count {
-                        let chunk = ids[start..<min(start + 200, ids.count)]
-                        commands.append(EntriesInHand.keepClaimed(stream: stream, group: group, consumer: consumer, ids: Array(chunk)))
-                        start += chunk.count
+                    for start in stride(from: 0, to: ids.count, by: 200) {
+                        let chunk = Array(ids[start..<min(start + 200, ids.count)])
+                        commands.append(EntriesInHand.keepClaimed(stream: stream, group: group, consumer: consumer, ids: chunk))
                     }
                 }
                 guard !commands.isEmpty else { continue }

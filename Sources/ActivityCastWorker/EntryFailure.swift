@@ -14,6 +14,17 @@ enum EntryFailure {
     init(_ message: String) {
         if let refusal = RedisRefusal(errorReply: message) { self = .refused(refusal) } else { self = .own(message) }
     }
+
+    /// Why a send threw: Redis refusing, Redis out of reach, or the entry's own failure.
+    init(sending error: Error) {
+        if let refusal = RedisOutage.refusal(of: error) {
+            self = .refused(refusal)
+        } else if RedisOutage.isOutage(error) {
+            self = .unreachable("\(error)")
+        } else {
+            self = .own("sending failed: \(error)")
+        }
+    }
 }
 
 /// Redis, not the work, behind a failure.

@@ -20,7 +20,7 @@ extension EntryProcessor {
     /// written, the registrations found stale, and the finished fan-out records to unlink once
     /// their entries are acknowledged.
     struct Carried {
-        var outcome: [Failure?]
+        var outcome: [EntryFailure?]
         var deadLettered: [(entry: StreamEntry, reason: String)] = []
         var stale = 0
         var records: [String] = []
@@ -120,7 +120,7 @@ extension EntryProcessor {
         for (index, w) in work.enumerated() {
             let mine = Array(replies[ranges[index]])
             if let bad = mine.lazy.compactMap(\.errorMessage).first {
-                carried.outcome[index] = Failure(bad)
+                carried.outcome[index] = EntryFailure(bad)
                 continue
             }
             switch w {
@@ -140,7 +140,7 @@ extension EntryProcessor {
         if !second.isEmpty {
             let replies = try await redis.pipeline(second)
             for index in entries.indices where carried.outcome[index] == nil {
-                if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { carried.outcome[index] = Failure(bad) }
+                if let bad = replies[secondRanges[index]].lazy.compactMap(\.errorMessage).first { carried.outcome[index] = EntryFailure(bad) }
             }
         }
         for (index, w) in work.enumerated() where carried.outcome[index] == nil {
@@ -170,15 +170,9 @@ extension EntryProcessor {
                 // Too large to send: a dead letter like any entry that can't be processed.
                 let reply = try await redis.pipeline([deadLetterCommand(feed: feed, entry: entries[index], reason: reason,
                                                                         deliveries: attempts.deliveries(entries[index].id), copyFields: true)])[0]
-                if let e = reply.errorMessage { carried.outcome[index] = Failure(e) } else { carried.deadLettered.append((entries[index], reason)) }
+                if let e = reply.errorMessage { carried.outcome[index] = EntryFailure(e) } else { carried.deadLettered.append((entries[index], reason)) }
             case .failure(let error):
-                if let r = RedisOutage.refusal(of: error) {
-                    carried.outcome[index] = .refused(r)
-                } else if let e = error as? RedisError, e.isConnectionProblem {
-                    carried.outcome[index] = .unreachable("\(e)")
-                } else {
-                    carried.outcome[index] = .own("sending failed: \(error)")
-                }
+                carried.outcome[index] = EntryFailure(sending: error)
             }
         }
     }

@@ -19,7 +19,7 @@ extension EntryProcessor {
         var unreachable: [String] = []
         var handedOff = 0
 
-        init(entries: [StreamEntry], outcome: [Failure?], redelivered: Bool) {
+        init(entries: [StreamEntry], outcome: [EntryFailure?], redelivered: Bool) {
             for (index, entry) in entries.enumerated() {
                 switch outcome[index] {
                 case nil: ack.append(entry.id)

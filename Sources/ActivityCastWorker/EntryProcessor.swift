@@ -183,8 +183,6 @@ struct EntryProcessor: Sendable {
         _ = try? await redis.pipeline(entries.map { AttemptScripts.refund(errors, $0.id) })
     }
 
-    typealias Failure = EntryFailure
-
     func handle(_ decoded: DecodedEntry, fields: [RawField], entryID: String, stream: String) -> Work {
         // A time far ahead of the clock would make every later event (or registration) of its key
         // older than it, ignored as stale: the activity frozen, the end never shown.

@@ -122,7 +122,7 @@ struct SandboxCommand: AsyncParsableCommand {
         FileHandle.standardOutput.write(Data("listening \(host):\(server.port)\n".utf8))
 
         let done = AsyncStream<Int32>.makeStream()
-        let watcher = SignalWatcher(signals: [SIGTERM, SIGINT]) { signal, _ in done.continuation.yield(signal) }
+        let watcher = SignalWatcher(signals: [SIGTERM, SIGINT]) { done.continuation.yield($0) }
         for await _ in done.stream { break }
         watcher.cancel()
         server.stop()

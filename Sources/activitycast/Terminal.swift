@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -39,23 +38,8 @@ final class Terminal: Sendable {
     /// keys and signals as events.
     func enter() -> Input {
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
-        // Signals through a handler and a pipe, not dispatch sources: a source needs the signal
-        // blocked in every thread, and threads started before this (Redis's I/O) don't block it,
-        // so a Ctrl-C delivered to one of them was ignored and lost (seen in CI).
-        var fds: [Int32] = [-1, -1]
-        if pipe(&fds) == 0 {
-            signalPipe.store(fds[1], ordering: .relaxed)
-            for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH] { signal(sig, forwardSignal) }
-            let readEnd = fds[0]
-            let signals = Thread {
-                var byte: UInt8 = 0
-                while true {
-                    let n = read(readEnd, &byte, 1)
-                    if n == 1 { continuation.yield(Int32(byte) == SIGWINCH ? .resize : .signal(Int32(byte))) } else if n == 0 || errno != EINTR { return }
-                }
-            }
-            signals.name = "top-signals"
-            signals.start()
+        _ = SignalWatcher(signals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH]) {
+            continuation.yield($0 == SIGWINCH ? .resize : .signal($0))
         }
         var saved = termios()
         let haveSaved = tcgetattr(STDIN_FILENO, &saved) == 0
@@ -134,13 +118,3 @@ final class Terminal: Sendable {
     }
 }
 
-/// Where `forwardSignal` writes the signals `activitycast top` handles (-1: nowhere yet).
-private let signalPipe = Atomic<Int32>(-1)
-
-/// The signal handler: one byte, the signal's number, to the pipe (`write` is async-signal-safe).
-private func forwardSignal(_ sig: Int32) {
-    let fd = signalPipe.load(ordering: .relaxed)
-    guard fd >= 0 else { return }
-    var byte = UInt8(truncatingIfNeeded: sig)
-    _ = write(fd, &byte, 1)
-}

@@ -63,32 +63,6 @@ struct WorkerCommand: AsyncParsableCommand {
     }
 }
 
-/// Turns POSIX signals into callbacks on a dispatch queue.
-final class SignalWatcher: @unchecked Sendable {
-    // Sources are created once and only cancelled afterwards.
-    private var sources: [DispatchSourceSignal] = []
-
-    init(signals: [Int32], handler: @escaping @Sendable (Int32, Int) -> Void) {
-        let queue = DispatchQueue(label: "signals")
-        let counter = SignalCounter()
-        for sig in signals {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler { handler(sig, counter.increment()) }
-            source.resume()
-            sources.append(source)
-        }
-    }
-
-    func cancel() { sources.forEach { $0.cancel() } }
-}
-
-/// Counts signals; only touched on the serial signal queue.
-final class SignalCounter: @unchecked Sendable {
-    private var count = 0
-    func increment() -> Int { count += 1; return count }
-}
-
 /// A worker's SIGTERM and SIGINT, handled by a plain signal handler installed for the life of the
 /// process: the first wakes a thread that asks the worker to drain; the second calls
 /// `_exit(128 + signal)` in the handler itself (143 for SIGTERM, 130 for SIGINT, the status a

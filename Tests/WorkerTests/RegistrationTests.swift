@@ -102,11 +102,9 @@ import TestSupport
     /// the two pipelines — and its entry delivered again) finds what the device had once more,
     /// so the cleanup runs in full; an older unregister after it finds nothing to do.
     @Test func anUnregisterAppliedAgainCleansUpAgain() async throws {
-        let server = try await RedisServer()
-        let redis = server.connection()
+        let rig = try await RegistrarRig(activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
+        let (redis, settings, registrar) = (rig.redis, rig.settings, rig.registrar)
         defer { redis.close() }
-        let settings = try testSettings(server)
-        let registrar = Registrar(keys: settings.keys, activityTTLSeconds: 3600, deviceTTLSeconds: 3600)
         let ars = FollowTarget(kind: .team, id: "ars")
         for reply in try await redis.pipeline(registrar.effects(of: .follow(device: "d-9", target: ars), timestampMillis: 1000).first) {
             _ = try reply.orThrow()
