@@ -16,6 +16,13 @@ public enum APNsResult: Sendable, Hashable {
         }
     }
 
+    /// Never sent because no connection to APNs could be made (`connectionFailed`): says
+    /// nothing about the request, its device or its entry, only that APNs is out of reach.
+    public var apnsUnreachable: Bool {
+        if case .failed(let e) = self { return e.kind == .connectionFailed }
+        return false
+    }
+
     public var response: APNsResponse? {
         if case .response(let r) = self { return r }
         return nil

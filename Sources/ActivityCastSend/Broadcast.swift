@@ -29,7 +29,7 @@ extension SendRole {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)
             case .retry(_, let reason):
-                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)")
+                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsUnreachable: result.apnsUnreachable)
             default:
                 try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))],
                                          apnsIDs: [result.response?.apnsID ?? result.response?.requestID], entry: "")

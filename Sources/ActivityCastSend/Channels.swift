@@ -142,7 +142,8 @@ public final class ChannelRegistry: Sendable {
             case .retryWithBackoff where attempt < 5, .refreshProviderToken where attempt < 5:
                 try await Task.sleep(for: .milliseconds(100 << attempt))
             default:
-                throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))")
+                throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))",
+                                  apnsUnreachable: result.apnsUnreachable)
             }
         }
     }
@@ -226,5 +227,12 @@ func describe(_ result: APNsResult) -> String {
 /// Why a send can't finish now (the entry stays pending and is retried).
 public struct SendFailure: Error, CustomStringConvertible, Sendable {
     public var description: String
-    public init(_ description: String) { self.description = description }
+    /// Every request it stands for failed without reaching APNs (no connection could be made):
+    /// an outage, not the work's fault, so it doesn't count against the entry's deliveries.
+    public var apnsUnreachable: Bool
+
+    public init(_ description: String, apnsUnreachable: Bool = false) {
+        self.description = description
+        self.apnsUnreachable = apnsUnreachable
+    }
 }

@@ -109,55 +109,25 @@ struct TokenBatches: SendRole {
             var results = sure == 0 ? [] : try await sendAdmitted(client, bytes, sent[..<sure].map(\.row.token), priority: priority)
             if sure < sent.count, let quiet { results += try await sendAdmitted(client, quiet, sent[sure...].map(\.row.token), priority: priority) }
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
-            var retry: [(row: TokenRow, unsure: Bool, reason: String)] = []
-            var delay = Duration.zero
-            var delivered: [TokenRow] = []
-            var deliveredCount = 0
-            // Dead tokens and permanent failures of the whole batch: written in one go, not per token.
-            var dead: [(row: TokenRow, reason: String, apnsID: String?)] = []
-            var failures: [(target: String, reason: String)] = []
-            var failureIDs: [String?] = []
-            var lastReason = ""
             stats.count(kind, results, priority: priority)
-            for ((row, wasUnsure), result) in zip(sent, results) {
-                let response = result.response
-                switch TokenOutcome.of(result.action, reason: response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
-                case .delivered:
-                    deliveredCount += 1
-                    if onDelivered != nil { delivered.append(row) }
-                case .forget(let reason):
-                    dead.append((row, reason, response?.apnsID))
-                case .retry(let after, let reason):
-                    retry.append((row, wasUnsure || response == nil, reason))
-                    delay = max(delay, after)
-                    lastReason = reason
-                case .failed(let reason):
-                    failures.append((row.token, reason))
-                    failureIDs.append(response?.apnsID)
-                }
-            }
-            if !dead.isEmpty {
-                summary.forgotten += dead.count
-                stats.tokensForgotten.add(dead.count, ordering: .relaxed)
-                if kind == .start { try await forgetStartTokens(dead, activityType: plan.attributesType ?? "") }
-                else { try await forgetTokens(plan.key, dead) }
-            }
-            if !failures.isEmpty {
-                summary.failed += failures.count
-                stats.failedTokens.add(failures.count, ordering: .relaxed)
-                try await recordFailures(plan.key, kind: kind.rawValue, failures, apnsIDs: failureIDs, entry: entry)
-            }
-            switch kind {
-            case .start: summary.starts += deliveredCount
-            default: summary.tokens += deliveredCount
-            }
-            if let onDelivered, !delivered.isEmpty { try await onDelivered(delivered) }
+            let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil)
+            try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
+            let (retry, delay, lastReason) = (answers.retry, answers.delay, answers.lastReason)
             attempt += 1
+            let unreachable = answers.unreachable(sent: sent.count)
             if let parking, !retry.isEmpty {
-                return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: parking.attempt >= configuration.tokenAttempts)
+                let last = parking.attempt >= configuration.tokenAttempts
+                if last && unreachable {
+                    // Not recorded as failed: the slice is left to be taken again, its batch
+                    // resent once APNs answers (an outage doesn't use up a delivery; see SliceTaker).
+                    throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) not sent: APNs unreachable: \(lastReason)",
+                                      apnsUnreachable: true)
+                }
+                return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
-                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)")
+                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)",
+                                  apnsUnreachable: unreachable)
             }
             pending = retry.map { ($0.row, $0.unsure) }
             if !pending.isEmpty {
@@ -169,9 +139,80 @@ struct TokenBatches: SendRole {
         return Waiting()
     }
 
+    /// A token to try again: whether an earlier request for it may have reached APNs, why, and
+    /// whether this one never left for want of a connection.
+    struct Retry {
+        var row: TokenRow
+        var unsure: Bool
+        var reason: String
+        var unreached: Bool
+    }
+
+    /// What APNs answered for a batch's tokens, sorted by what to do with each.
+    struct Answers {
+        var retry: [Retry] = []
+        /// The longest back-off a retried token asked for.
+        var delay = Duration.zero
+        var lastReason = ""
+        /// Delivered tokens (kept only when the caller wants them), and how many.
+        var delivered: [TokenRow] = []
+        var deliveredCount = 0
+        var dead: [(row: TokenRow, reason: String, apnsID: String?)] = []
+        var failures: [(target: String, reason: String)] = []
+        var failureIDs: [String?] = []
+
+        /// No request of the batch of `sent` tokens left for want of a connection to APNs: its
+        /// tokens' attempts say nothing about them.
+        func unreachable(sent: Int) -> Bool { retry.count == sent && retry.allSatisfy(\.unreached) }
+
+        /// `sent`: each token with whether an earlier request for it went unanswered; `results`
+        /// in the same order; `attempt`: the attempts made before this one.
+        init(sent: [(row: TokenRow, unsure: Bool)], results: [APNsResult], attempt: Int, keepDelivered: Bool) {
+            for ((row, wasUnsure), result) in zip(sent, results) {
+                let response = result.response
+                switch TokenOutcome.of(result.action, reason: response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {
+                case .delivered:
+                    deliveredCount += 1
+                    if keepDelivered { delivered.append(row) }
+                case .forget(let reason):
+                    dead.append((row, reason, response?.apnsID))
+                case .retry(let after, let reason):
+                    retry.append(Retry(row: row, unsure: wasUnsure || response == nil, reason: reason, unreached: result.apnsUnreachable))
+                    delay = max(delay, after)
+                    lastReason = reason
+                case .failed(let reason):
+                    failures.append((row.token, reason))
+                    failureIDs.append(response?.apnsID)
+                }
+            }
+        }
+    }
+
+    /// Forgets the dead tokens, records the permanent failures (each in one go for the whole
+    /// batch, not per token) and counts the deliveries.
+    private func act(on answers: Answers, _ plan: Plan, kind: SendStats.Kind, entry: String, summary: inout SendSummary,
+                     onDelivered: (([TokenRow]) async throws -> Void)?) async throws {
+        if !answers.dead.isEmpty {
+            summary.forgotten += answers.dead.count
+            stats.tokensForgotten.add(answers.dead.count, ordering: .relaxed)
+            if kind == .start { try await forgetStartTokens(answers.dead, activityType: plan.attributesType ?? "") }
+            else { try await forgetTokens(plan.key, answers.dead) }
+        }
+        if !answers.failures.isEmpty {
+            summary.failed += answers.failures.count
+            stats.failedTokens.add(answers.failures.count, ordering: .relaxed)
+            try await recordFailures(plan.key, kind: kind.rawValue, answers.failures, apnsIDs: answers.failureIDs, entry: entry)
+        }
+        switch kind {
+        case .start: summary.starts += answers.deliveredCount
+        default: summary.tokens += answers.deliveredCount
+        }
+        if let onDelivered, !answers.delivered.isEmpty { try await onDelivered(answers.delivered) }
+    }
+
     /// A slice's tokens still failing after `attempt` attempts: they wait, or on the last attempt
     /// are recorded as failed, each with its last reason.
-    private func park(_ retry: [(row: TokenRow, unsure: Bool, reason: String)], _ plan: Plan, kind: SendStats.Kind, attempt: Int, after: Duration,
+    private func park(_ retry: [Retry], _ plan: Plan, kind: SendStats.Kind, attempt: Int, after: Duration,
                       entry: String, summary: inout SendSummary, last: Bool) async throws -> Waiting {
         if last {
             summary.failed += retry.count

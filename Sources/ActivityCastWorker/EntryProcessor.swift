@@ -164,8 +164,8 @@ struct EntryProcessor: Sendable {
                 }
                 try? await Task.sleep(for: .milliseconds(min(50 * attempt, 1000)))
             } catch {
-                if attempts != nil, RedisOutage.isOutage(error) { await refundAttempts(feed.stream, entries) }
-                if let refusal = RedisOutage.refusal(of: error) {
+                if attempts != nil, Outage.isOutage(error) { await refundAttempts(feed.stream, entries) }
+                if let refusal = Outage.refusal(of: error) {
                     stats.stream(feed.stream)?.refused.add(entries.count, ordering: .relaxed)
                     return Outcome(finished: 0, refusal: refusal)
                 }
@@ -300,8 +300,8 @@ struct EntryProcessor: Sendable {
                         return (index, .success(outcome))
                     } catch {
                         // Redis refusing work is logged once for the whole episode (the worker's
-                        // `noteRefusal`), not once per entry.
-                        if RedisOutage.refusal(of: error) == nil {
+                        // `noteRefusal`), APNs out of reach once per batch (settling it), not once per entry.
+                        if Outage.refusal(of: error) == nil, (error as? SendFailure)?.apnsUnreachable != true {
                             logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
                         }
                         return (index, .failure(error))

@@ -191,16 +191,17 @@ final class SliceTaker: Sendable {
                 // Another worker has a batch of it in flight: not this delivery's failure.
                 if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
             }
-        } catch where RedisOutage.isOutage(error) {
-            // Redis unreachable or refusing (a failover, a restart, a full Redis): not the slice's
-            // failure. Its attempt is given back, so an outage longer than its deliveries does not
-            // dead-letter it; nothing is recorded as its error.
-            if RedisOutage.refusal(of: error) == nil {
+        } catch where Outage.isOutage(error) {
+            // Redis unreachable or refusing (a failover, a restart, a full Redis), or APNs out of
+            // reach: not the slice's failure. Its attempt is given back, so an outage longer than
+            // its deliveries does not dead-letter it; nothing is recorded as its error.
+            if Outage.refusal(of: error) == nil {
                 stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             } else {
                 stats.stream(stream)?.refused.add(1, ordering: .relaxed)
             }
-            logger.warning("slice left pending: Redis unavailable", metadata: ["slice": "\(slice)", "error": "\(error)"])
+            let which = (error as? SendFailure)?.apnsUnreachable == true ? "APNs" : "Redis"
+            logger.warning("slice left pending: \(which) unavailable", metadata: ["slice": "\(slice)", "error": "\(error)"])
             if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
         } catch {
             stats.stream(stream)?.failed.add(1, ordering: .relaxed)

@@ -241,7 +241,8 @@ public final class RefusingLoopbackPort: @unchecked Sendable {
     private let fd: Int32
 
     public init() {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec: a child started meanwhile (a worker under test) must not hold the port.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         precondition(fd >= 0)
         self.fd = fd
         var addr = sockaddr_in()

@@ -22,6 +22,23 @@ public final class SandboxProcess: @unchecked Sendable {
         }
     }
 
+    /// Another sandbox with `other`'s key and certificate (its directory, which both then
+    /// remove), on `port`: a worker set up for `127.0.0.1:<port>` and `other`'s directory
+    /// reaches it, e.g. once a port that refused connections (`RefusingLoopbackPort`) is closed.
+    public init(sharing other: SandboxProcess, port: Int, arguments: [String] = []) async throws {
+        directory = other.directory
+        self.port = port
+        child = try ChildProcess(executable: try activitycastExecutable(), arguments: ["sandbox"] + arguments,
+                                 environment: ["ACTIVITYCAST_SANDBOX_DIR": directory.path, "ACTIVITYCAST_SANDBOX_LISTEN": "127.0.0.1:\(port)"],
+                                 logName: "sandbox")
+        let child = self.child
+        guard await eventually(timeout: .seconds(20), { child.stdout.contains("listening") || !child.isRunning }), child.isRunning else {
+            let words = String((child.stdout + child.stderr).suffix(500))
+            child.kill(signal: SIGKILL)
+            throw RedisServerError(description: "the sandbox did not start on port \(port): \(words)")
+        }
+    }
+
     deinit {
         child.kill(signal: SIGKILL)
         child.removeLogs()

@@ -1,0 +1,48 @@
+@testable import ActivityCastSend
+import APNs
+import APNsCore
+import Testing
+
+/// A batch's answers sorted by what to do with each token, as plain values: which tokens go
+/// again, and whether the whole batch found APNs out of reach (then their attempts don't count).
+@Suite struct TokenAnswersTests {
+    func row(_ n: Int) -> TokenBatches.TokenRow {
+        TokenBatches.TokenRow(activity: "a\(n)", token: String(repeating: "\(n)", count: 64), env: .development, onBroadcast: false)
+    }
+
+    let unreachable = APNsResult.failed(APNsTransportError(.connectionFailed, "cannot connect to 127.0.0.1:1: connection refused"))
+
+    @Test func eachAnswerGoesWhereItsActionSays() {
+        let sent = (0..<6).map { (row: row($0), unsure: $0 == 5) }
+        let results: [APNsResult] = [
+            .response(APNsResponse(status: 200)),
+            .response(APNsResponse(status: 410, reason: .unregistered)),
+            .response(APNsResponse(status: 400, reason: .badTopic, apnsID: "id-3")),
+            unreachable,
+            .response(APNsResponse(status: 503, reason: .serviceUnavailable)),
+            .failed(APNsTransportError(.timeout, "no answer from APNs within 30 s")),
+        ]
+        let a = TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: true)
+        #expect(a.deliveredCount == 1 && a.delivered.map(\.activity) == ["a0"])
+        #expect(a.dead.map(\.row.activity) == ["a1"])
+        #expect(a.failures.map(\.target) == [row(2).token] && a.failureIDs == ["id-3"])
+        #expect(a.retry.map(\.row.activity) == ["a3", "a4", "a5"])
+        // Only the request that never left found APNs out of reach; an unanswered one may have
+        // reached it (so it goes again without its alert), as may one retried before.
+        #expect(a.retry.map(\.unreached) == [true, false, false])
+        #expect(a.retry.map(\.unsure) == [true, false, true])
+        #expect(!TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: false).delivered.contains { _ in true })
+    }
+
+    @Test func aBatchFoundAPNsOutOfReachOnlyWhenNoneOfItsRequestsLeft() {
+        let sent = (0..<3).map { (row: row($0), unsure: false) }
+        let none = TokenBatches.Answers(sent: sent, results: Array(repeating: unreachable, count: 3), attempt: 0, keepDelivered: false)
+        #expect(none.unreachable(sent: sent.count))
+        let one = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 500, reason: .internalServerError))],
+                                       attempt: 0, keepDelivered: false)
+        #expect(!one.unreachable(sent: sent.count))
+        let delivered = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 200))],
+                                             attempt: 0, keepDelivered: false)
+        #expect(!delivered.unreachable(sent: sent.count))
+    }
+}

@@ -1,0 +1,85 @@
+import ActivityCastCore
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// APNs out of reach (no connection to be had) doesn't use up deliveries: what the outage held is
+/// sent once APNs answers, and nothing is dead-lettered or recorded as failed.
+extension SendTests {
+    /// A worker whose APNs is a port that refuses connections, with settings that make an
+    /// outage outlast an entry's deliveries (and a token's attempts) within seconds.
+    func outage(_ sandboxArguments: [String] = []) async throws -> (Rig, RefusingLoopbackPort, ChildProcess) {
+        let r = try await rig(sandboxArguments)
+        let refusing = RefusingLoopbackPort()
+        let settings = ["sandbox.listen": "127.0.0.1:\(refusing.port)", "worker.visibility_timeout_ms": "500", "worker.claim_interval_ms": "100",
+                        "worker.max_deliveries": "2", "fanout.token_attempts": "2", "log.level": "info"]
+        do {
+            return (r, refusing, try r.worker("w", settings))
+        } catch {
+            r.redis.close()
+            refusing.close()
+            throw error
+        }
+    }
+
+    /// Lets the outage run at least `seconds`, then brings a sandbox up on the refusing port.
+    func endOutage(_ r: Rig, _ refusing: RefusingLoopbackPort, after seconds: Int) async throws -> Rig {
+        try await Task.sleep(for: .seconds(seconds))
+        refusing.close()
+        let back = try await SandboxProcess(sharing: r.sandbox, port: refusing.port)
+        return Rig(server: r.server, redis: r.redis, sandbox: back, settings: r.settings)
+    }
+
+    func expectNothingLost(_ r: Rig, _ worker: ChildProcess) async throws {
+        let dead = try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+", "COUNT", 5))
+        #expect(dead.array?.isEmpty == true, "dead letters: \(String(describing: dead).prefix(1000))")
+        let failures = try await r.redis.send(RedisCommand("XRANGE", r.settings.keys.sendFailures, "-", "+", "COUNT", 5))
+        #expect(failures.array?.isEmpty ?? true, "send failures: \(String(describing: failures).prefix(1000))")
+        #expect(await worker.stop() == 0)
+        let logs = jsonLogLines(worker.stderr)
+        #expect(logs.contains { ($0["msg"] ?? "").hasPrefix("cannot connect to APNs") }, "the outage wasn't seen")
+        #expect(!logs.contains { ($0["msg"] ?? "") == "dead letter" })
+    }
+
+    /// A device on the key's channel: the channel can't be made while APNs refuses connections,
+    /// through more claims of the event than `worker.max_deliveries` allows (2, every 500 ms);
+    /// once APNs is back, the channel is made and has the score.
+    @Test func anAPNsOutageLongerThanTheDeliveriesDeadLettersNoEvent() async throws {
+        let (r, refusing, w) = try await outage()
+        defer { r.redis.close(); refusing.close(); w.removeLogs() }
+        let t = now() - 60_000
+        try await register(r, device: "d", key: "match:o1", activity: "A", token: token("e1"), ts: t, broadcast: true)
+        try await score(r, "o1", 1, 0, ts: t + 1000)
+
+        let back = try await endOutage(r, refusing, after: 8)
+        #expect(await eventually(timeout: .seconds(60)) { await back.drainedAll() })
+        let id = try #require(try await back.channelID("match:o1"))
+        #expect(state(try await back.channel(id))["homeScore"] as? Int == 1)
+        try await expectNothingLost(back, w)
+    }
+
+    /// Per-token devices: the fan-out's tokens fail for want of a connection for more rounds
+    /// than `fanout.token_attempts` (2) and their slice for more claims than the deliveries
+    /// allow; once APNs is back every device shows the score, delivered once.
+    @Test func anAPNsOutageLongerThanATokensAttemptsFailsNoToken() async throws {
+        let (r, refusing, w) = try await outage(["--delivery-log", "1000"])
+        defer { r.redis.close(); refusing.close(); w.removeLogs() }
+        let t = now() - 60_000
+        let devices = (0..<3).map { token(String(format: "f%x", $0)) }
+        for (i, device) in devices.enumerated() {
+            try await register(r, device: "d\(i)", key: "match:o2", activity: "A\(i)", token: device, ts: t)
+        }
+        try await score(r, "o2", 2, 1, ts: t + 1000)
+
+        let back = try await endOutage(r, refusing, after: 8)
+        #expect(try await eventually(timeout: .seconds(60)) {
+            for device in devices where state(try await back.device(device))["homeScore"] as? Int != 2 { return false }
+            return true
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await drained(back.redis, back.settings) })
+        let received = try await back.sandbox.deviceDeliveries().filter { $0.event == "update" }
+        #expect(received.count == devices.count, "\(received)")
+        try await expectNothingLost(back, w)
+    }
+}
