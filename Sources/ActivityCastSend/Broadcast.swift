@@ -11,6 +11,7 @@ extension SendRole {
         var record = record
         var attempt = 0
         var recreated = false
+        let watch = APNsOutageWatch(client)
         while true {
             try await admit(1)
             let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
@@ -29,7 +30,7 @@ extension SendRole {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)
             case .retry(_, let reason):
-                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsUnreachable: result.apnsUnreachable)
+                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: watch.isOutage(unreached: result.apnsUnreachable))
             default:
                 try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))],
                                          apnsIDs: [result.response?.apnsID ?? result.response?.requestID], entry: "")

@@ -105,6 +105,7 @@ public final class ChannelRegistry: Sendable {
     private func create(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy, client: APNsClient) async throws -> State {
         let body = Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8)
         var attempt = 0
+        let watch = APNsOutageWatch(client)
         while true {
             let result = await client.request(method: "POST", path: "/1/apps/\(bundleID)/channels", headers: [], body: body)
             stats.count(.channelCreate, result)
@@ -143,7 +144,7 @@ public final class ChannelRegistry: Sendable {
                 try await Task.sleep(for: .milliseconds(100 << attempt))
             default:
                 throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))",
-                                  apnsUnreachable: result.apnsUnreachable)
+                                  apnsOutage: watch.isOutage(unreached: result.apnsUnreachable))
             }
         }
     }
@@ -227,12 +228,34 @@ func describe(_ result: APNsResult) -> String {
 /// Why a send can't finish now (the entry stays pending and is retried).
 public struct SendFailure: Error, CustomStringConvertible, Sendable {
     public var description: String
-    /// Every request it stands for failed without reaching APNs (no connection could be made):
-    /// an outage, not the work's fault, so it doesn't count against the entry's deliveries.
-    public var apnsUnreachable: Bool
+    /// APNs's outage, not the work's fault, so it doesn't count against the entry's deliveries:
+    /// every request it stands for failed, and either none of them left for want of a
+    /// connection or the client got no normal answer to anything while they were tried
+    /// (`APNsOutageWatch`).
+    public var apnsOutage: Bool
 
-    public init(_ description: String, apnsUnreachable: Bool = false) {
+    public init(_ description: String, apnsOutage: Bool = false) {
         self.description = description
-        self.apnsUnreachable = apnsUnreachable
+        self.apnsOutage = apnsOutage
+    }
+}
+
+/// Tells an APNs outage from a request APNs fails for itself alone: started before a send's
+/// first attempt, asked once its attempts have all failed.
+struct APNsOutageWatch {
+    let client: APNsClient
+    let answered: Int
+
+    init(_ client: APNsClient) {
+        self.client = client
+        answered = client.stats.answeredNormally
+    }
+
+    /// `unreached`: none of the last attempt's requests left for want of a connection. Else an
+    /// outage only if APNs answered nothing normally (2xx, 4xx but 429), to anyone on this
+    /// client, since the watch began: a request that fails while others are answered counts
+    /// against its work, so one that APNs rejects for itself alone can't be retried forever.
+    func isOutage(unreached: Bool) -> Bool {
+        unreached || client.stats.answeredNormally == answered
     }
 }

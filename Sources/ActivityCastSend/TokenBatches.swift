@@ -101,6 +101,7 @@ struct TokenBatches: SendRole {
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
         var pending = rows.map { (row: $0, unsure: parking?.quiet.contains($0.activity) ?? false) }
         var attempt = (parking?.attempt ?? 1) - 1
+        let watch = APNsOutageWatch(client)
         while !pending.isEmpty {
             // The tokens that go without the alert after the others (none, almost always: then no copy).
             let split = quiet != nil && pending.contains { $0.unsure }
@@ -114,20 +115,21 @@ struct TokenBatches: SendRole {
             try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
             let (retry, delay, lastReason) = (answers.retry, answers.delay, answers.lastReason)
             attempt += 1
-            let unreachable = answers.unreachable(sent: sent.count)
+            // Every token failed, for APNs's outage: the attempts say nothing about them.
+            let outage = answers.retry.count == sent.count && watch.isOutage(unreached: answers.unreachable(sent: sent.count))
             if let parking, !retry.isEmpty {
                 let last = parking.attempt >= configuration.tokenAttempts
-                if last && unreachable {
+                if last && outage {
                     // Not recorded as failed: the slice is left to be taken again, its batch
                     // resent once APNs answers (an outage doesn't use up a delivery; see SliceTaker).
-                    throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) not sent: APNs unreachable: \(lastReason)",
-                                      apnsUnreachable: true)
+                    throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) not sent: APNs unavailable: \(lastReason)",
+                                      apnsOutage: true)
                 }
                 return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)",
-                                  apnsUnreachable: unreachable)
+                                  apnsOutage: outage)
             }
             pending = retry.map { ($0.row, $0.unsure) }
             if !pending.isEmpty {
@@ -161,8 +163,7 @@ struct TokenBatches: SendRole {
         var failures: [(target: String, reason: String)] = []
         var failureIDs: [String?] = []
 
-        /// No request of the batch of `sent` tokens left for want of a connection to APNs: its
-        /// tokens' attempts say nothing about them.
+        /// No request of the batch of `sent` tokens left for want of a connection to APNs.
         func unreachable(sent: Int) -> Bool { retry.count == sent && retry.allSatisfy(\.unreached) }
 
         /// `sent`: each token with whether an earlier request for it went unanswered; `results`

@@ -1,12 +1,12 @@
 import ActivityCastSend
 import RedisClient
 
-/// Why an entry's commands failed: Redis refusing work, Redis or APNs out of reach (not the
+/// Why an entry's commands failed: Redis refusing work, Redis out of reach or APNs down (not the
 /// entry's fault: its attempt is given back), or an error about the entry's own data.
 enum EntryFailure {
     case refused(RedisRefusal)
-    /// Redis unreachable or timing out (a failover, a restart), or no connection to APNs to be
-    /// had: not the entry's fault either.
+    /// Redis unreachable or timing out (a failover, a restart), or APNs down: not the entry's
+    /// fault either.
     case unreachable(String)
     case own(String)
     /// Not final yet, through no failure: its fan-out's slices are under way.
@@ -16,7 +16,7 @@ enum EntryFailure {
         if let refusal = RedisRefusal(errorReply: message) { self = .refused(refusal) } else { self = .own(message) }
     }
 
-    /// Why a send threw: Redis refusing, Redis or APNs out of reach, or the entry's own failure.
+    /// Why a send threw: Redis refusing, Redis out of reach or APNs down, or the entry's own failure.
     init(sending error: Error) {
         if let refusal = Outage.refusal(of: error) {
             self = .refused(refusal)
@@ -31,11 +31,11 @@ enum EntryFailure {
 /// Redis or APNs, not the work, behind a failure.
 enum Outage {
     /// An attempt failed because Redis was unreachable, timed out, or refused (see
-    /// `RedisRefusal`), or because no connection to APNs could be made for any of its requests
-    /// (nothing was sent: an APNs that answers, even with 5xx, is not an outage here).
+    /// `RedisRefusal`), or because APNs was down: no connection could be made for any of its
+    /// requests, or they all failed while APNs answered nothing normally (`SendFailure.apnsOutage`).
     static func isOutage(_ error: Error) -> Bool {
         if let e = error as? RedisError, e.isConnectionProblem { return true }
-        if let e = error as? SendFailure, e.apnsUnreachable { return true }
+        if let e = error as? SendFailure, e.apnsOutage { return true }
         return refusal(of: error) != nil
     }
 

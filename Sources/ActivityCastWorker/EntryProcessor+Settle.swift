@@ -15,7 +15,7 @@ extension EntryProcessor {
         var failures: [(id: String, message: String)] = []
         var refunds: [String] = []
         var refusal: RedisRefusal?
-        /// Entries left pending because Redis was out of reach, and what it said.
+        /// Entries left pending because Redis was out of reach or APNs down, and why.
         var unreachable: [String] = []
         var handedOff = 0
 
@@ -82,7 +82,7 @@ extension EntryProcessor {
         }
         if let first = s.unreachable.first {
             counters?.failed.add(s.unreachable.count, ordering: .relaxed)
-            logger.warning("entries left pending: Redis or APNs out of reach", metadata: ["stream": "\(feed.stream)", "count": "\(s.unreachable.count)", "error": "\(first)"])
+            logger.warning("entries left pending: Redis or APNs unavailable", metadata: ["stream": "\(feed.stream)", "count": "\(s.unreachable.count)", "error": "\(first)"])
         }
         if s.refusal != nil {
             counters?.refused.add(entries.count - s.ack.count - s.failures.count - s.unreachable.count - s.handedOff, ordering: .relaxed)

@@ -300,8 +300,8 @@ struct EntryProcessor: Sendable {
                         return (index, .success(outcome))
                     } catch {
                         // Redis refusing work is logged once for the whole episode (the worker's
-                        // `noteRefusal`), APNs out of reach once per batch (settling it), not once per entry.
-                        if Outage.refusal(of: error) == nil, (error as? SendFailure)?.apnsUnreachable != true {
+                        // `noteRefusal`), not once per entry.
+                        if Outage.refusal(of: error) == nil {
                             logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
                         }
                         return (index, .failure(error))

@@ -200,7 +200,7 @@ final class SliceTaker: Sendable {
             } else {
                 stats.stream(stream)?.refused.add(1, ordering: .relaxed)
             }
-            let which = (error as? SendFailure)?.apnsUnreachable == true ? "APNs" : "Redis"
+            let which = (error as? SendFailure)?.apnsOutage == true ? "APNs" : "Redis"
             logger.warning("slice left pending: \(which) unavailable", metadata: ["slice": "\(slice)", "error": "\(error)"])
             if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
         } catch {
