@@ -69,8 +69,8 @@ public final class APNsClientStats: Sendable {
     let connectionsLost = Atomic<Int>(0)
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
-    /// Answers of 5xx or 429 (APNs failing or busy), also counted in `rejected`.
-    let failingAnswers = Atomic<Int>(0)
+    /// Rejections that show APNs at work: 4xx but 429 (also counted in `rejected`).
+    let normalRejections = Atomic<Int>(0)
     /// Connections open now (HTTP/2 set up, not yet closed).
     let open = Atomic<Int>(0)
     /// Request durations by lane (priority 10, priority 5), from the event loops' own tallies:
@@ -79,11 +79,12 @@ public final class APNsClientStats: Sendable {
 
     public var openConnections: Int { open.load(ordering: .relaxed) }
 
-    /// Answers that show APNs processing requests as usual: 2xx, and 4xx other than 429. It
-    /// only grows; a send that found it unchanged from start to end saw no sign of a working
-    /// APNs (see `APNsResult.apnsUnreachable` for the other sign of an outage).
+    /// Answers that show APNs processing requests as usual: 2xx, and 4xx other than 429. A sum
+    /// of two counters that only grow, so two readings differ only if such an answer came in
+    /// between: a send that found it unchanged from start to end saw no sign of a working APNs
+    /// (see `APNsResult.apnsUnreachable` for the other sign of an outage).
     public var answeredNormally: Int {
-        delivered.load(ordering: .relaxed) + rejected.load(ordering: .relaxed) - failingAnswers.load(ordering: .relaxed)
+        delivered.load(ordering: .relaxed) + normalRejections.load(ordering: .relaxed)
     }
 
     /// Time from a request's submission on a connection to its complete answer, by priority lane:

@@ -573,7 +573,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 response.reason = reason
                 response.timestampMillis = ts
                 stats.rejected.add(1, ordering: .relaxed)
-                if f.status >= 500 || f.status == 429 { stats.failingAnswers.add(1, ordering: .relaxed) }
+                if (400..<500).contains(f.status) && f.status != 429 { stats.normalRejections.add(1, ordering: .relaxed) }
             }
             loop.finish(f.request, .response(response))
             return
