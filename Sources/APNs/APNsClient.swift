@@ -59,6 +59,11 @@ public struct APNsClientConfiguration: Sendable {
     }
 }
 
+/// A point in time for `APNsClientStats.answeredNormally(since:)`.
+public struct APNsMoment: Sendable {
+    let nanoseconds: UInt64
+}
+
 /// Counters for metrics and benchmarks.
 public final class APNsClientStats: Sendable {
     let delivered = Atomic<Int>(0)
@@ -69,8 +74,9 @@ public final class APNsClientStats: Sendable {
     let connectionsLost = Atomic<Int>(0)
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
-    /// Rejections that show APNs at work: 4xx but 429 (also counted in `rejected`).
-    let normalRejections = Atomic<Int>(0)
+    /// When the latest answer that shows APNs at work (2xx, 4xx but 429) came: `Deadline`
+    /// nanoseconds, 0 before any.
+    let lastNormalAnswer = Atomic<UInt64>(0)
     /// Connections open now (HTTP/2 set up, not yet closed).
     let open = Atomic<Int>(0)
     /// Request durations by lane (priority 10, priority 5), from the event loops' own tallies:
@@ -79,12 +85,18 @@ public final class APNsClientStats: Sendable {
 
     public var openConnections: Int { open.load(ordering: .relaxed) }
 
-    /// Answers that show APNs processing requests as usual: 2xx, and 4xx other than 429. A sum
-    /// of two counters that only grow, so two readings differ only if such an answer came in
-    /// between: a send that found it unchanged from start to end saw no sign of a working APNs
-    /// (see `APNsResult.apnsUnreachable` for the other sign of an outage).
-    public var answeredNormally: Int {
-        delivered.load(ordering: .relaxed) + normalRejections.load(ordering: .relaxed)
+    /// A moment `ago` before now, to ask `answeredNormally(since:)` about later.
+    public static func moment(ago: Duration) -> APNsMoment {
+        let now = Deadline.now().nanoseconds, back = UInt64(max(0, ago.nanoseconds))
+        return APNsMoment(nanoseconds: now > back ? now - back : 0)
+    }
+
+    /// Whether APNs answered a request of this client as it does when it works (2xx, or 4xx
+    /// other than 429) at `moment` or after: a send whose requests all failed while it didn't
+    /// saw no sign of a working APNs (see `APNsResult.apnsUnreachable` for the other sign of an
+    /// outage).
+    public func answeredNormally(since moment: APNsMoment) -> Bool {
+        lastNormalAnswer.load(ordering: .relaxed) >= moment.nanoseconds
     }
 
     /// Time from a request's submission on a connection to its complete answer, by priority lane:

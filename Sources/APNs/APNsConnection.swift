@@ -568,12 +568,13 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 succeededOnce = true
                 if !f.body.isEmpty { swap(&response.body, &f.body) }
                 stats.delivered.add(1, ordering: .relaxed)
+                stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed)
             } else {
                 let (reason, ts) = APNsResponse.parseErrorBody(f.body)
                 response.reason = reason
                 response.timestampMillis = ts
                 stats.rejected.add(1, ordering: .relaxed)
-                if (400..<500).contains(f.status) && f.status != 429 { stats.normalRejections.add(1, ordering: .relaxed) }
+                if (400..<500).contains(f.status) && f.status != 429 { stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed) }
             }
             loop.finish(f.request, .response(response))
             return

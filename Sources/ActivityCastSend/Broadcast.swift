@@ -4,6 +4,37 @@ import APNsCore
 import RedisClient
 
 extension SendRole {
+    /// Broadcasts to every environment's channel at once (a broadcast doesn't wait for the previous
+    /// one's answer); returns the environments whose broadcast was delivered.
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
+        if live.count == 1 {
+            return try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1) ? [live[0].0] : []
+        }
+        let results = await withTaskGroup(of: (APNsEnvironment, Result<Bool, Error>).self) { group in
+            for (env, record) in live {
+                group.addTask {
+                    do { return (env, .success(try await self.broadcast(plan, bytes, priority: priority, env: env, record: record))) } catch {
+                        return (env, .failure(error))
+                    }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        var delivered: [APNsEnvironment] = [], errors: [Error] = []
+        for (env, result) in results {
+            switch result {
+            case .success(let ok): if ok { delivered.append(env) }
+            case .failure(let error): errors.append(error)
+            }
+        }
+        guard let first = errors.first else { return delivered }
+        // An outage only if every environment's broadcast met one: one that was delivered would
+        // go again with each delivery of the entry, for as long as the other's outage lasted.
+        if let own = errors.first(where: { ($0 as? SendFailure)?.apnsOutage != true }) { throw own }
+        if !delivered.isEmpty { throw SendFailure("\(first) (delivered in \(delivered.map(\.rawValue).joined(separator: ", ")))") }
+        throw first
+    }
+
     /// Broadcasts to the key's channel. False when APNs no longer knows the channel and a new one
     /// couldn't be made for this event (its devices then get nothing from the channel this time).
     func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {

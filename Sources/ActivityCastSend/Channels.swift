@@ -105,7 +105,7 @@ public final class ChannelRegistry: Sendable {
     private func create(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy, client: APNsClient) async throws -> State {
         let body = Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8)
         var attempt = 0
-        let watch = APNsOutageWatch(client)
+        let watch = APNsOutageWatch(client, apns.push(env))
         while true {
             let result = await client.request(method: "POST", path: "/1/apps/\(bundleID)/channels", headers: [], body: body)
             stats.count(.channelCreate, result)
@@ -243,19 +243,27 @@ public struct SendFailure: Error, CustomStringConvertible, Sendable {
 /// Tells an APNs outage from a request APNs fails for itself alone: started before a send's
 /// first attempt, asked once its attempts have all failed.
 struct APNsOutageWatch {
-    let client: APNsClient
-    let answered: Int
+    /// How long before a send's first attempt a normal answer still shows APNs at work: a
+    /// slice's round is one attempt of a few milliseconds, so answers to others just before it
+    /// count too.
+    static let grace: Duration = .seconds(2)
+    let clients: [APNsClient]
+    let since: APNsMoment
 
-    init(_ client: APNsClient) {
-        self.client = client
-        answered = client.stats.answeredNormally
+    /// `clients`: the one the send uses, and others whose answers also show APNs at work (channel
+    /// management, which sees little traffic of its own, watches the environment's pushes too).
+    init(_ clients: APNsClient?...) {
+        var seen = Set<ObjectIdentifier>()
+        self.clients = clients.compactMap { $0 }.filter { seen.insert(ObjectIdentifier($0)).inserted }
+        since = APNsClientStats.moment(ago: Self.grace)
     }
 
     /// `unreached`: none of the last attempt's requests left for want of a connection. Else an
-    /// outage only if APNs answered nothing normally (2xx, 4xx but 429), to anyone on this
-    /// client, since the watch began: a request that fails while others are answered counts
-    /// against its work, so one that APNs rejects for itself alone can't be retried forever.
+    /// outage only if APNs answered nothing normally (2xx, 4xx but 429), to anyone on these
+    /// clients, from `grace` before the watch began: a request that fails while others are
+    /// answered counts against its work, so one that APNs rejects for itself alone can't be
+    /// retried forever.
     func isOutage(unreached: Bool) -> Bool {
-        unreached || client.stats.answeredNormally == answered
+        unreached || !clients.contains { $0.stats.answeredNormally(since: since) }
     }
 }

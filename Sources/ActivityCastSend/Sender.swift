@@ -510,20 +510,6 @@ public final class Sender: SendRole {
         RedisCommand("HINCRBY", channels.hashKey(key), "\(env.rawValue):broadcasts", 1)
     }
 
-    /// Broadcasts to every environment's channel at once (a broadcast doesn't wait for the previous
-    /// one's answer); returns the environments whose broadcast was delivered.
-    private func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
-        if live.count == 1 {
-            return try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1) ? [live[0].0] : []
-        }
-        return try await withThrowingTaskGroup(of: (APNsEnvironment, Bool).self) { group in
-            for (env, record) in live {
-                group.addTask { (env, try await self.broadcast(plan, bytes, priority: priority, env: env, record: record)) }
-            }
-            return try await group.reduce(into: []) { if $1.1 { $0.append($1.0) } }
-        }
-    }
-
     /// Slice 0 of a fan-out, sent by the worker that read its event (outside the key's lock).
     private func sendFirstSlice(_ first: FirstSlice) async throws -> SendOutcome {
         var summary = first.summary

@@ -118,13 +118,9 @@ struct TokenBatches: SendRole {
             // Every token failed, for APNs's outage: the attempts say nothing about them.
             let outage = answers.retry.count == sent.count && watch.isOutage(unreached: answers.unreachable(sent: sent.count))
             if let parking, !retry.isEmpty {
-                let last = parking.attempt >= configuration.tokenAttempts
-                if last && outage {
-                    // Not recorded as failed: the slice is left to be taken again, its batch
-                    // resent once APNs answers (an outage doesn't use up a delivery; see SliceTaker).
-                    throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) not sent: APNs unavailable: \(lastReason)",
-                                      apnsOutage: true)
-                }
+                // A slice's last round that met an outage isn't recorded as failed: its tokens
+                // wait for another round, as long as the outage lasts.
+                let last = parking.attempt >= configuration.tokenAttempts && !outage
                 return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
@@ -178,7 +174,9 @@ struct TokenBatches: SendRole {
                 case .forget(let reason):
                     dead.append((row, reason, response?.apnsID))
                 case .retry(let after, let reason):
-                    retry.append(Retry(row: row, unsure: wasUnsure || response == nil, reason: reason, unreached: result.apnsUnreachable))
+                    // Unsure: no answer, so the request may have reached APNs (unless it never left).
+                    retry.append(Retry(row: row, unsure: wasUnsure || (response == nil && !result.apnsUnreachable), reason: reason,
+                                       unreached: result.apnsUnreachable))
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):

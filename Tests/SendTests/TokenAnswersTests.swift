@@ -13,7 +13,7 @@ import Testing
     let unreachable = APNsResult.failed(APNsTransportError(.connectionFailed, "cannot connect to 127.0.0.1:1: connection refused"))
 
     @Test func eachAnswerGoesWhereItsActionSays() {
-        let sent = (0..<6).map { (row: row($0), unsure: $0 == 5) }
+        let sent = (0..<7).map { (row: row($0), unsure: $0 == 6) }
         let results: [APNsResult] = [
             .response(APNsResponse(status: 200)),
             .response(APNsResponse(status: 410, reason: .unregistered)),
@@ -21,16 +21,18 @@ import Testing
             unreachable,
             .response(APNsResponse(status: 503, reason: .serviceUnavailable)),
             .failed(APNsTransportError(.timeout, "no answer from APNs within 30 s")),
+            .response(APNsResponse(status: 500, reason: .internalServerError)),
         ]
         let a = TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: true)
         #expect(a.deliveredCount == 1 && a.delivered.map(\.activity) == ["a0"])
         #expect(a.dead.map(\.row.activity) == ["a1"])
         #expect(a.failures.map(\.target) == [row(2).token] && a.failureIDs == ["id-3"])
-        #expect(a.retry.map(\.row.activity) == ["a3", "a4", "a5"])
-        // Only the request that never left found APNs out of reach; an unanswered one may have
-        // reached it (so it goes again without its alert), as may one retried before.
-        #expect(a.retry.map(\.unreached) == [true, false, false])
-        #expect(a.retry.map(\.unsure) == [true, false, true])
+        #expect(a.retry.map(\.row.activity) == ["a3", "a4", "a5", "a6"])
+        // Only the request that never left found APNs out of reach, and it goes again with its
+        // alert; an unanswered one may have reached APNs (so it goes again without), as may one
+        // that went unanswered before.
+        #expect(a.retry.map(\.unreached) == [true, false, false, false])
+        #expect(a.retry.map(\.unsure) == [false, false, true, true])
         #expect(!TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: false).delivered.contains { _ in true })
     }
 

@@ -28,12 +28,40 @@ extension SendTests {
         }
     }
 
-    /// Lets the outage run at least `seconds`, then brings a sandbox up on the refusing port.
-    func endOutage(_ r: Rig, _ refusing: RefusingLoopbackPort, after seconds: Int) async throws -> Rig {
-        try await Task.sleep(for: .seconds(seconds))
+    /// Lets the outage run until `outlasted` (what would have dead-lettered or failed something
+    /// has happened), then brings a sandbox up on the refusing port.
+    func endOutage(_ r: Rig, _ refusing: RefusingLoopbackPort, once outlasted: () -> Bool) async throws -> Rig {
+        #expect(await eventually(timeout: .seconds(60)) { outlasted() }, "the outage never outlasted the limits: the test proves nothing")
         refusing.close()
         let back = try await SandboxProcess(sharing: r.sandbox, port: refusing.port)
         return Rig(server: r.server, redis: r.redis, sandbox: back, settings: r.settings)
+    }
+
+    /// Deliveries of `key`'s events that failed and left them pending.
+    func failedDeliveries(_ w: ChildProcess, _ key: String) -> Int {
+        jsonLogLines(w.stderr).filter { $0["msg"] == "sending failed; the entry stays pending" && $0["key"] == key }.count
+    }
+
+    /// Whether `key`'s fan-out tokens went on waiting past `fanout.token_attempts` (2).
+    func tokensWaitedPastTheirAttempts(_ w: ChildProcess, _ key: String) -> Bool {
+        jsonLogLines(w.stderr).contains {
+            $0["msg"] == "tokens still failing wait for the end of their slice" && $0["key"] == key && Int($0["attempt"] ?? "") ?? 0 >= 3
+        }
+    }
+
+    /// Publishes a score of `match` every 50 ms (newer each time, from `after`) until `stream`'s
+    /// entries, as text, satisfy `done` (at most 60 s); returns whether they did, and that text.
+    func scoring(_ r: Rig, _ match: String, after: Int64, until stream: String, _ done: (String) -> Bool) async -> (Bool, String) {
+        var (home, t, text) = (0, after, "")
+        let ok = await eventually(timeout: .seconds(60)) {
+            home += 1
+            t = max(t + 1, now())
+            try? await score(r, match, home, 0, ts: t)
+            try? await Task.sleep(for: .milliseconds(50))
+            text = (try? await r.redis.send(RedisCommand("XRANGE", stream, "-", "+"))).map { String(describing: $0) } ?? ""
+            return done(text)
+        }
+        return (ok, text)
     }
 
     func expectNothingLost(_ r: Rig, _ worker: ChildProcess, seen: String = "cannot connect to APNs") async throws {
@@ -48,7 +76,7 @@ extension SendTests {
     }
 
     /// A device on the key's channel: the channel can't be made while APNs refuses connections,
-    /// through more claims of the event than `worker.max_deliveries` allows (2, every 500 ms);
+    /// through more failed deliveries of the event than `worker.max_deliveries` allows (2);
     /// once APNs is back, the channel is made and has the score.
     @Test func anAPNsOutageLongerThanTheDeliveriesDeadLettersNoEvent() async throws {
         let (r, refusing, w) = try await outage()
@@ -57,7 +85,7 @@ extension SendTests {
         try await register(r, device: "d", key: "match:o1", activity: "A", token: token("e1"), ts: t, broadcast: true)
         try await score(r, "o1", 1, 0, ts: t + 1000)
 
-        let back = try await endOutage(r, refusing, after: 8)
+        let back = try await endOutage(r, refusing) { failedDeliveries(w, "match:o1") >= 3 }
         #expect(await eventually(timeout: .seconds(60)) { await back.drainedAll() })
         let id = try #require(try await back.channelID("match:o1"))
         #expect(state(try await back.channel(id))["homeScore"] as? Int == 1)
@@ -65,8 +93,8 @@ extension SendTests {
     }
 
     /// Per-token devices: the fan-out's tokens fail for want of a connection for more rounds
-    /// than `fanout.token_attempts` (2) and their slice for more claims than the deliveries
-    /// allow; once APNs is back every device shows the score, delivered once.
+    /// than `fanout.token_attempts` (2) and keep waiting; once APNs is back every device shows
+    /// the score, delivered once.
     @Test func anAPNsOutageLongerThanATokensAttemptsFailsNoToken() async throws {
         let (r, refusing, w) = try await outage(["--delivery-log", "1000"])
         defer { r.redis.close(); refusing.close(); w.removeLogs() }
@@ -77,7 +105,7 @@ extension SendTests {
         }
         try await score(r, "o2", 2, 1, ts: t + 1000)
 
-        let back = try await endOutage(r, refusing, after: 8)
+        let back = try await endOutage(r, refusing) { tokensWaitedPastTheirAttempts(w, "match:o2") }
         #expect(try await eventually(timeout: .seconds(60)) {
             for device in devices where state(try await back.device(device))["homeScore"] as? Int != 2 { return false }
             return true
@@ -88,10 +116,11 @@ extension SendTests {
         try await expectNothingLost(back, w)
     }
 
-    /// APNs answers 503 to everything (pushes, broadcasts, channel management) for 8 s: a key
-    /// on broadcast can't get its channel and a per-token key's tokens fail their every attempt,
-    /// through more claims than `worker.max_deliveries` allows; once APNs answers again both
-    /// keys' devices show their scores, each token's update delivered once, nothing lost.
+    /// APNs answers 503 to everything (pushes, broadcasts, channel management): a key on
+    /// broadcast can't get its channel through more failed deliveries than
+    /// `worker.max_deliveries` allows, and a per-token key's tokens fail more rounds than
+    /// `fanout.token_attempts`; once APNs answers again both keys' devices show their scores,
+    /// each token's update delivered once, nothing lost.
     @Test func anAPNsAnsweringOnlyErrorsLongerThanTheDeliveriesLosesNothing() async throws {
         let r = try await rig(["--delivery-log", "1000"])
         defer { r.redis.close() }
@@ -107,8 +136,8 @@ extension SendTests {
         try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
         try await score(r, "o3", 1, 0, ts: t + 1000)
         try await score(r, "o4", 2, 0, ts: t + 1000)
-        try await Task.sleep(for: .seconds(8))
-        #expect(w.stderr.contains("sending failed; the entry stays pending"), "no send failed: the test proves nothing")
+        #expect(await eventually(timeout: .seconds(60)) { failedDeliveries(w, "match:o3") >= 3 && tokensWaitedPastTheirAttempts(w, "match:o4") },
+                "the outage never outlasted the limits: the test proves nothing")
         try await r.sandbox.post("/sandbox/faults", json: "{}")
 
         #expect(try await eventually(timeout: .seconds(60)) {
@@ -130,25 +159,40 @@ extension SendTests {
         defer { r.redis.close() }
         let w = try r.worker("w", quickDeliveries)
         defer { w.removeLogs() }
-        var t = now() - 60_000
+        let t = now() - 60_000
         try await register(r, device: "c", key: "match:o5", activity: "C", token: token("d7"), ts: t, broadcast: true)
         try await register(r, device: "p", key: "match:o6", activity: "P", token: token("e7"), ts: t)
         #expect(await eventually { await r.drainedAll() })
         try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["broadcast"]}"#)
         try await score(r, "o5", 1, 0, ts: t + 1000)
         // Device pushes answered normally all along, on the same client.
-        var home = 0
-        var letters = ""
-        let dead = await eventually(timeout: .seconds(60)) {
-            home += 1
-            t = max(t + 1, now())
-            try? await score(r, "o6", home, 0, ts: t)
-            try? await Task.sleep(for: .milliseconds(50))
-            letters = (try? await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))).map { String(describing: $0) } ?? ""
-            return letters.contains("broadcast to match:o5")
-        }
+        let (dead, letters) = await scoring(r, "o6", after: t, until: r.settings.deadLetterStream) { $0.contains("broadcast to match:o5") }
         #expect(dead, "the broadcast APNs kept failing was never dead-lettered: \(letters.prefix(1000))")
         #expect(letters.contains("kept failing") && !letters.contains("\"o6\""), "\(letters.prefix(1000))")
+        #expect(await w.stop() == 0)
+    }
+
+    /// Device pushes alone answered 503 while broadcasts to another key go through: a fan-out's
+    /// tokens that fail their `fanout.token_attempts` (2) are recorded as failed, as before.
+    @Test func tokensAPNsFailsWhileItAnswersOthersAreStillRecordedAsFailed() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", quickDeliveries)
+        defer { w.removeLogs() }
+        let t = now() - 60_000
+        let failing = token("b8")
+        try await register(r, device: "c", key: "match:o7", activity: "C", token: token("a8"), ts: t, broadcast: true)
+        try await register(r, device: "p", key: "match:o8", activity: "P", token: failing, ts: t)
+        try await score(r, "o7", 0, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["device"]}"#)
+        try await score(r, "o8", 1, 0, ts: t + 1000)
+        // Broadcasts answered normally all along, on the same client.
+        let (recorded, failures) = await scoring(r, "o7", after: t + 1000, until: r.settings.keys.sendFailures) {
+            $0.contains("match:o8") && $0.contains(String(failing.prefix(8)))
+        }
+        #expect(recorded, "the token APNs kept failing was never recorded as failed: \(failures.prefix(1000))")
+        #expect(failures.contains("still failing after 2 attempts"), "\(failures.prefix(1000))")
         #expect(await w.stop() == 0)
     }
 }
