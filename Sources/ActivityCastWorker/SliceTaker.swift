@@ -192,16 +192,16 @@ final class SliceTaker: Sendable {
                 if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
             }
         } catch where Outage.isOutage(error) {
-            // Redis unreachable or refusing (a failover, a restart, a full Redis), or APNs out of
-            // reach: not the slice's failure. Its attempt is given back, so an outage longer than
-            // its deliveries does not dead-letter it; nothing is recorded as its error.
+            // Redis unreachable or refusing (a failover, a restart, a full Redis): not the slice's
+            // failure. Its attempt is given back, so an outage longer than its deliveries does not
+            // dead-letter it; nothing is recorded as its error. (An APNs outage doesn't end here:
+            // a slice's tokens wait for another round, see `TokenBatches.sendBatch`.)
             if Outage.refusal(of: error) == nil {
                 stats.stream(stream)?.failed.add(1, ordering: .relaxed)
             } else {
                 stats.stream(stream)?.refused.add(1, ordering: .relaxed)
             }
-            let which = (error as? SendFailure)?.apnsOutage == true ? "APNs" : "Redis"
-            logger.warning("slice left pending: \(which) unavailable", metadata: ["slice": "\(slice)", "error": "\(error)"])
+            logger.warning("slice left pending: Redis unavailable", metadata: ["slice": "\(slice)", "error": "\(error)"])
             if attempts > 0 { _ = try? await redis.send(AttemptScripts.refund(errorsKey, entry.id)) }
         } catch {
             stats.stream(stream)?.failed.add(1, ordering: .relaxed)

@@ -14,20 +14,7 @@ final class SignalWatcher: Sendable {
 
     init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
         self.signals = signals
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { fatalError("pipe: \(String(cString: strerror(errno)))") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        Self.pipeWrite.store(fds[1], ordering: .sequentiallyConsistent)
-        let readEnd = fds[0]
-        let thread = Thread {
-            var byte: UInt8 = 0
-            while true {
-                let n = read(readEnd, &byte, 1)
-                if n == 1 { handler(Int32(byte)) } else if n == 0 || errno != EINTR { return }
-            }
-        }
-        thread.name = "signals"
-        thread.start()
+        Self.pipeWrite.store(SignalPipe.open(thread: "signals") { handler(Int32($0)) }, ordering: .sequentiallyConsistent)
         for sig in signals {
             signal(sig) { sig in
                 var byte = UInt8(truncatingIfNeeded: sig)
@@ -38,4 +25,26 @@ final class SignalWatcher: Sendable {
 
     /// Later signals are ignored (a process that is stopping finishes its stop).
     func cancel() { for sig in signals { signal(sig, SIG_IGN) } }
+}
+
+/// A pipe from a signal handler to a thread: the handler writes a byte to the returned end
+/// (`write` is async-signal-safe), and a thread of its own, `thread`, calls `onByte` with each
+/// byte it reads. Both ends close on exec.
+enum SignalPipe {
+    static func open(thread name: String, onByte: @escaping @Sendable (UInt8) -> Void) -> Int32 {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { fatalError("pipe: \(String(cString: strerror(errno)))") }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let readEnd = fds[0]
+        let thread = Thread {
+            var byte: UInt8 = 0
+            while true {
+                let n = read(readEnd, &byte, 1)
+                if n == 1 { onByte(byte) } else if n == 0 || errno != EINTR { return }
+            }
+        }
+        thread.name = name
+        thread.start()
+        return fds[1]
+    }
 }

@@ -23,11 +23,6 @@ final class Terminal: Sendable {
         var entered = false
     }
 
-    /// Keys and signals as events.
-    struct Input {
-        let events: AsyncStream<Event>
-    }
-
     private let state = Mutex(State())
 
     static var isInteractive: Bool { isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1 }
@@ -36,7 +31,7 @@ final class Terminal: Sendable {
     /// buffering, no echo; Ctrl-C still raises SIGINT; Ctrl-Z and Ctrl-\ are turned off so the
     /// view can't be suspended or dumped with the terminal left as it is), and starts delivering
     /// keys and signals as events.
-    func enter() -> Input {
+    func enter() -> AsyncStream<Event> {
         let (events, continuation) = AsyncStream.makeStream(of: Event.self)
         _ = SignalWatcher(signals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH]) {
             continuation.yield($0 == SIGWINCH ? .resize : .signal($0))
@@ -73,7 +68,7 @@ final class Terminal: Sendable {
         }
         reader.name = "top-keys"
         reader.start()
-        return Input(events: events)
+        return events
     }
 
     /// Leaves the alternate screen, shows the cursor and puts the terminal modes back. Safe to call
@@ -117,4 +112,3 @@ final class Terminal: Sendable {
         }
     }
 }
-

@@ -63,8 +63,7 @@ struct TopCommand: AsyncParsableCommand {
     /// input. Returns the exit status: 0 for q, 128 + the signal otherwise.
     private func live(terminal: Terminal, reader: TopReader, state initial: TopState, every: Duration) async -> Int32 {
         var state = initial
-        let input = terminal.enter()
-        let events = input.events
+        let events = terminal.enter()
         let (readings, continuation) = AsyncStream.makeStream(of: Update.self)
         // Readings one after another, `every` apart from start to start; ticks redraw meanwhile
         // (the age of a reading stuck on a frozen Redis).

@@ -87,20 +87,11 @@ enum StopSignals {
     /// Installs the handler for SIGTERM and SIGINT; `onFirst` runs on a thread of its own after
     /// the first signal.
     static func install(onFirst: @escaping @Sendable (Int32) -> Void) {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { fatalError("pipe: \(String(cString: strerror(errno)))") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        wakeWrite.store(fds[1], ordering: .sequentiallyConsistent)
         _ = received.load(ordering: .relaxed)
         _ = first.load(ordering: .relaxed)
-        let readEnd = fds[0]
-        let thread = Thread {
-            var byte: UInt8 = 0
-            while read(readEnd, &byte, 1) < 0 && errno == EINTR {}
-            onFirst(first.load(ordering: .sequentiallyConsistent))
-        }
-        thread.name = "stop-signals"
-        thread.start()
+        // The handler writes once: a second signal exits in the handler itself.
+        wakeWrite.store(SignalPipe.open(thread: "stop-signals") { _ in onFirst(first.load(ordering: .sequentiallyConsistent)) },
+                        ordering: .sequentiallyConsistent)
 
         var action = sigaction()
         action.__sigaction_handler.sa_handler = { signal in

@@ -15,6 +15,17 @@ extension SendTests {
          "log.level": "info"]
     }
 
+    /// A worker with `quickDeliveries` and the sandbox for APNs.
+    func quickRig(_ sandboxArguments: [String] = []) async throws -> (Rig, ChildProcess) {
+        let r = try await rig(sandboxArguments)
+        do {
+            return (r, try r.worker("w", quickDeliveries))
+        } catch {
+            r.redis.close()
+            throw error
+        }
+    }
+
     /// A worker whose APNs is a port that refuses connections.
     func outage(_ sandboxArguments: [String] = []) async throws -> (Rig, RefusingLoopbackPort, ChildProcess) {
         let r = try await rig(sandboxArguments)
@@ -122,10 +133,8 @@ extension SendTests {
     /// `fanout.token_attempts`; once APNs answers again both keys' devices show their scores,
     /// each token's update delivered once, nothing lost.
     @Test func anAPNsAnsweringOnlyErrorsLongerThanTheDeliveriesLosesNothing() async throws {
-        let r = try await rig(["--delivery-log", "1000"])
-        defer { r.redis.close() }
-        let w = try r.worker("w", quickDeliveries)
-        defer { w.removeLogs() }
+        let (r, w) = try await quickRig(["--delivery-log", "1000"])
+        defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         let devices = [token("b7"), token("c7")]
         try await register(r, device: "c", key: "match:o3", activity: "C", token: token("a7"), ts: t, broadcast: true)
@@ -155,10 +164,8 @@ extension SendTests {
     /// broadcast's failures are its own and its event is dead-lettered after its deliveries, as
     /// before — an outage is only what leaves APNs answering nothing normally.
     @Test func aBroadcastAPNsFailsWhileItAnswersOthersIsStillDeadLettered() async throws {
-        let r = try await rig()
-        defer { r.redis.close() }
-        let w = try r.worker("w", quickDeliveries)
-        defer { w.removeLogs() }
+        let (r, w) = try await quickRig()
+        defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         try await register(r, device: "c", key: "match:o5", activity: "C", token: token("d7"), ts: t, broadcast: true)
         try await register(r, device: "p", key: "match:o6", activity: "P", token: token("e7"), ts: t)
@@ -175,10 +182,8 @@ extension SendTests {
     /// Device pushes alone answered 503 while broadcasts to another key go through: a fan-out's
     /// tokens that fail their `fanout.token_attempts` (2) are recorded as failed, as before.
     @Test func tokensAPNsFailsWhileItAnswersOthersAreStillRecordedAsFailed() async throws {
-        let r = try await rig()
-        defer { r.redis.close() }
-        let w = try r.worker("w", quickDeliveries)
-        defer { w.removeLogs() }
+        let (r, w) = try await quickRig()
+        defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         let failing = token("b8")
         try await register(r, device: "c", key: "match:o7", activity: "C", token: token("a8"), ts: t, broadcast: true)
