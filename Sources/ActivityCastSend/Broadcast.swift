@@ -10,15 +10,17 @@ extension SendRole {
         if live.count == 1 {
             return try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1) ? [live[0].0] : []
         }
-        let results = await withTaskGroup(of: (APNsEnvironment, Result<Bool, Error>).self) { group in
-            for (env, record) in live {
-                group.addTask {
-                    do { return (env, .success(try await self.broadcast(plan, bytes, priority: priority, env: env, record: record))) } catch {
-                        return (env, .failure(error))
-                    }
-                }
+        @Sendable func attempt(_ env: APNsEnvironment, _ record: ChannelRecord) async -> (APNsEnvironment, Result<Bool, Error>) {
+            do { return (env, .success(try await broadcast(plan, bytes, priority: priority, env: env, record: record))) } catch {
+                return (env, .failure(error))
             }
-            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let results = await withTaskGroup(of: (APNsEnvironment, Result<Bool, Error>).self) { group in
+            for (env, record) in live.dropLast() { group.addTask { await attempt(env, record) } }
+            // The last one from this task, meanwhile: a child task fewer to start and wait for.
+            var all = [await attempt(live[live.count - 1].0, live[live.count - 1].1)]
+            for await result in group { all.append(result) }
+            return all
         }
         var delivered: [APNsEnvironment] = [], errors: [Error] = []
         for (env, result) in results {

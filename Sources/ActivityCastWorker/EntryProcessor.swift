@@ -278,35 +278,39 @@ struct EntryProcessor: Sendable {
         let turns = sends.sorted { $0.1.timestampMillis < $1.1.timestampMillis }.map { ($0.0, $0.1, sender.ticket(for: $0.1.key)) }
         if let order { readOrder.done(order) }
         let logger = self.logger
+        @Sendable func sendOne(_ index: Int, _ plan: Plan, _ ticket: KeyLocks.Ticket) async -> (Int, Result<SendOutcome, Error>) {
+            let entry = "\(stream)/\(entries[index].id)"
+            do {
+                let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered, ticket: ticket)
+                var summary: SendSummary?
+                switch outcome {
+                case .done(let s), .handedOff(let s): summary = s
+                case .rejected: summary = nil
+                }
+                if let s = summary {
+                    logger.info(outcome == .handedOff(s) ? "sent its first slice; the others are the fleet's" : "sent", metadata: [
+                        "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
+                        "priority": "\(plan.priority.rawValue)",
+                        "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
+                        "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
+                    ])
+                }
+                return (index, .success(outcome))
+            } catch {
+                // Redis refusing work is logged once for the whole episode (the worker's
+                // `noteRefusal`), not once per entry.
+                if Outage.refusal(of: error) == nil {
+                    logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
+                }
+                return (index, .failure(error))
+            }
+        }
+        // One plan (the usual batch at a steady rate) runs here: a child task would cost a hop
+        // between threads before its Redis round trip.
+        if turns.count == 1 { return [await sendOne(turns[0].0, turns[0].1, turns[0].2)] }
         return await withTaskGroup(of: (Int, Result<SendOutcome, Error>).self) { group in
             for (index, plan, ticket) in turns {
-                group.addTask {
-                    let entry = "\(stream)/\(entries[index].id)"
-                    do {
-                        let outcome = try await sender.send(plan, entry: entry, redelivered: redelivered, ticket: ticket)
-                        var summary: SendSummary?
-                        switch outcome {
-                        case .done(let s), .handedOff(let s): summary = s
-                        case .rejected: summary = nil
-                        }
-                        if let s = summary {
-                            logger.info(outcome == .handedOff(s) ? "sent its first slice; the others are the fleet's" : "sent", metadata: [
-                                "entry": "\(entry)", "key": "\(plan.key)", "event": "\(plan.event?.rawValue ?? "none")",
-                                "priority": "\(plan.priority.rawValue)",
-                                "stale": "\(s.stale)", "broadcasts": "\(s.broadcasts)", "tokens": "\(s.tokens)", "starts": "\(s.starts)",
-                                "forgotten": "\(s.forgotten)", "failed": "\(s.failed)",
-                            ])
-                        }
-                        return (index, .success(outcome))
-                    } catch {
-                        // Redis refusing work is logged once for the whole episode (the worker's
-                        // `noteRefusal`), not once per entry.
-                        if Outage.refusal(of: error) == nil {
-                            logger.warning("sending failed; the entry stays pending", metadata: ["entry": "\(entry)", "key": "\(plan.key)", "error": "\(error)"])
-                        }
-                        return (index, .failure(error))
-                    }
-                }
+                group.addTask { await sendOne(index, plan, ticket) }
             }
             var all: [(Int, Result<SendOutcome, Error>)] = []
             for await result in group { all.append(result) }

@@ -47,16 +47,21 @@ final class StopSignal: Sendable {
     /// The result of `operation`, or nil if stop is requested first (the operation then goes
     /// on unobserved: anything it read stays pending in Redis for another worker).
     func race<T: Sendable>(_ operation: @escaping @Sendable () async -> T) async -> T? {
+        await started(operation).value
+    }
+
+    /// As `race`, and the task running `operation`, to wait for its value after a stop. The task
+    /// itself resumes the waiter: no second task between the operation and its caller.
+    func started<T: Sendable>(_ operation: @escaping @Sendable () async -> T) async -> (value: T?, task: Task<T, Never>) {
         let once = Once<T?>()
-        return await withCheckedContinuation { continuation in
-            once.set(continuation)
-            let token = onStop { once.resume(nil) }
-            Task {
-                let value = await operation()
-                self.forget(token)
-                once.resume(value)
-            }
+        let token = onStop { once.resume(nil) }
+        let task = Task {
+            let value = await operation()
+            self.forget(token)
+            once.resume(value)
+            return value
         }
+        return (await withCheckedContinuation { once.set($0) }, task)
     }
 
     /// The result of `operation`, or nil if `deadline` passes first.

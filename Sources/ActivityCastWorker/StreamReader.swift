@@ -68,10 +68,10 @@ final class StreamReader: Sendable {
         }
         if groups.count <= 1, state.withLock({ $0.reading.isEmpty }) {
             // One command for all of them: the reads of before.
-            let read = Task { () -> Result<[StreamRead], Error> in
+            let (result, read) = await stop.started {
                 await Self.read(self.main, streams, group: group, consumer: consumer, count: count, block: block, limits: limits)
             }
-            if let result = await stop.race({ await read.value }) { return result }
+            if let result { return result }
             // Stopping with a read in flight: what it delivers is this worker's to finish, so wait
             // for it (it returns within `block`) — unless Redis is frozen past the deadline.
             return await StopSignal.within(deadline()) { await read.value }
