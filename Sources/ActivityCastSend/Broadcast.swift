@@ -7,9 +7,7 @@ extension SendRole {
     /// Broadcasts to every environment's channel at once (a broadcast doesn't wait for the previous
     /// one's answer); returns the environments whose broadcast was delivered.
     func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
-        if live.count == 1 {
-            return try await broadcast(plan, bytes, priority: priority, env: live[0].0, record: live[0].1) ? [live[0].0] : []
-        }
+        guard let (lastEnv, lastRecord) = live.last else { return [] }
         @Sendable func attempt(_ env: APNsEnvironment, _ record: ChannelRecord) async -> (APNsEnvironment, Result<Bool, Error>) {
             do { return (env, .success(try await broadcast(plan, bytes, priority: priority, env: env, record: record))) } catch {
                 return (env, .failure(error))
@@ -17,8 +15,8 @@ extension SendRole {
         }
         let results = await withTaskGroup(of: (APNsEnvironment, Result<Bool, Error>).self) { group in
             for (env, record) in live.dropLast() { group.addTask { await attempt(env, record) } }
-            // The last one from this task, meanwhile: a child task fewer to start and wait for.
-            var all = [await attempt(live[live.count - 1].0, live[live.count - 1].1)]
+            // The last one from this task, meanwhile (a single one needs no child task at all).
+            var all = [await attempt(lastEnv, lastRecord)]
             for await result in group { all.append(result) }
             return all
         }

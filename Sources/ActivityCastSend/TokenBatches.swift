@@ -113,23 +113,23 @@ struct TokenBatches: SendRole {
             stats.count(kind, results, priority: priority)
             let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil)
             try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
-            let (retry, delay, lastReason) = (answers.retry, answers.delay, answers.lastReason)
+            let retry = answers.retry
             attempt += 1
             // Every token failed, for APNs's outage: the attempts say nothing about them.
-            let outage = answers.retry.count == sent.count && watch.isOutage(unreached: answers.unreachable(sent: sent.count))
+            let outage = answers.allFailed && watch.isOutage(unreached: answers.unreachable)
             if let parking, !retry.isEmpty {
                 // A slice's last round that met an outage isn't recorded as failed: its tokens
                 // wait for another round, as long as the outage lasts.
                 let last = parking.attempt >= configuration.tokenAttempts && !outage
-                return try await park(retry, plan, kind: kind, attempt: attempt, after: delay, entry: entry, summary: &summary, last: last)
+                return try await park(retry, plan, kind: kind, attempt: attempt, after: answers.delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
-                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(lastReason)",
+                throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(answers.lastReason)",
                                   apnsOutage: outage)
             }
             pending = retry.map { ($0.row, $0.unsure) }
             if !pending.isEmpty {
-                let wait = min(delay, .seconds(30))
+                let wait = min(answers.delay, .seconds(30))
                 try await beforeRetry?(wait)
                 try await Task.sleep(for: wait)
             }
@@ -159,12 +159,18 @@ struct TokenBatches: SendRole {
         var failures: [(target: String, reason: String)] = []
         var failureIDs: [String?] = []
 
-        /// No request of the batch of `sent` tokens left for want of a connection to APNs.
-        func unreachable(sent: Int) -> Bool { retry.count == sent && retry.allSatisfy(\.unreached) }
+        /// How many tokens the batch sent.
+        let sentCount: Int
+
+        /// No token of the batch was delivered or settled: every one is to be tried again.
+        var allFailed: Bool { retry.count == sentCount }
+        /// No request of the batch left for want of a connection to APNs.
+        var unreachable: Bool { allFailed && retry.allSatisfy(\.unreached) }
 
         /// `sent`: each token with whether an earlier request for it went unanswered; `results`
         /// in the same order; `attempt`: the attempts made before this one.
         init(sent: [(row: TokenRow, unsure: Bool)], results: [APNsResult], attempt: Int, keepDelivered: Bool) {
+            sentCount = sent.count
             for ((row, wasUnsure), result) in zip(sent, results) {
                 let response = result.response
                 switch TokenOutcome.of(result.action, reason: response?.reason, registeredMillis: row.registeredMillis, attempt: attempt) {

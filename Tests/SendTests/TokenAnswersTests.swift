@@ -39,12 +39,12 @@ import Testing
     @Test func aBatchFoundAPNsOutOfReachOnlyWhenNoneOfItsRequestsLeft() {
         let sent = (0..<3).map { (row: row($0), unsure: false) }
         let none = TokenBatches.Answers(sent: sent, results: Array(repeating: unreachable, count: 3), attempt: 0, keepDelivered: false)
-        #expect(none.unreachable(sent: sent.count))
+        #expect(none.unreachable)
         let one = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 500, reason: .internalServerError))],
                                        attempt: 0, keepDelivered: false)
-        #expect(!one.unreachable(sent: sent.count))
+        #expect(!one.unreachable)
         let delivered = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 200))],
                                              attempt: 0, keepDelivered: false)
-        #expect(!delivered.unreachable(sent: sent.count))
+        #expect(!delivered.unreachable)
     }
 }

@@ -236,15 +236,17 @@ public func freeLoopbackPort() -> Int {
 /// A loopback port that refuses connections for as long as this is held: bound, never listening,
 /// so no server a parallel test starts can take it (a port found free and let go can be). Close
 /// it when done.
-public final class RefusingLoopbackPort: @unchecked Sendable {
+public final class RefusingLoopbackPort: Sendable {
     public let port: Int
-    private let fd: Int32
+    /// -1 once closed: a second `close()` must not close whatever descriptor (a parallel test's
+    /// socket) has the number by then.
+    private let fd: Atomic<Int32>
 
     public init() {
         // Close-on-exec: a child started meanwhile (a worker under test) must not hold the port.
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         precondition(fd >= 0)
-        self.fd = fd
+        self.fd = Atomic(fd)
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -257,7 +259,11 @@ public final class RefusingLoopbackPort: @unchecked Sendable {
         port = Int(UInt16(bigEndian: addr.sin_port))
     }
 
-    public func close() { _ = Glibc.close(fd) }
+    /// Idempotent.
+    public func close() {
+        let fd = self.fd.exchange(-1, ordering: .sequentiallyConsistent)
+        if fd >= 0 { _ = Glibc.close(fd) }
+    }
 }
 
 /// True when something accepts TCP connections on 127.0.0.1:`port`.
