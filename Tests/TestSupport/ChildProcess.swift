@@ -23,8 +23,9 @@ public final class ChildProcess: @unchecked Sendable {
     /// The reading end of an `unreadPipe`, held until the child is gone.
     private let heldPipe: Int32
 
+    /// `stdin`: a file the child reads as its standard input (default: /dev/null).
     public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil,
-                logName: String = "child", output: Output = .files) throws {
+                logName: String = "child", output: Output = .files, stdin: String = "/dev/null") throws {
         let dir = directory ?? FileManager.default.temporaryDirectory.path
         let stamp = UUID().uuidString.prefix(8)
         stdoutPath = "\(dir)/\(logName)-\(stamp).out"
@@ -33,7 +34,7 @@ public final class ChildProcess: @unchecked Sendable {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
         var pipeFDs: [Int32] = [-1, -1]
         switch output {
         case .files:
@@ -111,6 +112,10 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     public var isRunning: Bool { reap(block: false) == nil }
+
+    /// The exit status (128 + the signal when killed), or nil while the child runs; `blocking`
+    /// waits for it to exit.
+    public func status(blocking: Bool = false) -> Int32? { reap(block: blocking) }
 
     /// Sends `signal` to this child's PID if it is still running.
     public func kill(signal: Int32) {

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import TestSupport
 
 /// Child processes for interop tests (openssl, python3), always found through PATH and always
 /// stopped by their own PID, never by name.
@@ -35,67 +36,45 @@ enum SSLTestProcess {
         defer { child.kill() }
         let timedOut = !child.wait(timeout: timeout)
         if timedOut { child.kill() }
-        return Result(status: timedOut ? -1 : child.process.terminationStatus,
+        return Result(status: timedOut ? -1 : child.status ?? -1,
                       stdout: child.stdout(), stderr: child.stderr(), timedOut: timedOut)
     }
 
-    /// A started child; call `kill()` in a `defer` (it is idempotent).
+    /// A started child (`ChildProcess`: spawned with `posix_spawn`, reaped with `waitpid`); call
+    /// `kill()` in a `defer` (it is idempotent).
     final class Running {
-        let process = Process()
-        let pid: Int32
-        private let stdoutPath: String
-        private let stderrPath: String
+        private let child: ChildProcess
 
         init(_ arguments: [String], stdin: String = "", in directory: SSLTestDirectory) throws {
-            let tag = UUID().uuidString
-            stdoutPath = directory.path("child-\(tag).out")
-            stderrPath = directory.path("child-\(tag).err")
-            let stdinPath = try directory.write("child-\(tag).in", stdin)
-            _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-            _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-            guard let input = FileHandle(forReadingAtPath: stdinPath),
-                  let output = FileHandle(forWritingAtPath: stdoutPath),
-                  let errors = FileHandle(forWritingAtPath: stderrPath) else {
-                throw Failure.notStarted("cannot open capture files")
-            }
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = arguments
-            process.standardInput = input
-            process.standardOutput = output
-            process.standardError = errors
+            let input = try directory.write("child-\(UUID().uuidString).in", stdin)
             do {
-                try process.run()
+                child = try ChildProcess(executable: "/usr/bin/env", arguments: arguments, directory: directory.url.path,
+                                         logName: "child", stdin: input)
             } catch {
                 throw Failure.notStarted("\(arguments.first ?? "?"): \(error)")
             }
-            pid = process.processIdentifier
-            // The child holds its own copies of the descriptors.
-            try? input.close()
-            try? output.close()
-            try? errors.close()
         }
 
         /// Waits up to `timeout` for the child to exit; true if it did.
         func wait(timeout: TimeInterval) -> Bool {
             let deadline = Date().addingTimeInterval(timeout)
-            while process.isRunning {
+            while child.isRunning {
                 if Date() >= deadline { return false }
                 usleep(5_000)
             }
             return true
         }
 
+        /// The exit status once exited (128 + the signal when killed), else nil.
+        var status: Int32? { child.status() }
+
         /// SIGKILL to this child's PID (if still running), then reap it.
         func kill() {
-            if process.isRunning {
-                _ = Glibc.kill(pid, SIGKILL)
-                process.waitUntilExit()
-            }
+            child.kill(signal: SIGKILL)
+            _ = child.status(blocking: true)
         }
 
-        func stdout() -> String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
-        func stderr() -> String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
-
-        deinit { kill() }
+        func stdout() -> String { (try? String(contentsOfFile: child.stdoutPath, encoding: .utf8)) ?? "" }
+        func stderr() -> String { (try? String(contentsOfFile: child.stderrPath, encoding: .utf8)) ?? "" }
     }
 }
