@@ -74,7 +74,8 @@ public final class APNsClientStats: Sendable {
     let connectionsLost = Atomic<Int>(0)
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
-    /// When the latest answer that shows APNs at work (2xx, 4xx but 429) came: `Deadline`
+    /// When the latest answer that shows APNs at work (2xx, 4xx but 429 and a refusal of our
+    /// credentials) came: `Deadline`
     /// nanoseconds, 0 before any.
     let lastNormalAnswer = Atomic<UInt64>(0)
     /// Connections open now (HTTP/2 set up, not yet closed).
@@ -92,7 +93,7 @@ public final class APNsClientStats: Sendable {
     }
 
     /// Whether APNs answered a request of this client as it does when it works (2xx, or 4xx
-    /// other than 429) at `moment` or after: a send whose requests all failed while it didn't
+    /// other than 429 and a refusal of our credentials) at `moment` or after: a send whose requests all failed while it didn't
     /// saw no sign of a working APNs (see `APNsResult.apnsUnreachable` for the other sign of an
     /// outage).
     public func answeredNormally(since moment: APNsMoment) -> Bool {

@@ -574,7 +574,9 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 response.reason = reason
                 response.timestampMillis = ts
                 stats.rejected.add(1, ordering: .relaxed)
-                if (400..<500).contains(f.status) && f.status != 429 { stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed) }
+                if (400..<500).contains(f.status) && f.status != 429 && reason?.refusesCredentials != true {
+                    stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed)
+                }
             }
             loop.finish(f.request, .response(response))
             return

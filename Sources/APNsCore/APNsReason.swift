@@ -104,6 +104,17 @@ public enum APNsReason: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { rawValue }
+
+    /// A 403 that refuses our credentials (the provider token, its key or team, the
+    /// certificate), not the request: it says nothing about the device, the channel or the
+    /// payload, and every other request of the client meets it too until they are fixed.
+    public var refusesCredentials: Bool {
+        switch self {
+        case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .invalidProviderToken, .missingProviderToken,
+             .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken: true
+        default: false
+        }
+    }
 }
 
 /// What the sender should do with a request after APNs answered.
@@ -132,6 +143,9 @@ extension APNsReason {
         case .expiredToken, .unregistered: .forgetToken(invalidSince: timestampMillis)
         case .badDeviceToken, .deviceTokenNotForTopic: .forgetToken(invalidSince: nil)
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken: .refreshProviderToken
+        // Our key, team or certificate refused: nothing wrong with the request, which waits for
+        // them to be fixed, as in an outage (`refusesCredentials`).
+        case .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badCertificate, .badCertificateEnvironment: .retryWithBackoff
         // Refreshing more often would make it worse: wait.
         case .tooManyProviderTokenUpdates: .retryAfter(retryAfter ?? .seconds(60))
         case .tooManyRequests: .retryAfter(retryAfter ?? .seconds(1))

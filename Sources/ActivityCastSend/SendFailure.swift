@@ -34,10 +34,10 @@ struct APNsOutageWatch {
     }
 
     /// `unreached`: none of the last attempt's requests left for want of a connection. Else an
-    /// outage only if APNs answered nothing normally (2xx, 4xx but 429), to anyone on these
-    /// clients, from `grace` before the watch began: a request that fails while others are
-    /// answered counts against its work, so one that APNs rejects for itself alone can't be
-    /// retried forever.
+    /// outage only if APNs answered nothing normally (2xx, 4xx but 429 and a refusal of our
+    /// credentials), to anyone on these clients, from `grace` before the watch began: a request
+    /// that fails while others are answered counts against its work, so one that APNs rejects for
+    /// itself alone can't be retried forever.
     func isOutage(unreached: Bool) -> Bool {
         unreached || !clients.contains { $0.stats.answeredNormally(since: since) }
     }

@@ -248,6 +248,29 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(handler.requests.allSatisfy { $0.authorization?.hasPrefix("bearer ") == true })
     }
 
+    /// What shows APNs at work, for telling an outage from a request's own failure: an answer
+    /// about the request (200, 400, 403 Forbidden) does; 429, 5xx and a 403 refusing our
+    /// credentials don't.
+    @Test func onlyAnswersAboutTheRequestShowAPNsAtWork() async throws {
+        let answers: [(Int, String?, Bool)] = [
+            (200, nil, true), (400, "BadDeviceToken", true), (403, "Forbidden", true),
+            (403, "InvalidProviderToken", false), (403, "UnrelatedKeyIdInToken", false), (403, "BadCertificate", false),
+            (429, "TooManyRequests", false), (503, "ServiceUnavailable", false),
+        ]
+        for (status, reason, normal) in answers {
+            let handler = ScriptedPeer(answer: { _, _ in
+                H2Response(status: status, body: reason.map { Array(#"{"reason":"\#($0)"}"#.utf8) } ?? [])
+            })
+            let peer = try Peer.start(handler)
+            defer { peer.stop() }
+            let client = try peer.client()
+            defer { client.shutdown() }
+            let since = APNsClientStats.moment(ago: .zero)
+            _ = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(1), bundleID: "com.example.app")
+            #expect(client.stats.answeredNormally(since: since) == normal, "\(status) \(reason ?? "")")
+        }
+    }
+
     @Test func shutdownMidBatchAnswersEveryTokenOnce() async throws {
         // Slow answers keep most of the batch queued or on the wire when the client shuts down:
         // every token still gets exactly one result (delivered, or failed as shut down), in order,

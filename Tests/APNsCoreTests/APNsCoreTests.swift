@@ -28,6 +28,12 @@ import TestSupport
         for r in [APNsReason.internalServerError, .serviceUnavailable, .shutdown, .idleTimeout] {
             #expect(r.action() == .retryWithBackoff)
         }
+        // Our credentials refused: the request waits for them (no refresh can mend a key or team).
+        for r in [APNsReason.unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badCertificate, .badCertificateEnvironment] {
+            #expect(r.action() == .retryWithBackoff)
+        }
+        // Every 403 but Forbidden (an action not allowed) refuses the credentials, nothing else does.
+        #expect(APNsReason.allKnown.filter(\.refusesCredentials) == APNsReason.allKnown.filter { $0.status == 403 && $0 != .forbidden })
         // Never retried.
         for r in [APNsReason.forbidden, .payloadTooLarge, .badTopic, .topicDisallowed, .badExpirationDate, .badChannelId, .unknown("X")] {
             #expect(r.action() == .fail)

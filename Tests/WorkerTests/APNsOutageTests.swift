@@ -200,4 +200,42 @@ extension SendTests {
         #expect(failures.contains("still failing after 2 attempts"), "\(failures.prefix(1000))")
         #expect(await w.stop() == 0)
     }
+
+    /// APNs refusing our credentials (a sandbox that expects another team: every request, channel
+    /// management included, answers 403 `InvalidProviderToken`) is no answer about the work: for
+    /// longer than the deliveries and the tokens' attempts allow, nothing is dead-lettered or
+    /// recorded as failed; once the credentials are accepted again, the broadcast key's channel
+    /// and the per-token key's devices show their scores, each token's update delivered once.
+    @Test func apnsRefusingTheProviderTokenLosesNothing() async throws {
+        let (r, refusing, w) = try await outage(["--delivery-log", "1000"])
+        defer { r.redis.close(); refusing.close(); w.removeLogs() }
+        refusing.close()
+        let wrongTeam = try await SandboxProcess(sharing: r.sandbox, port: refusing.port, arguments: ["--team-id", "OTHERTEAM1"])
+        let t = now() - 60_000
+        let devices = [token("b9"), token("c9")]
+        try await register(r, device: "c", key: "match:o9", activity: "C", token: token("a9"), ts: t, broadcast: true)
+        for (i, device) in devices.enumerated() {
+            try await register(r, device: "p\(i)", key: "match:o10", activity: "P\(i)", token: device, ts: t)
+        }
+        try await score(r, "o9", 1, 0, ts: t + 1000)
+        try await score(r, "o10", 2, 0, ts: t + 1000)
+        #expect(await eventually(timeout: .seconds(60)) { failedDeliveries(w, "match:o9") >= 3 && tokensWaitedPastTheirAttempts(w, "match:o10") },
+                "the refusal never outlasted the limits: the test proves nothing")
+        #expect(jsonLogLines(w.stderr).contains { ($0["error"] ?? $0["reason"] ?? "").contains("InvalidProviderToken") },
+                "the refusal's reason was never logged")
+        wrongTeam.child.kill(signal: SIGKILL)
+        _ = await wrongTeam.child.waitForExit(timeout: .seconds(10))
+        let sandbox = try await SandboxProcess(sharing: r.sandbox, port: refusing.port)
+        let back = Rig(server: r.server, redis: r.redis, sandbox: sandbox, settings: r.settings)
+
+        #expect(try await eventually(timeout: .seconds(60)) {
+            guard let id = try await back.channelID("match:o9"), state(try await back.channel(id))["homeScore"] as? Int == 1 else { return false }
+            for device in devices where state(try await back.device(device))["homeScore"] as? Int != 2 { return false }
+            return true
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await drained(back.redis, back.settings) })
+        let received = try await back.sandbox.deviceDeliveries().filter { $0.event == "update" && devices.contains($0.target) }
+        #expect(received.count == devices.count, "\(received)")
+        try await expectNothingLost(back, w, seen: "sending failed")
+    }
 }
