@@ -293,14 +293,21 @@ public final class APNsClient: Sendable {
         }
         var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, priority: priority)
 
-        // Refused provider token: refresh once (shared with the fleet) and resend those requests.
+        // Refused provider token: refresh once (shared with the fleet) and resend those requests —
+        // unless it is too young to replace (`TokenRefreshPolicy.mayReplace`): then the
+        // credentials are wrong, and the requests fail as refused.
         let refused = results.indices.filter { results[$0].action == .refreshProviderToken }
         if !refused.isEmpty, let tokens, let token {
-            stats.tokenRefreshes.add(1, ordering: .relaxed)
-            logger.warning("APNs refused the provider token; refreshing", metadata: [
-                "reason": "\(results[refused[0]].response?.reason?.rawValue ?? "?")", "requests": "\(refused.count)"])
+            let reason = results[refused[0]].response?.reason?.rawValue ?? "?"
             do {
                 let fresh = try await tokens.refresh(rejected: token)
+                guard fresh != token else {
+                    logger.error("APNs refused a provider token too young to replace: check apns.team_id, apns.key_id and the key", metadata: [
+                        "reason": "\(reason)", "requests": "\(refused.count)", "token_age_s": "\(token.age(now: nowSeconds()))"])
+                    return results
+                }
+                stats.tokenRefreshes.add(1, ordering: .relaxed)
+                logger.warning("APNs refused the provider token; refreshing", metadata: ["reason": "\(reason)", "requests": "\(refused.count)"])
                 let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused),
                                            priority: priority)
                 for (i, r) in zip(refused, again) { results[i] = r }

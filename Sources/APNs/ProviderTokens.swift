@@ -8,7 +8,8 @@ public protocol ProviderTokenSource: Sendable {
     /// A token valid now. Cheap when cached: called once per batch.
     func currentToken() async throws -> ProviderToken
     /// APNs refused `rejected` (ExpiredProviderToken, InvalidProviderToken): return a newer one,
-    /// minting it if nobody has yet.
+    /// minting it if nobody has yet — or `rejected` itself when it may not be replaced yet
+    /// (`TokenRefreshPolicy.mayReplace`).
     func refresh(rejected: ProviderToken) async throws -> ProviderToken
 }
 
@@ -21,6 +22,16 @@ public struct TokenRefreshPolicy: Sendable {
 
     public init(refreshAfter: Duration = .seconds(40 * 60)) {
         self.refreshAfter = min(max(refreshAfter, TokenRefreshPolicy.minimumAge), .seconds(55 * 60))
+    }
+
+    /// Whether a token APNs refused may be replaced: once it is `minimumAge` old, or when it
+    /// claims to come from the future (a clock put right since). A younger one stays: Apple
+    /// answers `TooManyProviderTokenUpdates` to refreshes more often than that, and a new token
+    /// signed by the same key for the same team can't mend a wrong key, team or clock — so a
+    /// misconfigured fleet doesn't mint a token for every request APNs refuses.
+    public static func mayReplace(_ rejected: ProviderToken, now: Int64) -> Bool {
+        let age = rejected.age(now: now)
+        return age < 0 || age >= Int64(minimumAge.components.seconds)
     }
 }
 
@@ -51,6 +62,7 @@ public final class LocalProviderTokens: ProviderTokenSource {
     public func refresh(rejected: ProviderToken) async throws -> ProviderToken {
         let now = clock()
         if let t = cached.withLock({ $0 }), t != rejected { return t }
+        guard TokenRefreshPolicy.mayReplace(rejected, now: now) else { return rejected }
         let t = try signer.token(issuedAt: now)
         cached.withLock { $0 = t }
         return t
@@ -107,7 +119,23 @@ public final class RedisSharedProviderTokens: ProviderTokenSource {
     static let lastUsableSeconds: Int64 = 55 * 60
 
     public func refresh(rejected: ProviderToken) async throws -> ProviderToken {
-        try await obtain(replacing: rejected)
+        let now = clock()
+        guard TokenRefreshPolicy.mayReplace(rejected, now: now) else {
+            // Not to be replaced yet, unless another worker already has.
+            if let shared = usable(try await readShared(), unlike: rejected, now: now) {
+                cached.withLock { $0 = shared }
+                return shared
+            }
+            return rejected
+        }
+        return try await obtain(replacing: rejected)
+    }
+
+    /// `token` when it is due for use (not the rejected one, not due for a refresh, not from
+    /// the future).
+    private func usable(_ token: ProviderToken?, unlike rejected: ProviderToken?, now: Int64) -> ProviderToken? {
+        guard let token, token != rejected, token.age(now: now) < refreshAfterSeconds, token.age(now: now) >= 0 else { return nil }
+        return token
     }
 
     /// Reads the shared token; mints one (under the lock) if there is none, it is due, or it is
@@ -115,7 +143,7 @@ public final class RedisSharedProviderTokens: ProviderTokenSource {
     private func obtain(replacing rejected: ProviderToken?) async throws -> ProviderToken {
         for attempt in 0..<50 {
             let now = clock()
-            if let shared = try await readShared(), shared != rejected, shared.age(now: now) < refreshAfterSeconds, shared.age(now: now) >= 0 {
+            if let shared = usable(try await readShared(), unlike: rejected, now: now) {
                 cached.withLock { $0 = shared }
                 return shared
             }
@@ -125,7 +153,7 @@ public final class RedisSharedProviderTokens: ProviderTokenSource {
                     _ = try? await redis.send(.script(Self.release, keys: [key + ":lock"], args: [owner]))
                 } }
                 // Someone may have stored a fresh one between our read and the lock.
-                if let shared = try await readShared(), shared != rejected, shared.age(now: now) < refreshAfterSeconds, shared.age(now: now) >= 0 {
+                if let shared = usable(try await readShared(), unlike: rejected, now: now) {
                     cached.withLock { $0 = shared }
                     return shared
                 }

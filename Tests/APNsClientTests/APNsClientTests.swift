@@ -239,13 +239,45 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         defer { peer.stop() }
         let key = try ES256PrivateKey.generate()
         let signer = ProviderTokenSigner(key: key, identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
-        let client = try peer.client(tokens: LocalProviderTokens(signer: signer))
+        // The token in use is 25 minutes old: old enough to be replaced (20).
+        let now = Mutex<Int64>(1_800_000_000)
+        let source = LocalProviderTokens(signer: signer, clock: { now.withLock { $0 } })
+        _ = try await source.currentToken()
+        now.withLock { $0 += 25 * 60 }
+        let client = try peer.client(tokens: source)
         defer { client.shutdown() }
         let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(20), bundleID: "com.example.app")
         #expect(results.allSatisfy { $0.action == .delivered })
         #expect(client.stats.snapshot.tokenRefreshes == 1)
         #expect(Set(handler.requests.compactMap(\.authorization)).count == 2)
         #expect(handler.requests.allSatisfy { $0.authorization?.hasPrefix("bearer ") == true })
+    }
+
+    /// A token refused minutes after it was made is not replaced (Apple allows a refresh every
+    /// 20 minutes, and the same key can't mend a wrong key or team): the requests fail as
+    /// refused, sent once, and no new token is made however often it is refused.
+    @Test func aYoungProviderTokenRefusedIsNotReplaced() async throws {
+        let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 403, body: Array(#"{"reason":"InvalidProviderToken"}"#.utf8)) })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let signer = ProviderTokenSigner(key: try ES256PrivateKey.generate(), identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
+        let now = Mutex<Int64>(1_800_000_000)
+        let client = try peer.client(tokens: LocalProviderTokens(signer: signer, clock: { now.withLock { $0 } }))
+        defer { client.shutdown() }
+        for _ in 0..<3 {
+            let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(5), bundleID: "com.example.app")
+            #expect(results.allSatisfy { $0.response?.reason == .invalidProviderToken })
+            now.withLock { $0 += 5 * 60 }
+        }
+        #expect(handler.requests.count == 15)
+        #expect(client.stats.snapshot.tokenRefreshes == 0)
+        #expect(Set(handler.requests.compactMap(\.authorization)).count == 1)
+        // 20 minutes on, a refusal mints one new token and the requests go again with it.
+        now.withLock { $0 += 5 * 60 }
+        _ = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(5), bundleID: "com.example.app")
+        #expect(handler.requests.count == 25)
+        #expect(client.stats.snapshot.tokenRefreshes == 1)
+        #expect(Set(handler.requests.compactMap(\.authorization)).count == 2)
     }
 
     /// What shows APNs at work, for telling an outage from a request's own failure: an answer
@@ -344,7 +376,12 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(p == q && p != x && p.issuedAt == 1_800_000_000 + 41 * 60)
         #expect(a.mintedHere + b.mintedHere == 2)
 
-        // APNs rejects it: fifty concurrent refreshes across both still mint one replacement.
+        // APNs rejects it at once: too young to replace (Apple: one refresh per 20 minutes).
+        let (ra, rb) = (try await a.refresh(rejected: p), try await b.refresh(rejected: p))
+        #expect(ra == p && rb == p)
+        #expect(a.mintedHere + b.mintedHere == 2)
+        // Rejected again 21 minutes on: fifty concurrent refreshes across both mint one replacement.
+        now.withLock { $0 += 21 * 60 }
         let replacements = try await withThrowingTaskGroup(of: ProviderToken.self) { group in
             for i in 0..<50 { group.addTask { try await (i % 2 == 0 ? a : b).refresh(rejected: p) } }
             return try await group.reduce(into: Set<ProviderToken>()) { $0.insert($1) }
