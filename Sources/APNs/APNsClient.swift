@@ -244,6 +244,15 @@ public final class APNsClient: Sendable {
                       targets: Targets(pathPrefix: "", paths: [path]))[0]
     }
 
+    /// Asks APNs something a working APNs answers whatever became of other requests: a push
+    /// without a topic to a device token no device has ("00", too short), which it refuses with a
+    /// 4xx (`MissingTopic` or `BadDeviceToken`; a channel-management server, `BadPath`). The answer is recorded like
+    /// any other (`stats.answeredNormally`), so a send whose requests all failed on an otherwise
+    /// idle client can tell its own failure from an outage. Nothing can reach a device.
+    public func probe() async -> APNsResult {
+        await request(method: "POST", path: "/3/device/00", headers: [HTTP2Header("apns-push-type", "liveactivity")], body: Array("{}".utf8))
+    }
+
     /// The requests of one batch: each one's `:path` is `pathPrefix` (carried by the request
     /// template) followed by its entry in `paths`, with an `apns-id` header when `apnsIDs` has one.
     /// `successIDs`: whether a 2xx answer keeps its ids.

@@ -61,7 +61,7 @@ extension SendRole {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)
             case .retry(_, let reason):
-                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: watch.isOutage(unreached: result.apnsUnreachable))
+                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: await watch.isOutage(unreached: result.apnsUnreachable))
             default:
                 try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))],
                                          apnsIDs: [result.response?.apnsID ?? result.response?.requestID], entry: "")

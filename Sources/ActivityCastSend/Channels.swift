@@ -144,7 +144,7 @@ public final class ChannelRegistry: Sendable {
                 try await Task.sleep(for: .milliseconds(100 << attempt))
             default:
                 throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))",
-                                  apnsOutage: watch.isOutage(unreached: result.apnsUnreachable))
+                                  apnsOutage: await watch.isOutage(unreached: result.apnsUnreachable))
             }
         }
     }

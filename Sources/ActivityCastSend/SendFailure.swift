@@ -35,10 +35,19 @@ struct APNsOutageWatch {
 
     /// `unreached`: none of the last attempt's requests left for want of a connection. Else an
     /// outage only if APNs answered nothing normally (2xx, 4xx but 429 and a refusal of our
-    /// credentials), to anyone on these clients, from `grace` before the watch began: a request
-    /// that fails while others are answered counts against its work, so one that APNs rejects for
-    /// itself alone can't be retried forever.
-    func isOutage(unreached: Bool) -> Bool {
-        unreached || !clients.contains { $0.stats.answeredNormally(since: since) }
+    /// credentials), to anyone on these clients, from `grace` before the watch began, nor to a
+    /// probe (`APNsClient.probe`) sent when nothing else was answered: a request that fails while
+    /// APNs answers others counts against its work, so one that APNs rejects for itself alone
+    /// can't be retried forever — also on a worker with no other traffic.
+    func isOutage(unreached: Bool) async -> Bool {
+        if unreached { return true }
+        if answered { return false }
+        for client in clients {
+            _ = await client.probe()
+            if answered { return false }
+        }
+        return true
     }
+
+    private var answered: Bool { clients.contains { $0.stats.answeredNormally(since: since) } }
 }

@@ -116,16 +116,17 @@ struct TokenBatches: SendRole {
             let retry = answers.retry
             attempt += 1
             // Every token failed, for APNs's outage: the attempts say nothing about them.
-            let outage = answers.allFailed && watch.isOutage(unreached: answers.unreachable)
+            func outage() async -> Bool { answers.allFailed ? await watch.isOutage(unreached: answers.unreachable) : false }
             if let parking, !retry.isEmpty {
                 // A slice's last round that met an outage isn't recorded as failed: its tokens
                 // wait for another round, as long as the outage lasts.
-                let last = parking.attempt >= configuration.tokenAttempts && !outage
+                var last = parking.attempt >= configuration.tokenAttempts
+                if last, await outage() { last = false }
                 return try await park(retry, plan, kind: kind, attempt: attempt, after: answers.delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(answers.lastReason)",
-                                  apnsOutage: outage)
+                                  apnsOutage: await outage())
             }
             pending = retry.map { ($0.row, $0.unsure) }
             if !pending.isEmpty {

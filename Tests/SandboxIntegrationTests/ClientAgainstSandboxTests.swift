@@ -123,6 +123,10 @@ let update = LiveActivityPayload(event: .update, timestamp: 1_800_000_000, conte
         #expect(await device(client).action == .delivered)
 
         check(await device(client, token: "zz"), .badDeviceToken, .forgetToken(invalidSince: nil))
+        // The outage probe: a push without a topic to a token no device has, refused by a working APNs.
+        let beforeProbe = APNsClientStats.moment(ago: .zero)
+        #expect(await client.probe().response?.status == 400)
+        #expect(client.stats.answeredNormally(since: beforeProbe))
         check(await device(client, topicBundle: "com.other.app"), .topicDisallowed, .fail)
         check(await device(client, priority: 7), .badPriority, .fail)
         check(await device(client, payload: Array(repeating: 0x20, count: 5000)), .payloadTooLarge, .fail)

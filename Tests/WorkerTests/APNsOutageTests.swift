@@ -179,6 +179,28 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 
+    /// Broadcasts alone answered 503 on a worker with nothing else to send: nothing else shows
+    /// APNs at work, so the worker asks it (`APNsClient.probe`: a device push APNs refuses as a
+    /// bad token); the answer shows it working, and the event is dead-lettered after its
+    /// deliveries instead of being retried every visibility timeout for ever.
+    @Test func aBroadcastAPNsFailsOnAnIdleWorkerIsStillDeadLettered() async throws {
+        let (r, w) = try await quickRig()
+        defer { r.redis.close(); w.removeLogs() }
+        let t = now() - 60_000
+        try await register(r, device: "c", key: "match:o11", activity: "C", token: token("d6"), ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["broadcast"]}"#)
+        try await score(r, "o11", 1, 0, ts: t + 1000)
+        var letters = ""
+        let dead = await eventually(timeout: .seconds(60)) {
+            letters = (try? await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))).map { String(describing: $0) } ?? ""
+            return letters.contains("broadcast to match:o11")
+        }
+        #expect(dead, "the broadcast APNs kept failing on an idle worker was never dead-lettered")
+        #expect(letters.contains("kept failing"), "\(letters.prefix(1000))")
+        #expect(await w.stop() == 0)
+    }
+
     /// Device pushes alone answered 503 while broadcasts to another key go through: a fan-out's
     /// tokens that fail their `fanout.token_attempts` (2) are recorded as failed, as before.
     @Test func tokensAPNsFailsWhileItAnswersOthersAreStillRecordedAsFailed() async throws {
