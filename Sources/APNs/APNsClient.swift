@@ -38,6 +38,8 @@ public struct APNsClientConfiguration: Sendable {
     /// Priority-5 requests in flight at most (nil: a quarter of `connections ×
     /// maxConcurrentStreams`), so priority-10 requests find free streams and short queues.
     public var lowPriorityInFlight: Int?
+    /// How long the answer to an outage probe (`APNsClient.probe`) answers the probes after it.
+    public var probeReuse: Duration = .seconds(1)
 
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
@@ -169,6 +171,13 @@ public final class APNsClient: Sendable {
     private let logger: Logger
     private let next = Atomic<Int>(0)
     private let window: RequestWindow
+    private let probes = Mutex(Probes())
+
+    /// The outage probe's request in flight, and the latest answer (`probe`).
+    private struct Probes {
+        var inFlight: Task<APNsResult, Never>?
+        var last: (at: ContinuousClock.Instant, result: APNsResult)?
+    }
 
     public init(configuration: APNsClientConfiguration, tokens: (any ProviderTokenSource)?, logger: Logger) throws {
         self.configuration = configuration
@@ -249,8 +258,33 @@ public final class APNsClient: Sendable {
     /// 4xx (`MissingTopic` or `BadDeviceToken`; a channel-management server, `BadPath`). The answer is recorded like
     /// any other (`stats.answeredNormally`), so a send whose requests all failed on an otherwise
     /// idle client can tell its own failure from an outage. Nothing can reach a device.
+    ///
+    /// In an outage every failing send asks: they share one request, callers while it is out
+    /// waiting for its answer, and that answer answers the probes of the next
+    /// `configuration.probeReuse` (1 s) too,
+    /// so a backlog failing at once sends APNs about one probe a second, not one per send.
     public func probe() async -> APNsResult {
-        await request(method: "POST", path: "/3/device/00", headers: [HTTP2Header("apns-push-type", "liveactivity")], body: Array("{}".utf8))
+        enum Source { case answered(APNsResult), out(Task<APNsResult, Never>) }
+        let source = probes.withLock { p -> Source in
+            if let last = p.last, ContinuousClock.now - last.at < configuration.probeReuse { return .answered(last.result) }
+            if let task = p.inFlight { return .out(task) }
+            let task = Task {
+                await self.request(method: "POST", path: "/3/device/00", headers: [HTTP2Header("apns-push-type", "liveactivity")],
+                                   body: Array("{}".utf8))
+            }
+            p.inFlight = task
+            return .out(task)
+        }
+        switch source {
+        case .answered(let result):
+            return result
+        case .out(let task):
+            let result = await task.value
+            probes.withLock { p in
+                if p.inFlight == task { (p.inFlight, p.last) = (nil, (ContinuousClock.now, result)) }
+            }
+            return result
+        }
     }
 
     /// The requests of one batch: each one's `:path` is `pathPrefix` (carried by the request

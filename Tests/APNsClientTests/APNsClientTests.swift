@@ -303,6 +303,35 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         }
     }
 
+    /// In an outage every failing send probes APNs: those at the same time share one request,
+    /// and one just answered answers the next ones too.
+    @Test func probesAtOnceShareOneRequest() async throws {
+        let handler = ScriptedPeer(answer: { _, _ in
+            H2Response(status: 503, body: Array(#"{"reason":"ServiceUnavailable"}"#.utf8), delay: .milliseconds(100))
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        // An answer that answers every later probe here, however slow the machine.
+        let client = try peer.client { $0.probeReuse = .seconds(3600) }
+        defer { client.shutdown() }
+        let answers = await withTaskGroup(of: APNsResult.self) { group in
+            for _ in 0..<20 { group.addTask { await client.probe() } }
+            return await group.reduce(into: [APNsResult]()) { $0.append($1) }
+        }
+        #expect(answers.count == 20 && answers.allSatisfy { $0.response?.reason == .serviceUnavailable })
+        #expect(handler.requests.count == 1)
+        #expect(handler.requests.first?.path == "/3/device/00")
+        _ = await client.probe()
+        #expect(handler.requests.count == 1, "a probe within the reuse window sent a request of its own")
+        // Past the window, a probe asks again.
+        let brief = try peer.client { $0.probeReuse = .milliseconds(50) }
+        defer { brief.shutdown() }
+        _ = await brief.probe()
+        try await Task.sleep(for: .milliseconds(100))
+        _ = await brief.probe()
+        #expect(handler.requests.count == 3)
+    }
+
     @Test func shutdownMidBatchAnswersEveryTokenOnce() async throws {
         // Slow answers keep most of the batch queued or on the wire when the client shuts down:
         // every token still gets exactly one result (delivered, or failed as shut down), in order,
