@@ -77,8 +77,7 @@ public final class APNsClientStats: Sendable {
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
     /// When the latest answer that shows APNs at work (2xx, 4xx but 429 and a refusal of our
-    /// credentials) came: `Deadline`
-    /// nanoseconds, 0 before any.
+    /// credentials) came: `Deadline` nanoseconds, 0 before any.
     let lastNormalAnswer = Atomic<UInt64>(0)
     /// Connections open now (HTTP/2 set up, not yet closed).
     let open = Atomic<Int>(0)
@@ -95,9 +94,9 @@ public final class APNsClientStats: Sendable {
     }
 
     /// Whether APNs answered a request of this client as it does when it works (2xx, or 4xx
-    /// other than 429 and a refusal of our credentials) at `moment` or after: a send whose requests all failed while it didn't
-    /// saw no sign of a working APNs (see `APNsResult.apnsUnreachable` for the other sign of an
-    /// outage).
+    /// other than 429 and a refusal of our credentials) at `moment` or after: a send whose
+    /// requests all failed while it didn't saw no sign of a working APNs (see
+    /// `APNsResult.apnsUnreachable` for the other sign of an outage).
     public func answeredNormally(since moment: APNsMoment) -> Bool {
         lastNormalAnswer.load(ordering: .relaxed) >= moment.nanoseconds
     }
@@ -254,15 +253,16 @@ public final class APNsClient: Sendable {
     }
 
     /// Asks APNs something a working APNs answers whatever became of other requests: a push
-    /// without a topic to a device token no device has ("00", too short), which it refuses with a
-    /// 4xx (`MissingTopic` or `BadDeviceToken`; a channel-management server, `BadPath`). The answer is recorded like
-    /// any other (`stats.answeredNormally`), so a send whose requests all failed on an otherwise
-    /// idle client can tell its own failure from an outage. Nothing can reach a device.
+    /// without a topic to a device token no device has ("00", too short), which it refuses with
+    /// a 4xx (`MissingTopic` or `BadDeviceToken`; a channel-management server, `BadPath`). The
+    /// answer is recorded like any other (`stats.answeredNormally`), so a send whose requests all
+    /// failed on an otherwise idle client can tell its own failure from an outage. Nothing can
+    /// reach a device.
     ///
     /// In an outage every failing send asks: they share one request, callers while it is out
     /// waiting for its answer, and that answer answers the probes of the next
-    /// `configuration.probeReuse` (1 s) too,
-    /// so a backlog failing at once sends APNs about one probe a second, not one per send.
+    /// `configuration.probeReuse` (1 s) too, so a backlog failing at once sends APNs about one
+    /// probe a second, not one per send.
     public func probe() async -> APNsResult {
         enum Source { case answered(APNsResult), out(Task<APNsResult, Never>) }
         let source = probes.withLock { p -> Source in

@@ -120,8 +120,7 @@ struct TokenBatches: SendRole {
             if let parking, !retry.isEmpty {
                 // A slice's last round that met an outage isn't recorded as failed: its tokens
                 // wait for another round, as long as the outage lasts.
-                var last = parking.attempt >= configuration.tokenAttempts
-                if last, await outage() { last = false }
+                let last = parking.attempt >= configuration.tokenAttempts ? !(await outage()) : false
                 return try await park(retry, plan, kind: kind, attempt: attempt, after: answers.delay, entry: entry, summary: &summary, last: last)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {

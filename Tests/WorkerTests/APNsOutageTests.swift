@@ -69,10 +69,39 @@ extension SendTests {
             t = max(t + 1, now())
             try? await score(r, match, home, 0, ts: t)
             try? await Task.sleep(for: .milliseconds(50))
-            text = (try? await r.redis.send(RedisCommand("XRANGE", stream, "-", "+"))).map { String(describing: $0) } ?? ""
+            text = await streamText(r, stream)
             return done(text)
         }
         return (ok, text)
+    }
+
+    /// `stream`'s entries, as text ("" when it can't be read).
+    func streamText(_ r: Rig, _ stream: String) async -> String {
+        (try? await r.redis.send(RedisCommand("XRANGE", stream, "-", "+"))).map { String(describing: $0) } ?? ""
+    }
+
+    /// A device on `channelKey`'s broadcast (token `channelToken`) and `devices` per token on
+    /// `tokenKey`, all registered at `ts`.
+    func registerBothKinds(_ r: Rig, channelKey: String, channelToken: String, tokenKey: String, devices: [String], ts: Int64) async throws {
+        try await register(r, device: "c", key: channelKey, activity: "C", token: channelToken, ts: ts, broadcast: true)
+        for (i, device) in devices.enumerated() {
+            try await register(r, device: "p\(i)", key: tokenKey, activity: "P\(i)", token: device, ts: ts)
+        }
+    }
+
+    /// Once APNs answers again: `channelKey`'s channel shows home score `channelHome`, each of
+    /// `devices` shows `deviceHome`, the streams drain, each device's update came once, and
+    /// nothing was lost.
+    func expectBothKindsShown(_ r: Rig, _ w: ChildProcess, channelKey: String, channelHome: Int, devices: [String], deviceHome: Int) async throws {
+        #expect(try await eventually(timeout: .seconds(60)) {
+            guard let id = try await r.channelID(channelKey), state(try await r.channel(id))["homeScore"] as? Int == channelHome else { return false }
+            for device in devices where state(try await r.device(device))["homeScore"] as? Int != deviceHome { return false }
+            return true
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await drained(r.redis, r.settings) })
+        let received = try await r.sandbox.deviceDeliveries().filter { $0.event == "update" && devices.contains($0.target) }
+        #expect(received.count == devices.count, "\(received)")
+        try await expectNothingLost(r, w, seen: "sending failed")
     }
 
     func expectNothingLost(_ r: Rig, _ worker: ChildProcess, seen: String = "cannot connect to APNs") async throws {
@@ -137,10 +166,7 @@ extension SendTests {
         defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         let devices = [token("b7"), token("c7")]
-        try await register(r, device: "c", key: "match:o3", activity: "C", token: token("a7"), ts: t, broadcast: true)
-        for (i, device) in devices.enumerated() {
-            try await register(r, device: "p\(i)", key: "match:o4", activity: "P\(i)", token: device, ts: t)
-        }
+        try await registerBothKinds(r, channelKey: "match:o3", channelToken: token("a7"), tokenKey: "match:o4", devices: devices, ts: t)
         #expect(await eventually { await r.drainedAll() })
         try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
         try await score(r, "o3", 1, 0, ts: t + 1000)
@@ -148,16 +174,7 @@ extension SendTests {
         #expect(await eventually(timeout: .seconds(60)) { failedDeliveries(w, "match:o3") >= 3 && tokensWaitedPastTheirAttempts(w, "match:o4") },
                 "the outage never outlasted the limits: the test proves nothing")
         try await r.sandbox.post("/sandbox/faults", json: "{}")
-
-        #expect(try await eventually(timeout: .seconds(60)) {
-            guard let id = try await r.channelID("match:o3"), state(try await r.channel(id))["homeScore"] as? Int == 1 else { return false }
-            for device in devices where state(try await r.device(device))["homeScore"] as? Int != 2 { return false }
-            return true
-        })
-        #expect(await eventually(timeout: .seconds(30)) { await drained(r.redis, r.settings) })
-        let received = try await r.sandbox.deviceDeliveries().filter { $0.event == "update" && devices.contains($0.target) }
-        #expect(received.count == devices.count, "\(received)")
-        try await expectNothingLost(r, w, seen: "sending failed")
+        try await expectBothKindsShown(r, w, channelKey: "match:o3", channelHome: 1, devices: devices, deviceHome: 2)
     }
 
     /// Broadcasts alone answered 503 while device pushes go through: APNs works, so the
@@ -193,7 +210,7 @@ extension SendTests {
         try await score(r, "o11", 1, 0, ts: t + 1000)
         var letters = ""
         let dead = await eventually(timeout: .seconds(60)) {
-            letters = (try? await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+"))).map { String(describing: $0) } ?? ""
+            letters = await streamText(r, r.settings.deadLetterStream)
             return letters.contains("broadcast to match:o11")
         }
         #expect(dead, "the broadcast APNs kept failing on an idle worker was never dead-lettered")
@@ -235,10 +252,7 @@ extension SendTests {
         let wrongTeam = try await SandboxProcess(sharing: r.sandbox, port: refusing.port, arguments: ["--team-id", "OTHERTEAM1"])
         let t = now() - 60_000
         let devices = [token("b9"), token("c9")]
-        try await register(r, device: "c", key: "match:o9", activity: "C", token: token("a9"), ts: t, broadcast: true)
-        for (i, device) in devices.enumerated() {
-            try await register(r, device: "p\(i)", key: "match:o10", activity: "P\(i)", token: device, ts: t)
-        }
+        try await registerBothKinds(r, channelKey: "match:o9", channelToken: token("a9"), tokenKey: "match:o10", devices: devices, ts: t)
         try await score(r, "o9", 1, 0, ts: t + 1000)
         try await score(r, "o10", 2, 0, ts: t + 1000)
         #expect(await eventually(timeout: .seconds(60)) { failedDeliveries(w, "match:o9") >= 3 && tokensWaitedPastTheirAttempts(w, "match:o10") },
@@ -249,15 +263,6 @@ extension SendTests {
         _ = await wrongTeam.child.waitForExit(timeout: .seconds(10))
         let sandbox = try await SandboxProcess(sharing: r.sandbox, port: refusing.port)
         let back = Rig(server: r.server, redis: r.redis, sandbox: sandbox, settings: r.settings)
-
-        #expect(try await eventually(timeout: .seconds(60)) {
-            guard let id = try await back.channelID("match:o9"), state(try await back.channel(id))["homeScore"] as? Int == 1 else { return false }
-            for device in devices where state(try await back.device(device))["homeScore"] as? Int != 2 { return false }
-            return true
-        })
-        #expect(await eventually(timeout: .seconds(30)) { await drained(back.redis, back.settings) })
-        let received = try await back.sandbox.deviceDeliveries().filter { $0.event == "update" && devices.contains($0.target) }
-        #expect(received.count == devices.count, "\(received)")
-        try await expectNothingLost(back, w, seen: "sending failed")
+        try await expectBothKindsShown(back, w, channelKey: "match:o9", channelHome: 1, devices: devices, deviceHome: 2)
     }
 }
