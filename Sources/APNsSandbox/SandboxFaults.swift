@@ -41,6 +41,11 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
     public var unregisteredTokens: [String: Int64]
     /// Device tokens that answer 410 `ExpiredToken`.
     public var expiredTokens: Set<String>
+    /// Device tokens (hex) whose pushes answer 500 `InternalServerError`, and channel ids (as
+    /// created) whose broadcasts do: APNs failing a request for itself alone while it answers
+    /// the others.
+    public var failingTokens: Set<String>
+    public var failingChannels: Set<String>
     /// Seeds the fault generator when set, so a run's faults repeat (single-threaded callers).
     /// Each `updateFaults` with a seed restarts the sequence.
     public var seed: UInt64?
@@ -50,24 +55,25 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
     public init(tooManyRequestsRate: Double = 0, internalErrorRate: Double = 0, unavailableRate: Double = 0,
                 slowResponseRate: Double = 0, slowResponseDelayMillis: Int64 = 0, goAwayAfterStreams: Int? = nil,
                 resetRate: Double = 0, unregisteredTokens: [String: Int64] = [:], expiredTokens: Set<String> = [],
-                seed: UInt64? = nil, only: Set<RequestKind> = []) {
+                failingTokens: Set<String> = [], failingChannels: Set<String> = [], seed: UInt64? = nil, only: Set<RequestKind> = []) {
         self.tooManyRequestsRate = tooManyRequestsRate; self.internalErrorRate = internalErrorRate
         self.unavailableRate = unavailableRate; self.slowResponseRate = slowResponseRate
         self.slowResponseDelayMillis = slowResponseDelayMillis; self.goAwayAfterStreams = goAwayAfterStreams
         self.resetRate = resetRate; self.unregisteredTokens = unregisteredTokens; self.expiredTokens = expiredTokens
+        self.failingTokens = failingTokens; self.failingChannels = failingChannels
         self.seed = seed
         self.only = only
     }
 
     private enum CodingKeys: String, CodingKey {
         case tooManyRequestsRate, internalErrorRate, unavailableRate, slowResponseRate, slowResponseDelayMillis
-        case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, seed, only
+        case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, failingTokens, failingChannels, seed, only
     }
 
     /// The JSON keys, as `POST`/`PATCH /sandbox/faults` take them.
     public static let keys: Set<String> = [
         "tooManyRequestsRate", "internalErrorRate", "unavailableRate", "slowResponseRate", "slowResponseDelayMillis",
-        "goAwayAfterStreams", "resetRate", "unregisteredTokens", "expiredTokens", "seed", "only",
+        "goAwayAfterStreams", "resetRate", "unregisteredTokens", "expiredTokens", "failingTokens", "failingChannels", "seed", "only",
     ]
 
     /// Decoding starts from `SandboxFaults.patchBase` in the decoder's `userInfo` (a `PATCH`:
@@ -97,6 +103,8 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
             resetRate: try value(Double.self, .resetRate, base.resetRate, defaults.resetRate),
             unregisteredTokens: try value([String: Int64].self, .unregisteredTokens, base.unregisteredTokens, defaults.unregisteredTokens),
             expiredTokens: try value(Set<String>.self, .expiredTokens, base.expiredTokens, defaults.expiredTokens),
+            failingTokens: try value(Set<String>.self, .failingTokens, base.failingTokens, defaults.failingTokens),
+            failingChannels: try value(Set<String>.self, .failingChannels, base.failingChannels, defaults.failingChannels),
             seed: try optional(UInt64.self, .seed, base.seed),
             only: try value(Set<RequestKind>.self, .only, base.only, defaults.only))
     }
@@ -113,6 +121,8 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         try c.encode(resetRate, forKey: .resetRate)
         try c.encode(unregisteredTokens, forKey: .unregisteredTokens)
         try c.encode(expiredTokens.sorted(), forKey: .expiredTokens)
+        try c.encode(failingTokens.sorted(), forKey: .failingTokens)
+        try c.encode(failingChannels.sorted(), forKey: .failingChannels)
         try c.encode(seed, forKey: .seed)
         try c.encode(only.map(\.rawValue).sorted(), forKey: .only)
     }
@@ -133,6 +143,9 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         for token in expiredTokens where DeviceToken.normalize(Substring(token)) == nil {
             return "expiredTokens: '\(token.prefix(80))' is not a device token"
         }
+        for token in failingTokens where DeviceToken.normalize(Substring(token)) == nil {
+            return "failingTokens: '\(token.prefix(80))' is not a device token"
+        }
         return nil
     }
 
@@ -142,6 +155,7 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         copy.unregisteredTokens = Dictionary(unregisteredTokens.map { (DeviceToken.normalize(Substring($0.key)) ?? $0.key, $0.value) },
                                              uniquingKeysWith: { a, _ in a })
         copy.expiredTokens = Set(expiredTokens.map { DeviceToken.normalize(Substring($0)) ?? $0 })
+        copy.failingTokens = Set(failingTokens.map { DeviceToken.normalize(Substring($0)) ?? $0 })
         return copy
     }
 

@@ -32,6 +32,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Team id tokens must carry (with --trust).") var teamID: String?
     @Option(help: "Accepted bundle id (repeatable; default: apns.bundle_id).") var bundleID: [String] = []
     @Option(help: "development (answers carry apns-unique-id) or production.") var environment = "development"
+    @Option(help: "Limit the keys it trusts to this environment, as Apple lets a key be: tokens they sign answer 403 BadEnvironmentKeyIdInToken in the other one.")
+    var keyEnvironment: String?
     @Option(help: "Event-loop threads (default: one per core, at least 2), so that the sandbox keeps up with senders on the same machine.")
     var threads: Int?
     @Option(help: "Priority-10 pushes per device per hour before a standard-tier device throttles.") var budget = 15
@@ -93,6 +95,11 @@ struct SandboxCommand: AsyncParsableCommand {
             }
         }
         guard let env = APNsEnvironment(rawValue: environment) else { throw ValidationError("--environment is development or production") }
+        var restrictions: [String: SandboxConfiguration.KeyRestriction] = [:]
+        if let keyEnvironment {
+            guard let limited = APNsEnvironment(rawValue: keyEnvironment) else { throw ValidationError("--key-environment is development or production") }
+            for kid in keys.keys { restrictions[kid] = .init(environment: limited) }
+        }
         var faults = SandboxFaults(tooManyRequestsRate: fault429, internalErrorRate: fault500, unavailableRate: fault503,
                                    slowResponseRate: slowRate, slowResponseDelayMillis: slowMs, goAwayAfterStreams: goawayAfter, resetRate: resetRate)
         for kind in faultsOnly {
@@ -102,7 +109,7 @@ struct SandboxCommand: AsyncParsableCommand {
         for token in unregistered { faults.unregisteredTokens[token.lowercased()] = Int64(Date().timeIntervalSince1970 * 1000) }
         if let problem = faults.problem { throw ValidationError(problem) }
         let bundles = bundleID.isEmpty ? [settings.apns.bundleID] : bundleID
-        let configuration = SandboxConfiguration(bundleIDs: bundles, teamID: team, keys: keys, environment: env,
+        let configuration = SandboxConfiguration(bundleIDs: bundles, teamID: team, keys: keys, environment: env, keyRestrictions: restrictions,
                                                  deviceBudgetPerHour: [.standard: budget, .frequent: budget * 8], maxChannels: maxChannels,
                                                  streamsBeforeAuthentication: max(1, streamsBeforeAuth), deliveryLogCapacity: max(0, deliveryLog),
                                                  faults: faults)

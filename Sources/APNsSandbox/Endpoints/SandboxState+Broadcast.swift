@@ -119,6 +119,9 @@ extension SandboxStore {
               record.view.bundleID == bundle else {
             return finish(Outcome(.channelNotRegistered), effects: effects)
         }
+        if !faults.failingChannels.isEmpty, faults.failingChannels.contains(c.channelID) {
+            return finish(Outcome(.internalServerError), effects: effects)
+        }
         if record.view.messageStoragePolicy == 0 && c.expiration != 0 { return finish(Outcome(.badExpirationDate), effects: effects) }
         if let error = c.payloadError { return finish(Outcome(error), effects: effects) }
         guard let payload = c.payload else { return finish(Outcome(.badRequestPayload), effects: effects) }

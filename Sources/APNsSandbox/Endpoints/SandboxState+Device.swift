@@ -119,6 +119,7 @@ extension SandboxStore {
         guard let token = c.token else { return finish(Outcome(.badDeviceToken), effects: effects) }
         if !unregistered.isEmpty, let since = unregistered[token] { return finish(Outcome(.unregistered, timestamp: since), effects: effects) }
         if !expired.isEmpty, expired.contains(token) { return finish(Outcome(.expiredToken), effects: effects) }
+        if !failing.isEmpty, failing.contains(token) { return finish(Outcome(.internalServerError), effects: effects) }
         guard let record = deviceRecord(token, bundle: bundle, settings: settings, nowMillis: now) else {
             return finish(Outcome(.deviceTokenNotForTopic), effects: effects)
         }

@@ -25,6 +25,7 @@ struct SandboxStore {
     /// `faults.unregisteredTokens` and `faults.expiredTokens` by key, for the hot path.
     var unregistered: [TokenKey: Int64] = [:]
     var expired: Set<TokenKey> = []
+    var failing: Set<TokenKey> = []
     var deliveries: Ring<DeliveryRecord>
     /// Everything but `byStatus`, which is kept in `statusCounts` (an array is cheaper to bump).
     var counters = SandboxStats()
@@ -64,6 +65,7 @@ struct SandboxStore {
         unregistered = Dictionary(faults.unregisteredTokens.compactMap { k, v in TokenKey(hex: k).map { ($0, v) } },
                                   uniquingKeysWith: { a, _ in a })
         expired = Set(faults.expiredTokens.compactMap { TokenKey(hex: $0) })
+        failing = Set(faults.failingTokens.compactMap { TokenKey(hex: $0) })
         if restartingSequence, let seed = new.seed { rng = SplitMix64(seed: seed) }
     }
 
