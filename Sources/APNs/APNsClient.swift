@@ -40,6 +40,9 @@ public struct APNsClientConfiguration: Sendable {
     public var lowPriorityInFlight: Int?
     /// How long the answer to an outage probe (`APNsClient.probe`) answers the probes after it.
     public var probeReuse: Duration = .seconds(1)
+    /// How long a caller waits for a probe's answer before taking its absence as an outage
+    /// (the probe itself may go on to the request timeout, and its answer is still recorded).
+    public var probeTimeout: Duration = .seconds(5)
 
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
@@ -61,9 +64,20 @@ public struct APNsClientConfiguration: Sendable {
     }
 }
 
-/// A point in time for `APNsClientStats.answeredNormally(since:)`.
+/// A point in time for `APNsClientStats.answeredNormally(_:since:)`.
 public struct APNsMoment: Sendable {
     let nanoseconds: UInt64
+}
+
+/// Which of APNs's services a request asks: one can fail while the others work (a broadcast
+/// outage while device pushes go through), so each one's answers are watched apart.
+public enum APNsService: String, Sendable, CaseIterable {
+    /// Pushes to device tokens (`/3/device/<token>`).
+    case devicePush
+    /// Broadcasts to channels (`/4/broadcasts/apps/<bundle>`).
+    case broadcast
+    /// Channel management (`/1/apps/<bundle>/channels`).
+    case channelManagement
 }
 
 /// Counters for metrics and benchmarks.
@@ -76,9 +90,11 @@ public final class APNsClientStats: Sendable {
     let connectionsLost = Atomic<Int>(0)
     let goAways = Atomic<Int>(0)
     let tokenRefreshes = Atomic<Int>(0)
-    /// When the latest answer that shows APNs at work (2xx, 4xx but 429 and a refusal of our
-    /// credentials) came: `Deadline` nanoseconds, 0 before any.
-    let lastNormalAnswer = Atomic<UInt64>(0)
+    /// When the latest answer that shows the service at work (2xx, 4xx but 429 and a refusal
+    /// of our credentials) came, per `APNsService`: `Deadline` nanoseconds, 0 before any.
+    private let lastNormalPush = Atomic<UInt64>(0)
+    private let lastNormalBroadcast = Atomic<UInt64>(0)
+    private let lastNormalManagement = Atomic<UInt64>(0)
     /// Connections open now (HTTP/2 set up, not yet closed).
     let open = Atomic<Int>(0)
     /// Request durations by lane (priority 10, priority 5), from the event loops' own tallies:
@@ -87,18 +103,31 @@ public final class APNsClientStats: Sendable {
 
     public var openConnections: Int { open.load(ordering: .relaxed) }
 
-    /// A moment `ago` before now, to ask `answeredNormally(since:)` about later.
+    /// A moment `ago` before now, to ask `answeredNormally(_:since:)` about later.
     public static func moment(ago: Duration) -> APNsMoment {
         let now = Deadline.now().nanoseconds, back = UInt64(max(0, ago.nanoseconds))
         return APNsMoment(nanoseconds: now > back ? now - back : 0)
     }
 
-    /// Whether APNs answered a request of this client as it does when it works (2xx, or 4xx
-    /// other than 429 and a refusal of our credentials) at `moment` or after: a send whose
-    /// requests all failed while it didn't saw no sign of a working APNs (see
-    /// `APNsResult.apnsUnreachable` for the other sign of an outage).
-    public func answeredNormally(since moment: APNsMoment) -> Bool {
-        lastNormalAnswer.load(ordering: .relaxed) >= moment.nanoseconds
+    /// Whether APNs answered a request of this client to `service` as it does when it works
+    /// (2xx, or 4xx other than 429 and a refusal of our credentials) at `moment` or after: a
+    /// send whose requests all failed while it didn't saw no sign of a working service (see
+    /// `APNsResult.apnsUnusable` for the other signs of an outage).
+    public func answeredNormally(_ service: APNsService, since moment: APNsMoment) -> Bool {
+        let last = switch service {
+        case .devicePush: lastNormalPush.load(ordering: .relaxed)
+        case .broadcast: lastNormalBroadcast.load(ordering: .relaxed)
+        case .channelManagement: lastNormalManagement.load(ordering: .relaxed)
+        }
+        return last >= moment.nanoseconds
+    }
+
+    func answeredNormally(_ service: APNsService, at nanoseconds: UInt64) {
+        switch service {
+        case .devicePush: lastNormalPush.store(nanoseconds, ordering: .relaxed)
+        case .broadcast: lastNormalBroadcast.store(nanoseconds, ordering: .relaxed)
+        case .channelManagement: lastNormalManagement.store(nanoseconds, ordering: .relaxed)
+        }
     }
 
     /// Time from a request's submission on a connection to its complete answer, by priority lane:
@@ -170,7 +199,9 @@ public final class APNsClient: Sendable {
     private let logger: Logger
     private let next = Atomic<Int>(0)
     private let window: RequestWindow
-    private let probes = Mutex(Probes())
+    private let probes = Mutex([APNsService: Probes]())
+    /// When a refusal of our credentials was last logged, and how many went unlogged since.
+    private let refusalLog = Mutex<(at: ContinuousClock.Instant?, unlogged: Int)>((nil, 0))
 
     /// The outage probe's request in flight, and the latest answer (`probe`).
     private struct Probes {
@@ -230,7 +261,7 @@ public final class APNsClient: Sendable {
         // carries "/3/device/".
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
                              targets: Targets(pathPrefix: "/3/device/", paths: deviceTokens, apnsIDs: apnsIDs, successIDs: successIDs),
-                             priority: priority)
+                             service: .devicePush, priority: priority)
     }
 
     /// One broadcast to a channel (`/4/broadcasts/apps/<bundle>`). The expiration follows the
@@ -243,34 +274,42 @@ public final class APNsClient: Sendable {
         let headers = [HTTP2Header("apns-push-type", "liveactivity"), HTTP2Header("apns-channel-id", channelID),
                        HTTP2Header("apns-priority", String(priority)), HTTP2Header("apns-expiration", String(expiration))]
         return await perform(method: "POST", sharedHeaders: headers, body: HTTP2Body(payload),
-                             targets: Targets(pathPrefix: "", paths: ["/4/broadcasts/apps/\(bundleID)"]), priority: priority)[0]
+                             targets: Targets(pathPrefix: "", paths: ["/4/broadcasts/apps/\(bundleID)"]), service: .broadcast,
+                             priority: priority)[0]
     }
 
-    /// Any single request (channel management): the provider token is added.
-    public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil) async -> APNsResult {
+    /// Any single request (channel management, unless `service` says otherwise): the provider
+    /// token is added.
+    public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil,
+                        service: APNsService = .channelManagement) async -> APNsResult {
         await perform(method: method, sharedHeaders: headers, body: body.map { HTTP2Body($0) },
-                      targets: Targets(pathPrefix: "", paths: [path]))[0]
+                      targets: Targets(pathPrefix: "", paths: [path]), service: service)[0]
     }
 
-    /// Asks APNs something a working APNs answers whatever became of other requests: a push
-    /// without a topic to a device token no device has ("00", too short), which it refuses with
-    /// a 4xx (`MissingTopic` or `BadDeviceToken`; a channel-management server, `BadPath`). The
-    /// answer is recorded like any other (`stats.answeredNormally`), so a send whose requests all
-    /// failed on an otherwise idle client can tell its own failure from an outage. Nothing can
-    /// reach a device.
+    /// Asks `service` something it answers when it works, whatever became of other requests,
+    /// with a 4xx about the request and nothing that can reach a device or change a channel: a
+    /// push to the device token "00" (too short: `BadDeviceToken`), a broadcast without a
+    /// channel id, a channel read without one (`MissingChannelId`), each for `bundleID`'s real
+    /// topic. The answer is recorded like any other (`stats.answeredNormally`), so a send whose
+    /// requests all failed on an otherwise idle client can tell its own failure from an
+    /// outage of the service. A caller waits for it at most `configuration.probeTimeout`.
     ///
-    /// In an outage every failing send asks: they share one request, callers while it is out
-    /// waiting for its answer, and that answer answers the probes of the next
-    /// `configuration.probeReuse` (1 s) too, so a backlog failing at once sends APNs about one
-    /// probe a second, not one per send.
-    public func probe() async -> APNsResult {
+    /// In an outage every failing send asks: those to one service share one request, callers
+    /// while it is out waiting for its answer, and that answer answers the probes of the next
+    /// `configuration.probeReuse` (1 s) too, so a backlog failing at once sends each service
+    /// about one probe a second from this client, not one per send.
+    public func probe(_ service: APNsService, bundleID: String) async -> APNsResult {
         enum Source { case answered(APNsResult), out(Task<APNsResult, Never>) }
-        let source = probes.withLock { p -> Source in
+        let source = probes.withLock { all -> Source in
+            var p = all[service] ?? Probes()
+            defer { all[service] = p }
             if let last = p.last, ContinuousClock.now - last.at < configuration.probeReuse { return .answered(last.result) }
             if let task = p.inFlight { return .out(task) }
+            // The only one in flight for the service: it puts its answer in its own place.
             let task = Task {
-                await self.request(method: "POST", path: "/3/device/00", headers: [HTTP2Header("apns-push-type", "liveactivity")],
-                                   body: Array("{}".utf8))
+                let result = await self.sendProbe(service, bundleID: bundleID)
+                self.probes.withLock { $0[service] = Probes(inFlight: nil, last: (ContinuousClock.now, result)) }
+                return result
             }
             p.inFlight = task
             return .out(task)
@@ -279,11 +318,43 @@ public final class APNsClient: Sendable {
         case .answered(let result):
             return result
         case .out(let task):
-            let result = await task.value
-            probes.withLock { p in
-                if p.inFlight == task { (p.inFlight, p.last) = (nil, (ContinuousClock.now, result)) }
+            let timeout = configuration.probeTimeout
+            return await Self.value(of: task, within: timeout)
+                ?? .failed(APNsTransportError(.timeout, "no answer to the outage probe within \(timeout)"))
+        }
+    }
+
+    private func sendProbe(_ service: APNsService, bundleID: String) async -> APNsResult {
+        let live = HTTP2Header("apns-push-type", "liveactivity")
+        return switch service {
+        case .devicePush:
+            await request(method: "POST", path: "/3/device/00",
+                          headers: [live, HTTP2Header("apns-topic", "\(bundleID).push-type.liveactivity"), HTTP2Header("apns-priority", "5")],
+                          body: Array(#"{"aps":{}}"#.utf8), service: .devicePush)
+        case .broadcast:
+            await request(method: "POST", path: "/4/broadcasts/apps/\(bundleID)",
+                          headers: [live, HTTP2Header("apns-priority", "5"), HTTP2Header("apns-expiration", "0")],
+                          body: Array(#"{"aps":{}}"#.utf8), service: .broadcast)
+        case .channelManagement:
+            await request(method: "GET", path: "/1/apps/\(bundleID)/channels", headers: [], service: .channelManagement)
+        }
+    }
+
+    /// `task`'s value, or nil if it takes longer than `timeout` (the task goes on).
+    private static func value(of task: Task<APNsResult, Never>, within timeout: Duration) async -> APNsResult? {
+        final class Waiter: Sendable {
+            let continuation = Mutex<CheckedContinuation<APNsResult?, Never>?>(nil)
+            func resume(_ result: APNsResult?) { continuation.withLock { $0.take() }?.resume(returning: result) }
+        }
+        let waiter = Waiter()
+        return await withCheckedContinuation { continuation in
+            waiter.continuation.withLock { $0 = continuation }
+            let timer = Task { if (try? await Task.sleep(for: timeout)) != nil { waiter.resume(nil) } }
+            Task {
+                let result = await task.value
+                timer.cancel()
+                waiter.resume(result)
             }
-            return result
         }
     }
 
@@ -325,7 +396,8 @@ public final class APNsClient: Sendable {
     }
 
     /// `priority`: the requests' lane in the in-flight window (see `RequestWindow`).
-    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets, priority: Int = 10) async -> [APNsResult] {
+    private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets, service: APNsService,
+                         priority: Int = 10) async -> [APNsResult] {
         guard !targets.isEmpty else { return [] }
         var token: ProviderToken?
         if let tokens {
@@ -334,7 +406,8 @@ public final class APNsClient: Sendable {
                 return Array(repeating: e, count: targets.count)
             }
         }
-        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, priority: priority)
+        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, service: service,
+                                     priority: priority)
 
         // Refused provider token: refresh once (shared with the fleet) and resend those requests —
         // unless it is too young to replace (`TokenRefreshPolicy.mayReplace`): then the
@@ -345,24 +418,45 @@ public final class APNsClient: Sendable {
             do {
                 let fresh = try await tokens.refresh(rejected: token)
                 guard fresh != token else {
-                    logger.error("APNs refused a provider token too young to replace: check apns.team_id, apns.key_id and the key", metadata: [
-                        "reason": "\(reason)", "requests": "\(refused.count)", "token_age_s": "\(token.age(now: nowSeconds()))"])
+                    logRefusal(results, token: token)
                     return results
                 }
                 stats.tokenRefreshes.add(1, ordering: .relaxed)
                 logger.warning("APNs refused the provider token; refreshing", metadata: ["reason": "\(reason)", "requests": "\(refused.count)"])
                 let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused),
+                                           service: service,
                                            priority: priority)
                 for (i, r) in zip(refused, again) { results[i] = r }
             } catch {
                 logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
             }
         }
+        logRefusal(results, token: token)
         return results
     }
 
+    /// Logs that APNs refuses our credentials (`APNsReason.refusesCredentials`: a token too
+    /// young to replace, a key or certificate it doesn't take) when `results` show it — at most
+    /// once per 10 s per client, with how many refused requests went unlogged in between: a
+    /// misconfigured fleet's fan-outs meet it on every batch.
+    private func logRefusal(_ results: [APNsResult], token: ProviderToken?) {
+        let refused = results.filter { $0.response?.reason?.refusesCredentials == true }
+        guard let first = refused.first?.response?.reason else { return }
+        let unlogged = refusalLog.withLock { log -> Int? in
+            let now = ContinuousClock.now
+            if let at = log.at, now - at < .seconds(10) { log.unlogged += refused.count; return nil }
+            defer { log = (now, 0) }
+            return log.unlogged
+        }
+        guard let unlogged else { return }
+        var metadata: Logger.Metadata = ["endpoint": "\(configuration.endpoint)", "reason": "\(first.rawValue)", "requests": "\(refused.count)",
+                                         "refused_unlogged": "\(unlogged)"]
+        if let token { metadata["token_age_s"] = "\(token.age(now: nowSeconds()))" }
+        logger.error("APNs refuses our credentials: check apns.team_id, apns.key_id and the key file; the work waits", metadata: metadata)
+    }
+
     private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets,
-                          priority: Int) async -> [APNsResult] {
+                          service: APNsService, priority: Int) async -> [APNsResult] {
         // Within the in-flight window: slices of at most its lane's size, each waiting for room.
         let size = priority >= 10 ? configuration.maxInFlight : window.lowLimit
         if targets.count > size {
@@ -372,18 +466,19 @@ public final class APNsClient: Sendable {
             while start < targets.count {
                 let end = min(start + size, targets.count)
                 results += await dispatch(method: method, headers: headers, token: token, body: body, targets: targets.slice(start..<end),
-                                          priority: priority)
+                                          service: service, priority: priority)
                 start = end
             }
             return results
         }
         await window.acquire(targets.count, priority: priority)
         defer { window.release(targets.count, priority: priority) }
-        return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets, priority: priority)
+        return await dispatchSlice(method: method, headers: headers, token: token, body: body, targets: targets, service: service,
+                                   priority: priority)
     }
 
     private func dispatchSlice(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets,
-                               priority: Int) async -> [APNsResult] {
+                               service: APNsService, priority: Int) async -> [APNsResult] {
         var all = headers
         if let token { all.append(HTTP2Header("authorization", "bearer \(token.value)")) }
         let template: HTTP2RequestTemplate
@@ -394,7 +489,7 @@ public final class APNsClient: Sendable {
             return Array(repeating: .failed(APNsTransportError(.configuration, "bad request headers: \(error)")), count: targets.count)
         }
         return await withCheckedContinuation { continuation in
-            let work = BatchWork(template: template, body: body, targets: targets, lane: priority >= 10 ? 0 : 1,
+            let work = BatchWork(template: template, body: body, targets: targets, lane: priority >= 10 ? 0 : 1, service: service,
                                  completion: BatchCompletion(count: targets.count, continuation: continuation))
             // One contiguous slice per event loop, starting from a rotating one.
             let n = loops.count

@@ -18,13 +18,17 @@ final class BatchWork: Sendable {
     let targets: APNsClient.Targets
     /// Which of `APNsClientStats.requestDurations` its answers are timed in: 0 priority 10, 1 priority 5.
     let lane: Int
+    /// Which of APNs's services its answers show at work (`APNsClientStats.answeredNormally`).
+    let service: APNsService
     let completion: BatchCompletion
 
-    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: APNsClient.Targets, lane: Int, completion: BatchCompletion) {
+    init(template: HTTP2RequestTemplate, body: HTTP2Body?, targets: APNsClient.Targets, lane: Int, service: APNsService,
+         completion: BatchCompletion) {
         self.template = template
         self.body = body
         self.targets = targets
         self.lane = lane
+        self.service = service
         self.completion = completion
     }
 }
@@ -568,14 +572,21 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 succeededOnce = true
                 if !f.body.isEmpty { swap(&response.body, &f.body) }
                 stats.delivered.add(1, ordering: .relaxed)
-                stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed)
+                stats.answeredNormally(f.request.work.service, at: answeredAt)
             } else {
                 let (reason, ts) = APNsResponse.parseErrorBody(f.body)
                 response.reason = reason
                 response.timestampMillis = ts
                 stats.rejected.add(1, ordering: .relaxed)
                 if (400..<500).contains(f.status) && f.status != 429 && reason?.refusesCredentials != true {
-                    stats.lastNormalAnswer.store(answeredAt, ordering: .relaxed)
+                    stats.answeredNormally(f.request.work.service, at: answeredAt)
+                }
+                // This connection's first token had another key: only a new connection takes
+                // this one (the retried request goes there).
+                if reason == .unrelatedKeyIdInToken && !draining {
+                    draining = true
+                    logger.warning("APNs refused a token signed by another key than this connection's first: reopening it",
+                                   metadata: ["endpoint": "\(config.endpoint)", "connection": "\(name)"])
                 }
             }
             loop.finish(f.request, .response(response))

@@ -23,6 +23,13 @@ public enum APNsResult: Sendable, Hashable {
         return false
     }
 
+    /// APNs can't be used now for reasons outside the request: no connection could be made
+    /// (`apnsUnreachable`), or it refuses our credentials (`APNsReason.refusesCredentials`). Says
+    /// nothing about the request, its device or its entry.
+    public var apnsUnusable: Bool {
+        apnsUnreachable || response?.reason?.refusesCredentials == true
+    }
+
     public var response: APNsResponse? {
         if case .response(let r) = self { return r }
         return nil

@@ -121,8 +121,10 @@ public final class RedisSharedProviderTokens: ProviderTokenSource {
     public func refresh(rejected: ProviderToken) async throws -> ProviderToken {
         let now = clock()
         guard TokenRefreshPolicy.mayReplace(rejected, now: now) else {
-            // Not to be replaced yet, unless another worker already has.
-            if let shared = usable(try await readShared(), unlike: rejected, now: now) {
+            // Not to be replaced yet, unless this worker or another already has (a newer token
+            // cached here stands when Redis can't be read).
+            if let local = usable(cached.withLock({ $0 }), unlike: rejected, now: now) { return local }
+            if let shared = usable(try? await readShared(), unlike: rejected, now: now) {
                 cached.withLock { $0 = shared }
                 return shared
             }

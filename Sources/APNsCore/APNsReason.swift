@@ -108,10 +108,13 @@ public enum APNsReason: Hashable, Sendable, CustomStringConvertible {
     /// A 403 that refuses our credentials (the provider token, its key or team, the
     /// certificate), not the request: it says nothing about the device, the channel or the
     /// payload, and every other request of the client meets it too until they are fixed.
+    /// Not `BadEnvironmentKeyIdInToken`: a key limited to one environment is a deliberate
+    /// setting, and the other environment's work fails for it (`.fail`) while the key's own
+    /// environment works.
     public var refusesCredentials: Bool {
         switch self {
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .invalidProviderToken, .missingProviderToken,
-             .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken: true
+             .unrelatedKeyIdInToken: true
         default: false
         }
     }
@@ -144,8 +147,9 @@ extension APNsReason {
         case .badDeviceToken, .deviceTokenNotForTopic: .forgetToken(invalidSince: nil)
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken: .refreshProviderToken
         // Our key, team or certificate refused: nothing wrong with the request, which waits for
-        // them to be fixed, as in an outage (`refusesCredentials`).
-        case .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badCertificate, .badCertificateEnvironment: .retryWithBackoff
+        // them to be fixed, as in an outage (`refusesCredentials`). UnrelatedKeyIdInToken
+        // holds for the connection only: the client reopens it.
+        case .unrelatedKeyIdInToken, .badCertificate, .badCertificateEnvironment: .retryWithBackoff
         // Refreshing more often would make it worse: wait.
         case .tooManyProviderTokenUpdates: .retryAfter(retryAfter ?? .seconds(60))
         case .tooManyRequests: .retryAfter(retryAfter ?? .seconds(1))

@@ -42,7 +42,7 @@ extension SendRole {
         var record = record
         var attempt = 0
         var recreated = false
-        let watch = APNsOutageWatch(client)
+        let watch = APNsOutageWatch(client, .broadcast, bundleID: configuration.bundleID)
         while true {
             try await admit(1)
             let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
@@ -61,7 +61,7 @@ extension SendRole {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)
             case .retry(_, let reason):
-                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: await watch.isOutage(unreached: result.apnsUnreachable))
+                throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: await watch.isOutage(unusable: result.apnsUnusable))
             default:
                 try await recordFailures(plan.key, kind: "broadcast", [(record.id, describe(result))],
                                          apnsIDs: [result.response?.apnsID ?? result.response?.requestID], entry: "")

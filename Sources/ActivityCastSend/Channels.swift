@@ -105,7 +105,7 @@ public final class ChannelRegistry: Sendable {
     private func create(_ key: ActivityKey, _ env: APNsEnvironment, policy: ChannelStoragePolicy, client: APNsClient) async throws -> State {
         let body = Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8)
         var attempt = 0
-        let watch = APNsOutageWatch(client, apns.push(env))
+        let watch = APNsOutageWatch(client, .channelManagement, bundleID: bundleID)
         while true {
             let result = await client.request(method: "POST", path: "/1/apps/\(bundleID)/channels", headers: [], body: body)
             stats.count(.channelCreate, result)
@@ -144,7 +144,7 @@ public final class ChannelRegistry: Sendable {
                 try await Task.sleep(for: .milliseconds(100 << attempt))
             default:
                 throw SendFailure("creating the channel for \(key) (\(env.rawValue)) failed: \(describe(result))",
-                                  apnsOutage: await watch.isOutage(unreached: result.apnsUnreachable))
+                                  apnsOutage: await watch.isOutage(unusable: result.apnsUnusable))
             }
         }
     }

@@ -15,39 +15,39 @@ public struct SendFailure: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// Tells an APNs outage from a request APNs fails for itself alone: started before a send's
-/// first attempt, asked once its attempts have all failed.
+/// Tells an outage of an APNs service from a request it fails for itself alone: started
+/// before a send's first attempt, asked once its attempts have all failed.
 struct APNsOutageWatch {
-    /// How long before a send's first attempt a normal answer still shows APNs at work: a
+    /// How long before a send's first attempt a normal answer still shows the service at work: a
     /// slice's round is one attempt of a few milliseconds, so answers to others just before it
     /// count too.
     static let grace: Duration = .seconds(2)
-    let clients: [APNsClient]
+    let client: APNsClient
+    let service: APNsService
+    let bundleID: String
     let since: APNsMoment
 
-    /// `clients`: the one the send uses, and others whose answers also show APNs at work (channel
-    /// management, which sees little traffic of its own, watches the environment's pushes too).
-    init(_ clients: APNsClient?...) {
-        var seen = Set<ObjectIdentifier>()
-        self.clients = clients.compactMap { $0 }.filter { seen.insert(ObjectIdentifier($0)).inserted }
+    init(_ client: APNsClient, _ service: APNsService, bundleID: String) {
+        self.client = client
+        self.service = service
+        self.bundleID = bundleID
         since = APNsClientStats.moment(ago: Self.grace)
     }
 
-    /// `unreached`: none of the last attempt's requests left for want of a connection. Else an
-    /// outage only if APNs answered nothing normally (2xx, 4xx but 429 and a refusal of our
-    /// credentials), to anyone on these clients, from `grace` before the watch began, nor to a
-    /// probe (`APNsClient.probe`) sent when nothing else was answered: a request that fails while
-    /// APNs answers others counts against its work, so one that APNs rejects for itself alone
-    /// can't be retried forever — also on a worker with no other traffic.
-    func isOutage(unreached: Bool) async -> Bool {
-        if unreached { return true }
+    /// `unusable`: every request of the last attempt failed for reasons outside it (no
+    /// connection, our credentials refused: `APNsResult.apnsUnusable`). Else an outage only if
+    /// the service answered nothing normally (2xx, 4xx but 429 and a refusal of our
+    /// credentials) on this client from `grace` before the watch began, nor a probe
+    /// (`APNsClient.probe`) sent when nothing else was answered: a request that fails while the
+    /// service answers others counts against its work, so one that APNs fails for itself alone
+    /// can't be retried forever — also on a worker with no other traffic. Credential refusals
+    /// are never probed: a probe's 4xx might be answered before the credentials are checked.
+    func isOutage(unusable: Bool) async -> Bool {
+        if unusable { return true }
         if answered { return false }
-        for client in clients {
-            _ = await client.probe()
-            if answered { return false }
-        }
-        return true
+        _ = await client.probe(service, bundleID: bundleID)
+        return !answered
     }
 
-    private var answered: Bool { clients.contains { $0.stats.answeredNormally(since: since) } }
+    private var answered: Bool { client.stats.answeredNormally(service, since: since) }
 }

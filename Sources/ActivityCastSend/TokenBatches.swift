@@ -101,7 +101,7 @@ struct TokenBatches: SendRole {
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
         var pending = rows.map { (row: $0, unsure: parking?.quiet.contains($0.activity) ?? false) }
         var attempt = (parking?.attempt ?? 1) - 1
-        let watch = APNsOutageWatch(client)
+        let watch = APNsOutageWatch(client, .devicePush, bundleID: configuration.bundleID)
         while !pending.isEmpty {
             // The tokens that go without the alert after the others (none, almost always: then no copy).
             let split = quiet != nil && pending.contains { $0.unsure }
@@ -116,7 +116,7 @@ struct TokenBatches: SendRole {
             let retry = answers.retry
             attempt += 1
             // Every token failed, for APNs's outage: the attempts say nothing about them.
-            func outage() async -> Bool { answers.allFailed ? await watch.isOutage(unreached: answers.unreachable) : false }
+            func outage() async -> Bool { answers.allFailed ? await watch.isOutage(unusable: answers.unusable) : false }
             if let parking, !retry.isEmpty {
                 // A slice's last round that met an outage isn't recorded as failed: its tokens
                 // wait for another round, as long as the outage lasts.
@@ -138,12 +138,12 @@ struct TokenBatches: SendRole {
     }
 
     /// A token to try again: whether an earlier request for it may have reached APNs, why, and
-    /// whether this one never left for want of a connection.
+    /// whether this one failed for reasons outside it (`APNsResult.apnsUnusable`).
     struct Retry {
         var row: TokenRow
         var unsure: Bool
         var reason: String
-        var unreached: Bool
+        var unusable: Bool
     }
 
     /// What APNs answered for a batch's tokens, sorted by what to do with each.
@@ -164,8 +164,9 @@ struct TokenBatches: SendRole {
 
         /// No token of the batch was delivered or settled: every one is to be tried again.
         var allFailed: Bool { retry.count == sentCount }
-        /// No request of the batch left for want of a connection to APNs.
-        var unreachable: Bool { allFailed && retry.allSatisfy(\.unreached) }
+        /// Every request of the batch failed for reasons outside it: no connection to APNs, or
+        /// our credentials refused.
+        var unusable: Bool { allFailed && retry.allSatisfy(\.unusable) }
 
         /// `sent`: each token with whether an earlier request for it went unanswered; `results`
         /// in the same order; `attempt`: the attempts made before this one.
@@ -182,7 +183,7 @@ struct TokenBatches: SendRole {
                 case .retry(let after, let reason):
                     // Unsure: no answer, so the request may have reached APNs (unless it never left).
                     retry.append(Retry(row: row, unsure: wasUnsure || (response == nil && !result.apnsUnreachable), reason: reason,
-                                       unreached: result.apnsUnreachable))
+                                       unusable: result.apnsUnusable))
                     delay = max(delay, after)
                     lastReason = reason
                 case .failed(let reason):

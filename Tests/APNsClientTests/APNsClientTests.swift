@@ -12,6 +12,21 @@ import TestSupport
 
 let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
+/// A logger that keeps the messages of the errors it is given.
+final class CapturedErrors: LogHandler, @unchecked Sendable {
+    private let lock = NSLock()
+    private var seen: [String] = []
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .error
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? { get { metadata[key] } set { metadata[key] = newValue } }
+    func log(event: LogEvent) {
+        lock.lock(); defer { lock.unlock() }
+        seen.append("\(event.message) \(event.metadata?["reason"].map { "\($0)" } ?? "")")
+    }
+    var messages: [String] { lock.lock(); defer { lock.unlock() }; return seen }
+    var logger: Logger { Logger(label: "test") { _ in self } }
+}
+
 /// A scriptable HTTP/2 peer: answers with `answer`, records what it saw.
 final class ScriptedPeer: H2RequestHandler, @unchecked Sendable {
     struct Seen { var path: String; var authorization: String?; var openStreams: Int; var at: ContinuousClock.Instant; var connection: UInt64 }
@@ -45,11 +60,12 @@ final class ScriptedPeer: H2RequestHandler, @unchecked Sendable {
 struct Peer {
     let server: H2Server
     let cert: TestCertificate
-    func client(connections: Int = 1, tokens: (any ProviderTokenSource)? = nil, _ tweak: (inout APNsClientConfiguration) -> Void = { _ in }) throws -> APNsClient {
+    func client(connections: Int = 1, tokens: (any ProviderTokenSource)? = nil, logger: Logger = quiet,
+                _ tweak: (inout APNsClientConfiguration) -> Void = { _ in }) throws -> APNsClient {
         var c = APNsClientConfiguration(endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port), connections: connections,
                                         caFile: cert.certificatePath, connectTimeout: .seconds(5), requestTimeout: .seconds(20))
         tweak(&c)
-        return try APNsClient(configuration: c, tokens: tokens, logger: quiet)
+        return try APNsClient(configuration: c, tokens: tokens, logger: logger)
     }
     static func start(_ handler: any H2RequestHandler, maxConcurrentStreams: Int = 1000) throws -> Peer {
         let cert = try TestCertificate()
@@ -262,13 +278,16 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         defer { peer.stop() }
         let signer = ProviderTokenSigner(key: try ES256PrivateKey.generate(), identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
         let now = Mutex<Int64>(1_800_000_000)
-        let client = try peer.client(tokens: LocalProviderTokens(signer: signer, clock: { now.withLock { $0 } }))
+        let errors = CapturedErrors()
+        let client = try peer.client(tokens: LocalProviderTokens(signer: signer, clock: { now.withLock { $0 } }), logger: errors.logger)
         defer { client.shutdown() }
         for _ in 0..<3 {
             let results = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(5), bundleID: "com.example.app")
             #expect(results.allSatisfy { $0.response?.reason == .invalidProviderToken })
             now.withLock { $0 += 5 * 60 }
         }
+        // Said once, with Apple's reason, not once per refused batch.
+        #expect(errors.messages == ["APNs refuses our credentials: check apns.team_id, apns.key_id and the key file; the work waits InvalidProviderToken"])
         #expect(handler.requests.count == 15)
         #expect(client.stats.snapshot.tokenRefreshes == 0)
         #expect(Set(handler.requests.compactMap(\.authorization)).count == 1)
@@ -281,11 +300,12 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
     }
 
     /// What shows APNs at work, for telling an outage from a request's own failure: an answer
-    /// about the request (200, 400, 403 Forbidden) does; 429, 5xx and a 403 refusing our
-    /// credentials don't.
+    /// about the request (200, 400, 403 Forbidden, a key limited to the other environment) does;
+    /// 429, 5xx and a 403 refusing our credentials don't. Device pushes show only the device
+    /// push service at work, not broadcasts.
     @Test func onlyAnswersAboutTheRequestShowAPNsAtWork() async throws {
         let answers: [(Int, String?, Bool)] = [
-            (200, nil, true), (400, "BadDeviceToken", true), (403, "Forbidden", true),
+            (200, nil, true), (400, "BadDeviceToken", true), (403, "Forbidden", true), (403, "BadEnvironmentKeyIdInToken", true),
             (403, "InvalidProviderToken", false), (403, "UnrelatedKeyIdInToken", false), (403, "BadCertificate", false),
             (429, "TooManyRequests", false), (503, "ServiceUnavailable", false),
         ]
@@ -299,37 +319,67 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
             defer { client.shutdown() }
             let since = APNsClientStats.moment(ago: .zero)
             _ = await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(1), bundleID: "com.example.app")
-            #expect(client.stats.answeredNormally(since: since) == normal, "\(status) \(reason ?? "")")
+            #expect(client.stats.answeredNormally(.devicePush, since: since) == normal, "\(status) \(reason ?? "")")
+            #expect(!client.stats.answeredNormally(.broadcast, since: since), "a device push showed broadcasts at work")
+            #expect(!client.stats.answeredNormally(.channelManagement, since: since), "a device push showed channel management at work")
         }
     }
 
-    /// In an outage every failing send probes APNs: those at the same time share one request,
-    /// and one just answered answers the next ones too.
+    /// In an outage every failing send probes its service: those at the same time share one
+    /// request, one just answered answers the next ones too, and each service is asked apart,
+    /// with the app's real topic and nothing a device could show.
     @Test func probesAtOnceShareOneRequest() async throws {
         let handler = ScriptedPeer(answer: { _, _ in
-            H2Response(status: 503, body: Array(#"{"reason":"ServiceUnavailable"}"#.utf8), delay: .milliseconds(100))
+            H2Response(status: 503, body: Array(#"{"reason":"ServiceUnavailable"}"#.utf8), delay: .seconds(1))
         })
         let peer = try Peer.start(handler)
         defer { peer.stop() }
-        // An answer that answers every later probe here, however slow the machine.
-        let client = try peer.client { $0.probeReuse = .seconds(3600) }
-        defer { client.shutdown() }
+        // No reuse: only the sharing of the request in flight can keep it to one.
+        let sharing = try peer.client { $0.probeReuse = .zero }
+        defer { sharing.shutdown() }
         let answers = await withTaskGroup(of: APNsResult.self) { group in
-            for _ in 0..<20 { group.addTask { await client.probe() } }
+            for _ in 0..<20 { group.addTask { await sharing.probe(.devicePush, bundleID: "com.example.app") } }
             return await group.reduce(into: [APNsResult]()) { $0.append($1) }
         }
         #expect(answers.count == 20 && answers.allSatisfy { $0.response?.reason == .serviceUnavailable })
-        #expect(handler.requests.count == 1)
+        #expect(handler.requests.count == 1, "probes at once sent \(handler.requests.count) requests")
         #expect(handler.requests.first?.path == "/3/device/00")
-        _ = await client.probe()
-        #expect(handler.requests.count == 1, "a probe within the reuse window sent a request of its own")
+        // An answer that answers every later probe of its service here, however slow the machine.
+        let reusing = try peer.client { $0.probeReuse = .seconds(3600) }
+        defer { reusing.shutdown() }
+        _ = await reusing.probe(.devicePush, bundleID: "com.example.app")
+        _ = await reusing.probe(.devicePush, bundleID: "com.example.app")
+        #expect(handler.requests.count == 2, "a probe within the reuse window sent a request of its own")
+        // Each service is asked for itself.
+        _ = await reusing.probe(.broadcast, bundleID: "com.example.app")
+        _ = await reusing.probe(.channelManagement, bundleID: "com.example.app")
+        #expect(handler.requests.map(\.path) == ["/3/device/00", "/3/device/00", "/4/broadcasts/apps/com.example.app",
+                                                 "/1/apps/com.example.app/channels"])
         // Past the window, a probe asks again.
         let brief = try peer.client { $0.probeReuse = .milliseconds(50) }
         defer { brief.shutdown() }
-        _ = await brief.probe()
+        _ = await brief.probe(.devicePush, bundleID: "com.example.app")
         try await Task.sleep(for: .milliseconds(100))
-        _ = await brief.probe()
-        #expect(handler.requests.count == 3)
+        _ = await brief.probe(.devicePush, bundleID: "com.example.app")
+        #expect(handler.requests.count == 6)
+    }
+
+    /// A probe APNs takes in and never answers holds the failing send at most `probeTimeout`,
+    /// and counts as no sign of a working service.
+    @Test func aProbeWaitsAtMostItsTimeout() async throws {
+        let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 400, body: Array(#"{"reason":"BadDeviceToken"}"#.utf8), delay: .seconds(15)) })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client { $0.probeTimeout = .milliseconds(300) }
+        defer { client.shutdown() }
+        let since = APNsClientStats.moment(ago: .zero)
+        let started = ContinuousClock.now
+        let result = await client.probe(.devicePush, bundleID: "com.example.app")
+        let waited = ContinuousClock.now - started
+        guard case .failed(let error) = result else { Issue.record("expected no answer, got \(result)"); return }
+        #expect(error.kind == .timeout)
+        #expect(waited < .seconds(10), "the probe held its caller \(waited)")
+        #expect(!client.stats.answeredNormally(.devicePush, since: since))
     }
 
     @Test func shutdownMidBatchAnswersEveryTokenOnce() async throws {
@@ -419,24 +469,55 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         #expect(a.mintedHere + b.mintedHere == 3)
     }
 
+    /// Shared tokens on a Redis a test can stop, with a clock it sets (`advance`).
+    final class AwayRig: Sendable {
+        final class Clock: Sendable {
+            let now = Mutex<Int64>(1_800_000_000)
+        }
+        let server: RedisServer
+        let signer: ProviderTokenSigner
+        let clock = Clock()
+        let redis: RedisConnection
+        let tokens: RedisSharedProviderTokens
+
+        init() async throws {
+            server = try await RedisServer()
+            signer = ProviderTokenSigner(key: try ES256PrivateKey.generate(), identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
+            redis = RedisConnection(configuration: RedisConfiguration(url: server.url, connectTimeout: .milliseconds(200),
+                                                                      commandTimeout: .milliseconds(500)))
+            let clock = self.clock
+            tokens = RedisSharedProviderTokens(signer: signer, redis: redis, prefix: "t", clock: { clock.now.withLock { $0 } })
+        }
+
+        func advance(_ seconds: Int64) { clock.now.withLock { $0 += seconds } }
+    }
+
     /// Redis away when the token is due: the local copy goes on while APNs still accepts it
     /// (55 minutes), then the failure is a provider-token failure — retried, as a request that
     /// got no answer is, never held against the device token.
     @Test func redisAwayWhenTheTokenIsDueKeepsTheLocalCopyWhileItIsGood() async throws {
-        let server = try await RedisServer()
-        let signer = ProviderTokenSigner(key: try ES256PrivateKey.generate(), identity: try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456"))
-        let now = Mutex<Int64>(1_800_000_000)
-        let redis = RedisConnection(configuration: RedisConfiguration(url: server.url, connectTimeout: .milliseconds(200),
-                                                                      commandTimeout: .milliseconds(500)))
-        defer { redis.close() }
-        let tokens = RedisSharedProviderTokens(signer: signer, redis: redis, prefix: "t", clock: { now.withLock { $0 } })
-        let first = try await tokens.currentToken()
-        await server.stop()
-        now.withLock { $0 += 41 * 60 }
-        #expect(try await tokens.currentToken() == first)
-        now.withLock { $0 += 15 * 60 }
-        await #expect(throws: (any Error).self) { try await tokens.currentToken() }
+        let r = try await AwayRig()
+        defer { r.redis.close() }
+        let first = try await r.tokens.currentToken()
+        await r.server.stop()
+        r.advance(41 * 60)
+        #expect(try await r.tokens.currentToken() == first)
+        r.advance(15 * 60)
+        await #expect(throws: (any Error).self) { try await r.tokens.currentToken() }
         #expect(APNsResult.failed(APNsTransportError(.providerToken, "no provider token")).action == .retryWithBackoff)
         #expect(APNsResult.failed(APNsTransportError(.configuration, "no client")).action == .fail)
+    }
+
+    /// A young token refused while Redis is away: the newer token this worker holds answers,
+    /// and with none, the refused one stays (the requests fail as refused, nothing throws).
+    @Test func aYoungTokenRefusedWhileRedisIsAwayTakesTheNewerLocalOne() async throws {
+        let r = try await AwayRig()
+        defer { r.redis.close() }
+        let older = try r.signer.token(issuedAt: 1_800_000_000 - 60)
+        let current = try await r.tokens.currentToken()
+        await r.server.stop()
+        r.advance(60)
+        #expect(try await r.tokens.refresh(rejected: older) == current)
+        #expect(try await r.tokens.refresh(rejected: current) == current)
     }
 }

@@ -29,13 +29,15 @@ import TestSupport
             #expect(r.action() == .retryWithBackoff)
         }
         // Our credentials refused: the request waits for them (no refresh can mend a key or team).
-        for r in [APNsReason.unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badCertificate, .badCertificateEnvironment] {
+        for r in [APNsReason.unrelatedKeyIdInToken, .badCertificate, .badCertificateEnvironment] {
             #expect(r.action() == .retryWithBackoff)
         }
-        // Every 403 but Forbidden (an action not allowed) refuses the credentials, nothing else does.
-        #expect(APNsReason.allKnown.filter(\.refusesCredentials) == APNsReason.allKnown.filter { $0.status == 403 && $0 != .forbidden })
+        // Every 403 but Forbidden (an action not allowed) and a key limited to the other
+        // environment (a setting, not a fault) refuses the credentials, nothing else does.
+        #expect(APNsReason.allKnown.filter(\.refusesCredentials)
+                == APNsReason.allKnown.filter { $0.status == 403 && $0 != .forbidden && $0 != .badEnvironmentKeyIdInToken })
         // Never retried.
-        for r in [APNsReason.forbidden, .payloadTooLarge, .badTopic, .topicDisallowed, .badExpirationDate, .badChannelId, .unknown("X")] {
+        for r in [APNsReason.forbidden, .badEnvironmentKeyIdInToken, .payloadTooLarge, .badTopic, .topicDisallowed, .badExpirationDate, .badChannelId, .unknown("X")] {
             #expect(r.action() == .fail)
         }
     }

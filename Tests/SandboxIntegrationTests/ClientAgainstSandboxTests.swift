@@ -123,10 +123,15 @@ let update = LiveActivityPayload(event: .update, timestamp: 1_800_000_000, conte
         #expect(await device(client).action == .delivered)
 
         check(await device(client, token: "zz"), .badDeviceToken, .forgetToken(invalidSince: nil))
-        // The outage probe: a push without a topic to a token no device has, refused by a working APNs.
-        let beforeProbe = APNsClientStats.moment(ago: .zero)
-        #expect(await client.probe().response?.status == 400)
-        #expect(client.stats.answeredNormally(since: beforeProbe))
+        // The outage probes, one per service, each refused by a working APNs with a 4xx about
+        // the request, and each showing its own service at work.
+        for (service, reason) in [(APNsService.devicePush, APNsReason.badDeviceToken), (.broadcast, .missingChannelId),
+                                  (.channelManagement, .missingChannelId)] {
+            let beforeProbe = APNsClientStats.moment(ago: .zero)
+            let answer = await client.probe(service, bundleID: bundle)
+            #expect(answer.response?.reason == reason, "\(service): \(answer)")
+            #expect(client.stats.answeredNormally(service, since: beforeProbe), "\(service)")
+        }
         check(await device(client, topicBundle: "com.other.app"), .topicDisallowed, .fail)
         check(await device(client, priority: 7), .badPriority, .fail)
         check(await device(client, payload: Array(repeating: 0x20, count: 5000)), .payloadTooLarge, .fail)
@@ -203,11 +208,14 @@ let update = LiveActivityPayload(event: .update, timestamp: 1_800_000_000, conte
         #expect(await device(switching).action == .delivered)
         // Our credentials refused, not the request: it waits for them (as in an outage).
         check(await device(switching), .unrelatedKeyIdInToken, .retryWithBackoff)
+        // That holds for the connection only: the client reopens it, and the token goes through.
+        #expect(await device(switching).action == .delivered)
         // Keys limited by environment or app.
         let production = try sandbox.client(tokens: LocalProviderTokens(signer: ProviderTokenSigner(
             key: sandbox.productionKey, identity: try ProviderIdentity(keyID: "KEY0000002", teamID: sandbox.identity.teamID))))
         defer { production.shutdown() }
-        check(await device(production), .badEnvironmentKeyIdInToken, .retryWithBackoff)
+        // A key limited to the other environment: that environment's work fails (a setting, not a fault).
+        check(await device(production), .badEnvironmentKeyIdInToken, .fail)
         let otherApp = try sandbox.client(tokens: LocalProviderTokens(signer: ProviderTokenSigner(
             key: sandbox.otherAppKey, identity: try ProviderIdentity(keyID: "KEY0000003", teamID: sandbox.identity.teamID))))
         defer { otherApp.shutdown() }

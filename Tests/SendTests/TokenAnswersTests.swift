@@ -31,20 +31,24 @@ import Testing
         // Only the request that never left found APNs out of reach, and it goes again with its
         // alert; an unanswered one may have reached APNs (so it goes again without), as may one
         // that went unanswered before.
-        #expect(a.retry.map(\.unreached) == [true, false, false, false])
+        #expect(a.retry.map(\.unusable) == [true, false, false, false])
         #expect(a.retry.map(\.unsure) == [false, false, true, true])
         #expect(!TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: false).delivered.contains { _ in true })
     }
 
-    @Test func aBatchFoundAPNsOutOfReachOnlyWhenNoneOfItsRequestsLeft() {
+    /// A batch found APNs unusable (no connection, our credentials refused) only when every one
+    /// of its requests did.
+    @Test func aBatchFoundAPNsUnusableOnlyWhenAllItsRequestsDid() {
         let sent = (0..<3).map { (row: row($0), unsure: false) }
-        let none = TokenBatches.Answers(sent: sent, results: Array(repeating: unreachable, count: 3), attempt: 0, keepDelivered: false)
-        #expect(none.unreachable)
-        let one = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 500, reason: .internalServerError))],
-                                       attempt: 0, keepDelivered: false)
-        #expect(!one.unreachable)
-        let delivered = TokenBatches.Answers(sent: sent, results: [unreachable, unreachable, .response(APNsResponse(status: 200))],
-                                             attempt: 0, keepDelivered: false)
-        #expect(!delivered.unreachable)
+        let refused = APNsResult.response(APNsResponse(status: 403, reason: .invalidProviderToken))
+        func answers(_ results: [APNsResult]) -> TokenBatches.Answers {
+            TokenBatches.Answers(sent: sent, results: results, attempt: 0, keepDelivered: false)
+        }
+        #expect(answers(Array(repeating: unreachable, count: 3)).unusable)
+        #expect(answers([unreachable, refused, refused]).unusable)
+        #expect(!answers([unreachable, unreachable, .response(APNsResponse(status: 500, reason: .internalServerError))]).unusable)
+        #expect(!answers([refused, refused, .response(APNsResponse(status: 200))]).unusable)
+        // A key limited to the other environment is a setting: the request fails, APNs works.
+        #expect(!answers(Array(repeating: .response(APNsResponse(status: 403, reason: .badEnvironmentKeyIdInToken)), count: 3)).unusable)
     }
 }

@@ -4,9 +4,10 @@ import RedisClient
 import Testing
 import TestSupport
 
-/// APNs down — out of reach, or answering nothing normally — doesn't use up deliveries: what the
-/// outage held is sent once APNs answers, and nothing is dead-lettered or recorded as failed. A
-/// request APNs fails while it answers others still counts.
+/// APNs down — out of reach, refusing our credentials, or one of its services (device pushes,
+/// broadcasts, channel management) answering nothing normally — doesn't use up deliveries: what
+/// the outage held is sent once APNs answers, and nothing is dead-lettered or recorded as
+/// failed. A request APNs fails while the service answers others still counts.
 extension SendTests {
     /// Settings that make an outage outlast an entry's deliveries (and a token's attempts)
     /// within seconds.
@@ -177,10 +178,11 @@ extension SendTests {
         try await expectBothKindsShown(r, w, channelKey: "match:o3", channelHome: 1, devices: devices, deviceHome: 2)
     }
 
-    /// Broadcasts alone answered 503 while device pushes go through: APNs works, so the
-    /// broadcast's failures are its own and its event is dead-lettered after its deliveries, as
-    /// before — an outage is only what leaves APNs answering nothing normally.
-    @Test func aBroadcastAPNsFailsWhileItAnswersOthersIsStillDeadLettered() async throws {
+    /// Broadcasts alone answered 503 while device pushes go through on the same client: an
+    /// outage of the broadcast service, so the broadcast's event waits through more failed
+    /// deliveries than `worker.max_deliveries` allows, and its channel shows the score once
+    /// broadcasts are answered again; nothing is dead-lettered.
+    @Test func anOutageOfBroadcastsAloneLosesNothing() async throws {
         let (r, w) = try await quickRig()
         defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
@@ -190,53 +192,88 @@ extension SendTests {
         try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["broadcast"]}"#)
         try await score(r, "o5", 1, 0, ts: t + 1000)
         // Device pushes answered normally all along, on the same client.
-        let (dead, letters) = await scoring(r, "o6", after: t, until: r.settings.deadLetterStream) { $0.contains("broadcast to match:o5") }
-        #expect(dead, "the broadcast APNs kept failing was never dead-lettered: \(letters.prefix(1000))")
-        #expect(letters.contains("kept failing") && !letters.contains("\"o6\""), "\(letters.prefix(1000))")
-        #expect(await w.stop() == 0)
+        let (outlasted, _) = await scoring(r, "o6", after: t, until: r.settings.deadLetterStream) { _ in failedDeliveries(w, "match:o5") >= 3 }
+        #expect(outlasted, "the outage never outlasted the deliveries: the test proves nothing")
+        try await r.sandbox.post("/sandbox/faults", json: "{}")
+        #expect(try await eventually(timeout: .seconds(60)) {
+            guard let id = try await r.channelID("match:o5") else { return false }
+            return state(try await r.channel(id))["homeScore"] as? Int == 1
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        try await expectNothingLost(r, w, seen: "sending failed")
     }
 
-    /// Broadcasts alone answered 503 on a worker with nothing else to send: nothing else shows
-    /// APNs at work, so the worker asks it (`APNsClient.probe`: a device push APNs refuses as a
-    /// bad token); the answer shows it working, and the event is dead-lettered after its
-    /// deliveries instead of being retried every visibility timeout for ever.
-    @Test func aBroadcastAPNsFailsOnAnIdleWorkerIsStillDeadLettered() async throws {
+    /// One channel's broadcasts answered 500 while broadcasts work (a request APNs fails for
+    /// itself alone), on a worker with nothing else to send: nothing else shows the broadcast
+    /// service at work, so the worker asks it (`APNsClient.probe`: a broadcast without a channel
+    /// id, refused as such); the answer shows it working, and the event is dead-lettered after
+    /// its deliveries instead of being retried every visibility timeout for ever.
+    @Test func aBroadcastAPNsFailsForItselfOnAnIdleWorkerIsStillDeadLettered() async throws {
         let (r, w) = try await quickRig()
         defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         try await register(r, device: "c", key: "match:o11", activity: "C", token: token("d6"), ts: t, broadcast: true)
-        #expect(await eventually { await r.drainedAll() })
-        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["broadcast"]}"#)
         try await score(r, "o11", 1, 0, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let id = try #require(try await r.channelID("match:o11"))
+        let faults = try JSONSerialization.data(withJSONObject: ["failingChannels": [id]])
+        try await r.sandbox.post("/sandbox/faults", json: String(decoding: faults, as: UTF8.self))
+        try await score(r, "o11", 2, 0, ts: t + 2000)
         var letters = ""
         let dead = await eventually(timeout: .seconds(60)) {
             letters = await streamText(r, r.settings.deadLetterStream)
             return letters.contains("broadcast to match:o11")
         }
         #expect(dead, "the broadcast APNs kept failing on an idle worker was never dead-lettered")
-        #expect(letters.contains("kept failing"), "\(letters.prefix(1000))")
+        #expect(letters.contains("kept failing") && letters.contains("InternalServerError"), "\(letters.prefix(1000))")
         #expect(await w.stop() == 0)
     }
 
-    /// Device pushes alone answered 503 while broadcasts to another key go through: a fan-out's
-    /// tokens that fail their `fanout.token_attempts` (2) are recorded as failed, as before.
-    @Test func tokensAPNsFailsWhileItAnswersOthersAreStillRecordedAsFailed() async throws {
+    /// One device token's pushes answered 500 while device pushes work, on a worker with
+    /// nothing else to send: the probe (a push to a token no device has, refused as a bad
+    /// token) shows the service at work, so the token is recorded as failed after its
+    /// `fanout.token_attempts` (2), as before.
+    @Test func aTokenAPNsFailsForItselfIsStillRecordedAsFailed() async throws {
         let (r, w) = try await quickRig()
         defer { r.redis.close(); w.removeLogs() }
         let t = now() - 60_000
         let failing = token("b8")
-        try await register(r, device: "c", key: "match:o7", activity: "C", token: token("a8"), ts: t, broadcast: true)
         try await register(r, device: "p", key: "match:o8", activity: "P", token: failing, ts: t)
-        try await score(r, "o7", 0, 0, ts: t + 1000)
         #expect(await eventually { await r.drainedAll() })
-        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1,"only":["device"]}"#)
+        try await r.sandbox.post("/sandbox/faults", json: #"{"failingTokens":["\#(failing)"]}"#)
         try await score(r, "o8", 1, 0, ts: t + 1000)
-        // Broadcasts answered normally all along, on the same client.
-        let (recorded, failures) = await scoring(r, "o7", after: t + 1000, until: r.settings.keys.sendFailures) {
-            $0.contains("match:o8") && $0.contains(String(failing.prefix(8)))
+        var failures = ""
+        let recorded = await eventually(timeout: .seconds(60)) {
+            failures = await streamText(r, r.settings.keys.sendFailures)
+            return failures.contains("match:o8") && failures.contains(String(failing.prefix(8)))
         }
         #expect(recorded, "the token APNs kept failing was never recorded as failed: \(failures.prefix(1000))")
         #expect(failures.contains("still failing after 2 attempts"), "\(failures.prefix(1000))")
+        #expect(await w.stop() == 0)
+    }
+
+    /// A key limited to production, used against a development endpoint (every request answers
+    /// 403 `BadEnvironmentKeyIdInToken`): a setting, not an outage. The per-token key's device
+    /// is recorded as failed with that reason, the broadcast key's event is dead-lettered after
+    /// its deliveries, and nothing stays pending.
+    @Test func aKeyForTheOtherEnvironmentFailsItsWorkInsteadOfHoldingIt() async throws {
+        let (r, w) = try await quickRig(["--key-environment", "production"])
+        defer { r.redis.close(); w.removeLogs() }
+        let t = now() - 60_000
+        let device = token("c8")
+        try await register(r, device: "c", key: "match:o12", activity: "C", token: token("a8"), ts: t, broadcast: true)
+        try await register(r, device: "p", key: "match:o13", activity: "P", token: device, ts: t)
+        try await score(r, "o12", 1, 0, ts: t + 1000)
+        try await score(r, "o13", 1, 0, ts: t + 1000)
+        var (letters, failures) = ("", "")
+        let settled = await eventually(timeout: .seconds(60)) {
+            letters = await streamText(r, r.settings.deadLetterStream)
+            failures = await streamText(r, r.settings.keys.sendFailures)
+            return letters.contains("match:o12") && failures.contains(String(device.prefix(8)))
+        }
+        #expect(settled, "dead letters: \(letters.prefix(1000)); failures: \(failures.prefix(1000))")
+        #expect(letters.contains("BadEnvironmentKeyIdInToken") && failures.contains("BadEnvironmentKeyIdInToken"))
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() }, "work for the other environment stayed pending")
         #expect(await w.stop() == 0)
     }
 
