@@ -130,17 +130,18 @@ public enum FanoutScripts {
     /// KEYS: gen hash, fan hash, inflight zset, meta. ARGV: gen, j, n (0: the fan-out's), want, now ms,
     /// lease ms, confirm (`<from> <to>` of the caller's batch, `w<round>` of a batch of waiting
     /// tokens, or ''), keep s (fan hash after the end), width (from the caller's last `send`, or 0),
-    /// the confirmed batch's tokens still failing (`<activity>`, `?<activity>` to go without the alert;
-    /// space-separated), ms before they may go again, and the caller's own scan of the next batch
+    /// the confirmed batch's tokens still failing (`FanoutWaiting.encoded`: `<activity>`, `?` before
+    /// it to go without the alert, `<n>!` before it for tries that don't count; space-separated),
+    /// ms before they may go again, and the caller's own scan of the next batch
     /// (`<from> <to> <ended> <count>`, or ''): `FanoutScan`, made with top-level `HSCAN`s while the
     /// last batch was being sent. It is taken when it starts where the slice stands and ends
     /// where a scan ends (its tokens stay with the caller: reply's 8th element 1); else the script
     /// scans as always.
     /// A confirmed batch's failing tokens wait: the slice goes on, and once its range is sent they
-    /// go again (a batch `w<round>`, the tokens still registered, `?` ones listed apart) when due
+    /// go again (a batch `w<round>`, the tokens still registered, each one's entry listed apart) when due
     /// (`later` until then), round after round until none is left; the caller records what still
     /// fails in its last round as failed.
-    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}, {quiet…}, scanned}
+    /// Returns {status, left, confirm, resent, width, {{activity1, meta1, …}, …}, {entry…}, scanned}
     /// (resent: 1 after a takeover, which hands out exactly the lost batch, 2 after a Redis
     /// restart, else 0); status is `send`, `later` (waiting tokens not due; left = ms until they are),
     /// `finished` (this call ended the slice), `done` (ended before), `superseded`, `busy`
@@ -238,10 +239,11 @@ public enum FanoutScripts {
     local hint = tonumber(ARGV[9] or '') or 0
     local function waiting_batch(n_round, again)
       if not again and now < due then return {'later', due - now} end
-      local names, unsure = {}, {}
+      -- Each as it waits (`FanoutWaiting.encoded`: `?` quiet, `<n>!` uncounted tries), and its name.
+      local names, entries = {}, {}
       for w in string.gmatch(waiting, '%S+') do
-        if string.sub(w, 1, 1) == '?' then w = string.sub(w, 2) unsure[#unsure + 1] = w end
-        names[#names + 1] = w
+        entries[#entries + 1] = w
+        names[#names + 1] = string.match(w, '^%??%d+!(.+)$') or string.match(w, '^%??(.+)$')
       end
       local rows = {}
       -- In chunks: unpack takes a few thousand values at most.
@@ -257,7 +259,7 @@ public enum FanoutScripts {
       redis.call('HSET', KEYS[2], f, 'wf ' .. n_round)
       redis.call('ZADD', KEYS[3], now + lease, member)
       redis.call('PEXPIRE', KEYS[3], lease + 3600000)
-      return {'send', left, 'w' .. n_round, again and 1 or resent, hint, {rows}, unsure}
+      return {'send', left, 'w' .. n_round, again and 1 or resent, hint, {rows}, entries}
     end
     -- Its worker stopped with waiting tokens in flight: those again, as re-sent.
     if out then return waiting_batch(out, true) end
@@ -432,18 +434,41 @@ public enum FanoutBatch: Hashable, Sendable, CustomStringConvertible {
 /// A token of a confirmed batch that is still failing: it waits for the end of its slice's range
 /// and goes again then. `quiet`: its alert may have shown already (its request got no answer, or
 /// its batch was itself sent again after a takeover), so it goes again without it; a refused
-/// request (429, 5xx) of a first send goes again as it was.
+/// request (429, 5xx) of a first send goes again as it was. `uncounted`: its tries that met an
+/// APNs outage, which don't count against its `fanout.token_attempts` (its attempt in round `r`
+/// of waiting tokens is `r + 1 - uncounted`).
 public struct FanoutWaiting: Hashable, Sendable {
     public var activity: String
     public var quiet: Bool
+    public var uncounted: Int
 
-    public init(activity: String, quiet: Bool) {
+    public init(activity: String, quiet: Bool, uncounted: Int = 0) {
         self.activity = activity
         self.quiet = quiet
+        self.uncounted = max(0, uncounted)
     }
 
-    /// As the record keeps it: `?` before a quiet one (activity ids never hold one, nor a space).
-    public var encoded: String { quiet ? "?" + activity : activity }
+    /// As the record keeps it: `?` before a quiet one, then `<uncounted>!` when there are any
+    /// (activity ids hold neither, nor a space: `ValueParsing.isIdentifier`).
+    public var encoded: String { (quiet ? "?" : "") + (uncounted > 0 ? "\(uncounted)!" : "") + activity }
+
+    /// From `encoded`; nil when it names no activity.
+    public init?(encoded text: Substring) {
+        var rest = text
+        let quiet = rest.first == "?"
+        if quiet { rest = rest.dropFirst() }
+        var uncounted = 0
+        if let bang = rest.firstIndex(of: "!") {
+            guard let n = Int(rest[..<bang]), n >= 0 else { return nil }
+            uncounted = n
+            rest = rest[rest.index(after: bang)...]
+        }
+        guard !rest.isEmpty else { return nil }
+        self.init(activity: String(rest), quiet: quiet, uncounted: uncounted)
+    }
+
+    /// The same token going without its alert.
+    public var quietly: FanoutWaiting { FanoutWaiting(activity: activity, quiet: true, uncounted: uncounted) }
 }
 
 /// `FanoutScripts.create`: a fan-out of an event (or a budget flush) for one key, or the one of
@@ -616,9 +641,11 @@ public enum FanoutResent: Int, Sendable, Equatable {
 public enum FanoutStepReply: Sendable {
     /// A batch to send (`batch`, to confirm at the next step), `resent` when it may have gone out
     /// before; `width` the bucket width seen (for the next step); `rows` each token's registration
-    /// (`{key}:meta` value, ending with the token); `quiet`: in a batch of waiting tokens, those
-    /// that go without the alert. `left`: slices of the fan-out not final.
-    case send(left: Int, batch: FanoutBatch, resent: FanoutResent, width: Int64, rows: [(activity: String, meta: [UInt8])], quiet: Set<String>)
+    /// (`{key}:meta` value, ending with the token); `waiting`: in a batch of waiting tokens, each
+    /// one as it waited (whether it goes without the alert, its uncounted tries), by activity.
+    /// `left`: slices of the fan-out not final.
+    case send(left: Int, batch: FanoutBatch, resent: FanoutResent, width: Int64, rows: [(activity: String, meta: [UInt8])],
+              waiting: [String: FanoutWaiting])
     /// The slice's range is sent and its waiting tokens may go again in `msLeft`.
     case later(msLeft: Int64)
     /// This call ended the slice (the confirmed batch was its last, or nothing was left).
@@ -658,7 +685,7 @@ public enum FanoutStepReply: Sendable {
         let left = Int(second)
         switch status {
         case "send":
-            guard parts.count >= 7, let text = parts[2].string, let batch = FanoutBatch(text), let quiet = parts[6].array,
+            guard parts.count >= 7, let text = parts[2].string, let batch = FanoutBatch(text), let entries = parts[6].array,
                   let resent = parts[3].int.flatMap({ FanoutResent(rawValue: Int($0)) }), let width = parts[4].int, let chunks = parts[5].array else {
                 throw RedisError(.unexpectedReply, "fan-out step: a send without its batch: \(String(describing: reply).prefix(300))")
             }
@@ -666,7 +693,7 @@ public enum FanoutStepReply: Sendable {
                 guard let scan, case .range(let range) = batch, range == FanoutBatchRange(from: scan.scanned.from, to: scan.scanned.to) else {
                     throw RedisError(.unexpectedReply, "fan-out step: took a scan the call didn't carry: \(text)")
                 }
-                self = .send(left: left, batch: batch, resent: resent, width: width, rows: scan.rows, quiet: [])
+                self = .send(left: left, batch: batch, resent: resent, width: width, rows: scan.rows, waiting: [:])
                 return
             }
             // The scan's own replies, as they came: activity, meta, activity, meta, …
@@ -675,7 +702,14 @@ public enum FanoutStepReply: Sendable {
                 guard let pairs = chunk.array, pairs.count % 2 == 0 else { throw RedisError(.unexpectedReply, "fan-out step: a batch's chunk: \(String(describing: chunk).prefix(300))") }
                 FanoutScan.appendRows(pairs, to: &rows)
             }
-            self = .send(left: left, batch: batch, resent: resent, width: width, rows: rows, quiet: Set(quiet.compactMap(\.string)))
+            var waiting: [String: FanoutWaiting] = [:]
+            for entry in entries {
+                guard let text = entry.string, let w = FanoutWaiting(encoded: Substring(text)) else {
+                    throw RedisError(.unexpectedReply, "fan-out step: a waiting token: \(String(describing: entry).prefix(100))")
+                }
+                waiting[w.activity] = w
+            }
+            self = .send(left: left, batch: batch, resent: resent, width: width, rows: rows, waiting: waiting)
         case "finished": self = .finished(left: left)
         case "done": self = .done(left: left)
         case "superseded": self = .superseded(left: left)

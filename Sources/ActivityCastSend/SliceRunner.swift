@@ -226,11 +226,11 @@ struct SliceRunner: SendRole {
                 _ = try? await redis.send(RedisCommand("HDEL", counter.key, counter.field))
             }
             switch step {
-            case .send(_, let handed, let resent, let seen, let triples, let quiet):
+            case .send(_, let handed, let resent, let seen, let triples, let entries):
                 confirm = handed
                 waitedSince = nil
                 if case .range = handed { width = seen }
-                (waiting, scanned) = try await send(&batch, handed, triples, resent: resent, width: seen, quiet: quiet, summary: &summary,
+                (waiting, scanned) = try await send(&batch, handed, triples, resent: resent, width: seen, waiting: entries, summary: &summary,
                                                     shouldStop: shouldStop)
             case .later(let ms):
                 // The slice's failing tokens go again when due (a stopping worker leaves them to another).
@@ -312,7 +312,7 @@ struct SliceRunner: SendRole {
     /// A batch the step handed out, sent. While a range batch that doesn't end the slice is out,
     /// the worker scans the next one (`FanoutScan`), for the next step to take.
     private func send(_ batch: inout Batch, _ handed: FanoutBatch, _ rows: [(activity: String, meta: [UInt8])], resent: FanoutResent,
-                      width: Int64, quiet: Set<String>, summary: inout SendSummary,
+                      width: Int64, waiting: [String: FanoutWaiting], summary: inout SendSummary,
                       shouldStop: () -> Bool) async throws -> (waiting: TokenBatches.Waiting, next: FanoutScan?) {
         var parking = TokenBatches.Parking()
         var ahead: Task<FanoutScan?, Never>?
@@ -324,7 +324,7 @@ struct SliceRunner: SendRole {
                     try? await FanoutScan.run(redis, meta: meta, from: range.to, stop: hi, want: want, hint: width)
                 }
             }
-        case .waiting(let round): parking = TokenBatches.Parking(quiet: quiet, attempt: round + 1)
+        case .waiting(let round): parking = TokenBatches.Parking(round: round, waiting: waiting)
         }
         do {
             let waiting = try await send(&batch, rows, resent: resent, parking: parking, summary: &summary)
@@ -399,7 +399,7 @@ struct SliceRunner: SendRole {
         var waiting = try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows,
                                                  kind: .token, entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, parking: parking)
         // A batch sent again went without the alert: what of it waits stays without it, whatever APNs said.
-        if resent { waiting.tokens = waiting.tokens.map { FanoutWaiting(activity: $0.activity, quiet: true) } }
+        if resent { waiting.tokens = waiting.tokens.map(\.quietly) }
         return waiting
     }
 

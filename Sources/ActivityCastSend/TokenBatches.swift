@@ -64,11 +64,21 @@ struct TokenBatches: SendRole {
 
     /// A slice's batch makes one attempt per token (`FanoutScripts.step`): tokens still failing
     /// wait for the end of the slice's range and go again then, round after round, while the
-    /// slice goes on. `quiet`: of a batch of waiting tokens, those that go without the alert; `attempt`: the attempt this is for each of its tokens (1 for a range's batch); the
-    /// last (`tokenAttempts`) records what still fails as failed instead of letting it wait.
+    /// slice goes on. A token's last attempt (`tokenAttempts`) records it as failed if it still
+    /// fails instead of letting it wait; a round that met an APNs outage counts for none of its
+    /// tokens (`FanoutWaiting.uncounted`), so each has its attempts once APNs answers.
     struct Parking {
-        var quiet: Set<String> = []
-        var attempt = 1
+        /// Which round of waiting tokens the batch is (0: a range's batch).
+        var round = 0
+        /// The batch's waiting tokens as they waited, by activity (none for a range's batch).
+        var waiting: [String: FanoutWaiting] = [:]
+
+        /// Whether the token goes without its alert.
+        func quiet(_ activity: String) -> Bool { waiting[activity]?.quiet ?? false }
+        /// Tries of the token that met an outage so far.
+        func uncounted(_ activity: String) -> Int { waiting[activity]?.uncounted ?? 0 }
+        /// The attempt this try is for the token, as counted.
+        func attempt(_ activity: String) -> Int { round + 1 - uncounted(activity) }
     }
 
     /// What a slice's batch leaves to wait: tokens still failing, and how long they wait at least.
@@ -99,8 +109,9 @@ struct TokenBatches: SendRole {
             return Waiting()
         }
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
-        var pending = rows.map { (row: $0, unsure: parking?.quiet.contains($0.activity) ?? false) }
-        var attempt = (parking?.attempt ?? 1) - 1
+        var pending = rows.map { (row: $0, unsure: parking?.quiet($0.activity) ?? false) }
+        // Tries before this one: they set the back-off (a slice's batch: its round).
+        var attempt = parking?.round ?? 0
         let watch = APNsOutageWatch(client, .devicePush, bundleID: configuration.bundleID)
         while !pending.isEmpty {
             // The tokens that go without the alert after the others (none, almost always: then no copy).
@@ -118,10 +129,8 @@ struct TokenBatches: SendRole {
             // Every token failed, for APNs's outage: the attempts say nothing about them.
             func outage() async -> Bool { answers.allFailed ? await watch.isOutage(unusable: answers.unusable) : false }
             if let parking, !retry.isEmpty {
-                // A slice's last round that met an outage isn't recorded as failed: its tokens
-                // wait for another round, as long as the outage lasts.
-                let last = parking.attempt >= configuration.tokenAttempts ? !(await outage()) : false
-                return try await park(retry, plan, kind: kind, attempt: attempt, after: answers.delay, entry: entry, summary: &summary, last: last)
+                return try await park(retry, plan, kind: kind, parking: parking, outage: await outage(), after: answers.delay, entry: entry,
+                                      summary: &summary)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(answers.lastReason)",
@@ -216,21 +225,32 @@ struct TokenBatches: SendRole {
         if let onDelivered, !answers.delivered.isEmpty { try await onDelivered(answers.delivered) }
     }
 
-    /// A slice's tokens still failing after `attempt` attempts: they wait, or on the last attempt
-    /// are recorded as failed, each with its last reason.
-    private func park(_ retry: [Retry], _ plan: Plan, kind: SendStats.Kind, attempt: Int, after: Duration,
-                      entry: String, summary: inout SendSummary, last: Bool) async throws -> Waiting {
-        if last {
-            summary.failed += retry.count
-            stats.failedTokens.add(retry.count, ordering: .relaxed)
-            try await recordFailures(plan.key, kind: kind.rawValue, retry.map { ($0.row.token, "still failing after \(attempt) attempts: \($0.reason)") }, entry: entry)
-            return Waiting()
+    /// A slice's tokens still failing: those at their last attempt are recorded as failed, each
+    /// with its last reason; the others wait. In an APNs outage (`outage`) none is at its last:
+    /// the try doesn't count (`FanoutWaiting.uncounted`).
+    private func park(_ retry: [Retry], _ plan: Plan, kind: SendStats.Kind, parking: Parking, outage: Bool, after: Duration,
+                      entry: String, summary: inout SendSummary) async throws -> Waiting {
+        var failed: [(target: String, reason: String)] = [], waiting: [FanoutWaiting] = []
+        for r in retry {
+            let activity = r.row.activity, attempt = parking.attempt(activity)
+            if !outage && attempt >= configuration.tokenAttempts {
+                failed.append((r.row.token, "still failing after \(attempt) attempts: \(r.reason)"))
+            } else {
+                waiting.append(FanoutWaiting(activity: activity, quiet: r.unsure, uncounted: parking.uncounted(activity) + (outage ? 1 : 0)))
+            }
         }
-        stats.tokensWaited.add(retry.count, ordering: .relaxed)
+        if !failed.isEmpty {
+            summary.failed += failed.count
+            stats.failedTokens.add(failed.count, ordering: .relaxed)
+            try await recordFailures(plan.key, kind: kind.rawValue, failed, entry: entry)
+        }
+        guard !waiting.isEmpty else { return Waiting() }
+        stats.tokensWaited.add(waiting.count, ordering: .relaxed)
         logger.info("tokens still failing wait for the end of their slice", metadata: [
-            "key": "\(plan.key)", "tokens": "\(retry.count)", "attempt": "\(attempt)", "reason": "\(retry[0].reason)", "after_ms": "\(after.milliseconds)",
+            "key": "\(plan.key)", "tokens": "\(waiting.count)", "attempt": "\(parking.round + 1)", "apns_outage": "\(outage)",
+            "reason": "\(retry[0].reason)", "after_ms": "\(after.milliseconds)",
         ])
-        return Waiting(tokens: retry.map { FanoutWaiting(activity: $0.row.activity, quiet: $0.unsure) }, after: min(after, .seconds(30)))
+        return Waiting(tokens: waiting, after: min(after, .seconds(30)))
     }
 
     /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.

@@ -402,24 +402,36 @@ import TestSupport
         func bulk(_ s: String) -> RESPValue { .bulk(Array(s.utf8)) }
         let send = RESPValue.array([bulk("send"), .integer(3), bulk("0 4294967296"), .integer(1), .integer(1024),
                                     .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1"), bulk("a2"), bulk("1 d2 - - 0 t2")])]), .array([])])
-        guard case .send(let left, .range(let range), let resent, let width, let rows, let quiet) = try FanoutStepReply(send) else {
+        guard case .send(let left, .range(let range), let resent, let width, let rows, let entries) = try FanoutStepReply(send) else {
             Issue.record("not a send")
             return
         }
-        #expect(left == 3 && range == Self.range(0, SliceMath.space) && resent == .afterTakeover && width == 1024 && quiet.isEmpty)
+        #expect(left == 3 && range == Self.range(0, SliceMath.space) && resent == .afterTakeover && width == 1024 && entries.isEmpty)
         #expect(rows.map(\.activity) == ["a1", "a2"] && rows[1].meta == Array("1 d2 - - 0 t2".utf8))
         #expect(range.description == "0 4294967296" && FanoutBatchRange("0 4294967296") == range && FanoutBatchRange("1 2 3") == nil)
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("busy"), .integer(250)]))) == .busy(msLeft: 250))
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("later"), .integer(40)]))) == .later(msLeft: 40))
         let waiting = RESPValue.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0),
-                                       .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1")])]), .array([bulk("a1")])])
-        guard case .send(_, .waiting(2), .fresh, _, let again, let quiet) = try FanoutStepReply(waiting) else {
+                                       .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1"), bulk("a2"), bulk("1 d2 - - 0 t2")])]),
+                                       .array([bulk("?2!a1"), bulk("a2")])])
+        guard case .send(_, .waiting(2), .fresh, _, let again, let entries) = try FanoutStepReply(waiting) else {
             Issue.record("not a batch of waiting tokens")
             return
         }
-        #expect(again.map(\.activity) == ["a1"] && quiet == ["a1"])
+        #expect(again.map(\.activity) == ["a1", "a2"])
+        #expect(entries == ["a1": FanoutWaiting(activity: "a1", quiet: true, uncounted: 2), "a2": FanoutWaiting(activity: "a2", quiet: false)])
+        #expect(throws: RedisError.self) {
+            try FanoutStepReply(.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0), .array([]), .array([bulk("x!a1")])]))
+        }
         #expect(FanoutBatch("w0") == nil && FanoutBatch("wx") == nil && FanoutBatch("w3")?.description == "w3" && FanoutBatch("1 2") == .range(Self.range(1, 2)))
         #expect(FanoutWaiting(activity: "a1", quiet: true).encoded == "?a1" && FanoutWaiting(activity: "a1", quiet: false).encoded == "a1")
+        // Tries that met an outage: `<n>!`, read back whatever the activity looks like (digits too).
+        for w in [FanoutWaiting(activity: "12", quiet: false, uncounted: 3), FanoutWaiting(activity: "7-a", quiet: true, uncounted: 1),
+                  FanoutWaiting(activity: "9", quiet: true)] {
+            #expect(FanoutWaiting(encoded: Substring(w.encoded)) == w, "\(w.encoded)")
+        }
+        #expect(FanoutWaiting(activity: "12", quiet: true, uncounted: 3).encoded == "?3!12")
+        #expect(FanoutWaiting(encoded: "?") == nil && FanoutWaiting(encoded: "3!") == nil && FanoutWaiting(encoded: "-1!a") == nil)
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("relaid"), .integer(8)]))) == .relaid(slices: 8))
         #expect(try FanoutCreateReply(.array([bulk("exists"), .integer(2), .integer(4), bulk("1"), bulk("")]))
                 == .exists(left: 2, slices: 4, broadcastDone: true, queued: false))
@@ -874,7 +886,9 @@ struct CrossCheck {
         // Some of a batch's tokens still fail (refused, or unanswered): they wait.
         if held.confirm != nil, !held.batch.isEmpty, roll() < 30 {
             let count = min(held.batch.count, [1, 1, 2, 3, 50].randomElement(using: &rng)!)
-            call.failing = held.batch.shuffled(using: &rng).prefix(count).map { FanoutWaiting(activity: $0, quiet: roll() < 50) }
+            call.failing = held.batch.shuffled(using: &rng).prefix(count).map {
+                FanoutWaiting(activity: $0, quiet: roll() < 50, uncounted: roll() < 70 ? 0 : roll() % 12)
+            }
             call.retryAfterMillis = [0, 50, 400, 2000].randomElement(using: &rng)!
         }
         // Half the time the worker scans the next batch itself (`FanoutScan`, as a slice's worker
@@ -956,11 +970,13 @@ struct CrossCheck {
     mutating func checkTokens(_ call: FanoutStepCall, _ reply: FanoutStepReply, slices n: Int) {
         let gen = call.gen, j = call.slice, audience = self.audience
         switch reply {
-        case .send(_, .waiting(let round), let resent, _, let rows, let quiet):
-            // The slice's waiting tokens, in the order they were confirmed, and which go without the alert.
+        case .send(_, .waiting(let round), let resent, _, let rows, let entries):
+            // The slice's waiting tokens, in the order they were confirmed, each as it waited
+            // (without the alert or not, its uncounted tries).
             let list = model.records[gen]?.waiting[j] ?? []
             check(rows.map(\.activity) == list.map(\.activity), "waiting tokens \(rows.map(\.activity).prefix(5)) handed out, the model waits for \(list.map(\.activity).prefix(5))")
-            check(quiet == Set(list.filter(\.quiet).map(\.activity)), "quiet \(quiet.sorted().prefix(5)), the model's \(list.filter(\.quiet).map(\.activity).prefix(5))")
+            let listed = Dictionary(list.map { ($0.activity, $0) }, uniquingKeysWith: { _, b in b })
+            check(entries == listed, "waiting \(entries.values.map(\.encoded).sorted().prefix(5)), the model's \(list.map(\.encoded).prefix(5))")
             check(round >= 1, "round \(round)")
             var log = logs[gen, default: [:]][j, default: SliceLog()]
             check(resent != .afterTakeover || log.lastWaiting == rows.map(\.activity), "waiting tokens taken over: \(rows.count), the lost batch had \(log.lastWaiting.count)")
@@ -1171,8 +1187,7 @@ struct CrossCheck {
                 if name.hasPrefix("wd"), let j = Int(name.dropFirst(2)) {
                     due[j] = Int64(value) ?? -1
                 } else if let j = Int(name.dropFirst()) {
-                    waiting[j] = value.split(separator: " ").map { $0.hasPrefix("?") ? FanoutWaiting(activity: String($0.dropFirst()), quiet: true)
-                                                                                      : FanoutWaiting(activity: String($0), quiet: false) }
+                    waiting[j] = value.split(separator: " ").map { FanoutWaiting(encoded: $0) ?? FanoutWaiting(activity: "unreadable \($0)", quiet: false) }
                 }
             }
             for (name, value) in fields where name.hasPrefix("s") {

@@ -178,6 +178,38 @@ extension SendTests {
         try await expectBothKindsShown(r, w, channelKey: "match:o3", channelHome: 1, devices: devices, deviceHome: 2)
     }
 
+    /// A fan-out's tokens through an outage longer than their `fanout.token_attempts` (2), then
+    /// one of them failing once for itself as APNs comes back: the rounds that met the outage
+    /// didn't count, so that failure is its first attempt, not its last; it waits, goes again,
+    /// and both devices show the score. Nothing is recorded as failed.
+    @Test func aTokenHasItsAttemptsAfterAnOutage() async throws {
+        let (r, w) = try await quickRig(["--delivery-log", "1000"])
+        defer { r.redis.close(); w.removeLogs() }
+        let t = now() - 60_000
+        let (shaky, steady) = (token("a9"), token("b9"))
+        try await register(r, device: "s", key: "match:o14", activity: "S", token: shaky, ts: t)
+        try await register(r, device: "t", key: "match:o14", activity: "T", token: steady, ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        try await r.sandbox.post("/sandbox/faults", json: #"{"unavailableRate":1}"#)
+        try await score(r, "o14", 3, 1, ts: t + 1000)
+        #expect(await eventually(timeout: .seconds(60)) { tokensWaitedPastTheirAttempts(w, "match:o14") },
+                "the outage never outlasted the attempts: the test proves nothing")
+        // APNs is back, but fails the one token for itself.
+        try await r.sandbox.post("/sandbox/faults", json: #"{"failingTokens":["\#(shaky)"]}"#)
+        #expect(await eventually(timeout: .seconds(60)) {
+            jsonLogLines(w.stderr).contains {
+                $0["msg"] == "tokens still failing wait for the end of their slice" && $0["key"] == "match:o14" && $0["apns_outage"] == "false"
+            }
+        }, "the token's failure after the outage was not given another attempt")
+        try await r.sandbox.post("/sandbox/faults", json: "{}")
+        #expect(try await eventually(timeout: .seconds(60)) {
+            for device in [shaky, steady] where state(try await r.device(device))["homeScore"] as? Int != 3 { return false }
+            return true
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        try await expectNothingLost(r, w, seen: "tokens still failing")
+    }
+
     /// Broadcasts alone answered 503 while device pushes go through on the same client: an
     /// outage of the broadcast service, so the broadcast's event waits through more failed
     /// deliveries than `worker.max_deliveries` allows, and its channel shows the score once
