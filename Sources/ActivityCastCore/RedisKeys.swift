@@ -28,8 +28,8 @@ public struct RedisKeys: Sendable, Equatable {
     /// 1 (Apple's channel limit), `want` 1 (a device on broadcast needs one: created at the next event).
     public func channels(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:channels" }
 
-    /// Hash, per stream, of its pending entries' attempts (`<id>#n`: deliveries that started
-    /// processing it) and last errors (`<id>`): `ac:errors:ac:feed:sports`.
+    /// Hash, per stream, of its pending entries' attempts and last errors (fields:
+    /// `EntryErrorFields`): `ac:errors:ac:feed:sports`.
     public func errors(_ stream: String) -> String { "\(prefix):errors:\(stream)" }
 
     /// Stream of fan-out slices that every worker of the group takes: `ac:slices` for fan-outs

@@ -80,3 +80,17 @@ public struct RegistrationMeta: Equatable, Sendable {
     }
 }
 
+
+/// The fields of one pending entry in `RedisKeys.errors(stream)`: its last error, the deliveries
+/// that started processing it, and the delivery that counted last — so a count sent again after
+/// its reply was lost counts once.
+public enum EntryErrorFields {
+    /// `<id>`: why its last delivery failed.
+    public static func lastError(_ id: String) -> String { id }
+    /// `<id>#n`: deliveries that started processing it (given back when one ended in an outage).
+    public static func attempts(_ id: String) -> String { "\(id)#n" }
+    /// `<id>#c`: the delivery (a name each delivery makes up) that counted last.
+    public static func countedBy(_ id: String) -> String { "\(id)#c" }
+    /// Every field of `ids`, to clear once they are done.
+    public static func all(_ ids: [String]) -> [String] { ids.flatMap { [lastError($0), attempts($0), countedBy($0)] } }
+}

@@ -36,7 +36,7 @@ public struct Acknowledgement: Sendable {
         guard !ids.isEmpty else { return before + also }
         var out: [RedisCommand] = before + [.xack(stream: stream, group: group, ids: ids)]
         if delete { out.append(RedisCommand("XDEL", [stream] + ids)) }
-        if clearErrors { out.append(RedisCommand("HDEL", [errors] + ids.flatMap { [$0, "\($0)#n"] })) }
+        if clearErrors { out.append(RedisCommand("HDEL", [errors] + EntryErrorFields.all(ids))) }
         return out + also
     }
 
@@ -66,7 +66,7 @@ public struct Acknowledgement: Sendable {
     public static func failures(_ keys: RedisKeys, stream: String, _ messages: [(id: String, message: String)]) -> [RedisCommand] {
         guard !messages.isEmpty else { return [] }
         let errors = keys.errors(stream)
-        return [RedisCommand("HSET", [errors] + messages.flatMap { [$0.id, String($0.message.prefix(300))] }),
+        return [RedisCommand("HSET", [errors] + messages.flatMap { [EntryErrorFields.lastError($0.id), String($0.message.prefix(300))] }),
                 RedisCommand("EXPIRE", errors, 7 * 86_400)]
     }
 }

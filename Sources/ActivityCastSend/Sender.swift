@@ -479,7 +479,7 @@ public final class Sender: SendRole {
         }
         let (stream, entryID) = Fanouts.split(entry: entry)
         var first = FirstSlice(slice: SliceRef(key: plan.key, gen: entry, index: 0, count: slices, priority: a.priorities.highest), summary: summary, head: head, step: step,
-                               attempts: redelivered ? (keys.errors(stream), "\(entryID)#n") : nil)
+                               attempts: redelivered ? (keys.errors(stream), EntryErrorFields.attempts(entryID)) : nil)
         guard let broadcasting = a.broadcasting else {
             if finishEnd, plan.event == .end { try await finish(plan) }
             return .firstSlice(first)

@@ -43,23 +43,15 @@ extension EntryProcessor {
         return try await settle(feed: feed, entries: entries, carried: carried, redelivered: redelivered, baseline: baseline)
     }
 
-    /// Counts this delivery of each entry (`<id>#n` in `RedisKeys.errors`) and reads their last errors.
-    func countAttempts(_ stream: String, _ entries: [StreamEntry]) async throws -> Attempts {
-        let errors = errorsKey(stream)
-        var commands = entries.map { RedisCommand("HINCRBY", errors, "\($0.id)#n", 1) }
-        commands.append(RedisCommand("HMGET", [errors] + entries.map(\.id)))
-        commands.append(RedisCommand("EXPIRE", errors, 7 * 86_400))
-        let replies = try await redis.pipeline(commands)
+    /// Counts `delivery` of each entry once (`AttemptScripts.count`) and reads their last errors.
+    func countAttempts(_ stream: String, _ entries: [StreamEntry], delivery: String) async throws -> Attempts {
+        let errors = errorsKey(stream), ids = entries.map(\.id)
+        let replies = try await redis.pipeline([AttemptScripts.count(errors, delivery: delivery, ids: ids),
+                                                RedisCommand("HMGET", [errors] + ids.map(EntryErrorFields.lastError))])
         var attempts = Attempts()
-        for (entry, reply) in zip(entries, replies) {
-            if let message = reply.errorMessage {
-                if let refusal = RedisRefusal(errorReply: message) { throw RedisError(.server, refusal.message) }
-                throw RedisError(.server, "HINCRBY \(errors): \(message)")
-            }
-            attempts.count[entry.id] = reply.int ?? 1
-        }
-        for (entry, value) in zip(entries, replies[entries.count].array ?? []) {
-            if let s = value.string { attempts.lastErrors[entry.id] = s }
+        attempts.count = try AttemptScripts.counts(replies[0], ids: ids)
+        for (id, value) in zip(ids, replies[1].array ?? []) {
+            if let s = value.string { attempts.lastErrors[id] = s }
         }
         return attempts
     }

@@ -126,7 +126,7 @@ struct EntryProcessor: Sendable {
         // its attempts, not the attempts of every entry that shared its batch.
         let started: [Int64]
         do {
-            let reply = try await redis.send(RedisCommand("HMGET", [errorsKey(feed.stream)] + entries.map { "\($0.id)#n" }))
+            let reply = try await redis.send(RedisCommand("HMGET", [errorsKey(feed.stream)] + entries.map { EntryErrorFields.attempts($0.id) }))
             started = (reply.array ?? []).map { $0.int ?? 0 }
         } catch {
             return await processWithRetries(feed: feed, entries: entries, redelivered: true, retryUntil: retryUntil, baseline: baseline)
@@ -153,9 +153,11 @@ struct EntryProcessor: Sendable {
         guard !entries.isEmpty else { return Outcome() }
         var attempt = 0
         var attempts: Attempts?
+        // This delivery's name: a count retried after its reply was lost counts once.
+        let delivery = UUID().uuidString
         while true {
             do {
-                if redelivered, attempts == nil { attempts = try await countAttempts(feed.stream, entries) }
+                if redelivered, attempts == nil { attempts = try await countAttempts(feed.stream, entries, delivery: delivery) }
                 return try await attemptProcess(feed: feed, entries: entries, attempts: attempts, order: order, baseline: baseline)
             } catch let error as RedisError where error.isConnectionProblem && ContinuousClock.now < retryUntil {
                 attempt += 1
@@ -349,8 +351,44 @@ struct EntryProcessor: Sendable {
     }
 }
 
-/// Delivery attempts, counted in `<prefix>:errors:<stream>` as `<id>#n`.
+/// Delivery attempts, counted in `<prefix>:errors:<stream>` (`EntryErrorFields`).
 enum AttemptScripts {
+    /// KEYS[1] = errors hash. ARGV = delivery, ttl s, then each entry's attempts field and
+    /// counted-by field. Counts the delivery once per entry, however many times it is sent (a
+    /// reply lost with the connection, then the same delivery's count again), and returns each
+    /// entry's count.
+    static let countScript = RedisScript("""
+    local out = {}
+    for i = 3, #ARGV, 2 do
+      if redis.call('HGET', KEYS[1], ARGV[i + 1]) == ARGV[1] then
+        out[#out + 1] = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') or 0
+      else
+        out[#out + 1] = redis.call('HINCRBY', KEYS[1], ARGV[i], 1)
+        redis.call('HSET', KEYS[1], ARGV[i + 1], ARGV[1])
+      end
+    end
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return out
+    """)
+
+    /// Counts `delivery` (a name it made up) of each of `ids` once.
+    static func count(_ errorsKey: String, delivery: String, ids: [String]) -> RedisCommand {
+        .script(countScript, keys: [errorsKey],
+                args: [delivery, 7 * 86_400] + ids.flatMap { [EntryErrorFields.attempts($0), EntryErrorFields.countedBy($0)] })
+    }
+
+    /// Each entry's count in `count`'s reply, in the order of its ids.
+    static func counts(_ reply: RESPValue, ids: [String]) throws -> [String: Int64] {
+        if let message = reply.errorMessage {
+            if let refusal = RedisRefusal(errorReply: message) { throw RedisError(.server, refusal.message) }
+            throw RedisError(.server, "counting deliveries: \(message)")
+        }
+        guard let items = reply.array, items.count == ids.count else {
+            throw RedisError(.unexpectedReply, "counting deliveries: \(String(describing: reply).prefix(200))")
+        }
+        return Dictionary(zip(ids, items.map { $0.int ?? 1 }), uniquingKeysWith: { a, _ in a })
+    }
+
     /// KEYS[1] = errors hash, ARGV[1] = field. Gives one attempt back, if there is one: progress
     /// (a confirmed fan-out batch) or the entry's end may have cleared the count, a settlement
     /// retried after its pipeline's answer was lost may refund twice, and a refund must not leave
@@ -362,6 +400,6 @@ enum AttemptScripts {
     """)
 
     static func refund(_ errorsKey: String, _ id: String) -> RedisCommand {
-        .script(refundScript, keys: [errorsKey], args: ["\(id)#n"])
+        .script(refundScript, keys: [errorsKey], args: [EntryErrorFields.attempts(id)])
     }
 }

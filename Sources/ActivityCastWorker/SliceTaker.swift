@@ -168,17 +168,18 @@ final class SliceTaker: Sendable {
         }
         var attempts: Int64 = 0
         if redelivered {
-            guard let n = try? await redis.send(RedisCommand("HINCRBY", errorsKey, "\(entry.id)#n", 1)).int else { return }
+            guard let n = await countDelivery(entry) else { return }
             attempts = n
             if n + 1 > Int64(settings.maxDeliveries) {
-                let last = (try? await redis.send(RedisCommand("HGET", errorsKey, entry.id)).string) ?? "no error was recorded"
+                let last = (try? await redis.send(RedisCommand("HGET", errorsKey, EntryErrorFields.lastError(entry.id))).string) ?? "no error was recorded"
                 await deadLetter(entry, reason: "slice delivered \(n + 1) times without a final outcome (max \(settings.maxDeliveries)); last error: \(last)", slice: slice)
                 return
             }
         }
         let stop = self.stop
         do {
-            let result = try await sender.runSlice(slice, attempts: redelivered ? (errorsKey, "\(entry.id)#n") : nil, shouldStop: { stop.isStopped })
+            let result = try await sender.runSlice(slice, attempts: redelivered ? (errorsKey, EntryErrorFields.attempts(entry.id)) : nil,
+                                                   shouldStop: { stop.isStopped })
             switch result {
             case .final, .gone:
                 await finish(entry)
@@ -208,6 +209,20 @@ final class SliceTaker: Sendable {
             logger.warning("slice left pending after a failure", metadata: ["slice": "\(slice)", "error": "\(error)"])
             _ = try? await redis.pipeline(Acknowledgement.failures(settings.keys, stream: stream, [(entry.id, "\(error)")]))
         }
+    }
+
+    /// Counts this delivery of a slice entry once, though its reply be lost and the count sent
+    /// again (three tries); nil when Redis didn't answer: the entry stays pending for later.
+    private func countDelivery(_ entry: StreamEntry) async -> Int64? {
+        let delivery = UUID().uuidString
+        for attempt in 1...3 {
+            if let reply = try? await redis.send(AttemptScripts.count(errorsKey, delivery: delivery, ids: [entry.id])),
+               let n = (try? AttemptScripts.counts(reply, ids: [entry.id]))?[entry.id] {
+                return n
+            }
+            try? await Task.sleep(for: .milliseconds(100 * attempt))
+        }
+        return nil
     }
 
     /// A slice entry is read once: acknowledged, it is deleted too.
