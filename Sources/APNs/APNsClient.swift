@@ -325,19 +325,17 @@ public final class APNsClient: Sendable {
     }
 
     private func sendProbe(_ service: APNsService, bundleID: String) async -> APNsResult {
-        let live = HTTP2Header("apns-push-type", "liveactivity")
-        return switch service {
+        let live = HTTP2Header("apns-push-type", "liveactivity"), empty = HTTP2Body(Array(#"{"aps":{}}"#.utf8))
+        let (method, path, headers, body): (String, String, [HTTP2Header], HTTP2Body?) = switch service {
         case .devicePush:
-            await request(method: "POST", path: "/3/device/00",
-                          headers: [live, HTTP2Header("apns-topic", "\(bundleID).push-type.liveactivity"), HTTP2Header("apns-priority", "5")],
-                          body: Array(#"{"aps":{}}"#.utf8), service: .devicePush)
+            ("POST", "/3/device/00", [live, HTTP2Header("apns-topic", "\(bundleID).push-type.liveactivity"), HTTP2Header("apns-priority", "5")], empty)
         case .broadcast:
-            await request(method: "POST", path: "/4/broadcasts/apps/\(bundleID)",
-                          headers: [live, HTTP2Header("apns-priority", "5"), HTTP2Header("apns-expiration", "0")],
-                          body: Array(#"{"aps":{}}"#.utf8), service: .broadcast)
+            ("POST", "/4/broadcasts/apps/\(bundleID)", [live, HTTP2Header("apns-priority", "5"), HTTP2Header("apns-expiration", "0")], empty)
         case .channelManagement:
-            await request(method: "GET", path: "/1/apps/\(bundleID)/channels", headers: [], service: .channelManagement)
+            ("GET", "/1/apps/\(bundleID)/channels", [], nil)
         }
+        return await perform(method: method, sharedHeaders: headers, body: body, targets: Targets(pathPrefix: "", paths: [path]),
+                             service: service, windowed: false)[0]
     }
 
     /// `task`'s value, or nil if it takes longer than `timeout` (the task goes on).
@@ -396,8 +394,10 @@ public final class APNsClient: Sendable {
     }
 
     /// `priority`: the requests' lane in the in-flight window (see `RequestWindow`).
+    /// `windowed` false: not held in the in-flight window (an outage probe, which must leave
+    /// even when the window is full of requests APNs doesn't answer).
     private func perform(method: String, sharedHeaders: [HTTP2Header], body: HTTP2Body?, targets: Targets, service: APNsService,
-                         priority: Int = 10) async -> [APNsResult] {
+                         priority: Int = 10, windowed: Bool = true) async -> [APNsResult] {
         guard !targets.isEmpty else { return [] }
         var token: ProviderToken?
         if let tokens {
@@ -406,8 +406,12 @@ public final class APNsClient: Sendable {
                 return Array(repeating: e, count: targets.count)
             }
         }
-        var results = await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, service: service,
-                                     priority: priority)
+        func send(_ targets: Targets, _ token: ProviderToken?) async -> [APNsResult] {
+            windowed ? await dispatch(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, service: service, priority: priority)
+                : await dispatchSlice(method: method, headers: sharedHeaders, token: token, body: body, targets: targets, service: service, priority: priority)
+        }
+        var results = await send(targets, token)
+        var used = token
 
         // Refused provider token: refresh once (shared with the fleet) and resend those requests —
         // unless it is too young to replace (`TokenRefreshPolicy.mayReplace`): then the
@@ -423,15 +427,14 @@ public final class APNsClient: Sendable {
                 }
                 stats.tokenRefreshes.add(1, ordering: .relaxed)
                 logger.warning("APNs refused the provider token; refreshing", metadata: ["reason": "\(reason)", "requests": "\(refused.count)"])
-                let again = await dispatch(method: method, headers: sharedHeaders, token: fresh, body: body, targets: targets.subset(refused),
-                                           service: service,
-                                           priority: priority)
+                let again = await send(targets.subset(refused), fresh)
                 for (i, r) in zip(refused, again) { results[i] = r }
+                used = fresh
             } catch {
                 logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
             }
         }
-        logRefusal(results, token: token)
+        logRefusal(results, token: used)
         return results
     }
 

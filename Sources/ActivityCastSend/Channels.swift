@@ -5,7 +5,7 @@ import Foundation
 import HTTP2Kit
 import Logging
 import RedisClient
-
+import Synchronization
 
 /// Broadcast channels per key and environment: created once across the fleet when a device on
 /// broadcast needs one (`want`: a registration on broadcast, or a fan-out or start that met such
@@ -20,6 +20,8 @@ public final class ChannelRegistry: Sendable {
     let logger: Logger
     let stats: SendStats
     let ttlSeconds: Int
+    /// When a channel was last refused for a key limited to the other environment (logged once a minute).
+    private let refusedEnvironmentLogged = Mutex<ContinuousClock.Instant?>(nil)
 
     public init(redis: RedisConnection, apns: APNsRouter, keys: RedisKeys, bundleID: String, ttlSeconds: Int, logger: Logger, stats: SendStats) {
         self.redis = redis
@@ -135,6 +137,22 @@ public final class ChannelRegistry: Sendable {
                 stats.channelFallbacks.add(1, ordering: .relaxed)
                 logger.error("CHANNEL LIMIT REACHED (CannotCreateChannelConfig): this key's devices get per-token pushes instead of a broadcast",
                              metadata: ["key": "\(key)", "env": "\(env.rawValue)"])
+                return .fallback
+            }
+            if result.response?.reason == .badEnvironmentKeyIdInToken {
+                // The key is limited to the other environment (a setting): no channel here. The
+                // key's devices in this environment get per-token pushes, which fail with the same
+                // reason and are recorded; the other environment goes on. Not kept: once the key
+                // is changed, the next event makes the channel.
+                let now = ContinuousClock.now
+                let log = refusedEnvironmentLogged.withLock { last in
+                    defer { if last.map({ now - $0 >= .seconds(60) }) ?? true { last = now } }
+                    return last.map { now - $0 >= .seconds(60) } ?? true
+                }
+                if log {
+                    logger.warning("APNs key limited to the other environment: no channel, per-token pushes instead (they fail)",
+                                   metadata: ["key": "\(key)", "env": "\(env.rawValue)", "reason": "BadEnvironmentKeyIdInToken"])
+                }
                 return .fallback
             }
             attempt += 1

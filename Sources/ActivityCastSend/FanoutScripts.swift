@@ -131,7 +131,7 @@ public enum FanoutScripts {
     /// lease ms, confirm (`<from> <to>` of the caller's batch, `w<round>` of a batch of waiting
     /// tokens, or ''), keep s (fan hash after the end), width (from the caller's last `send`, or 0),
     /// the confirmed batch's tokens still failing (`FanoutWaiting.encoded`: `<activity>`, `?` before
-    /// it to go without the alert, `<n>!` before it for tries that don't count; space-separated),
+    /// it to go without the alert, a word `!<n>` after it for tries that don't count; space-separated),
     /// ms before they may go again, and the caller's own scan of the next batch
     /// (`<from> <to> <ended> <count>`, or ''): `FanoutScan`, made with top-level `HSCAN`s while the
     /// last batch was being sent. It is taken when it starts where the slice stands and ends
@@ -239,11 +239,15 @@ public enum FanoutScripts {
     local hint = tonumber(ARGV[9] or '') or 0
     local function waiting_batch(n_round, again)
       if not again and now < due then return {'later', due - now} end
-      -- Each as it waits (`FanoutWaiting.encoded`: `?` quiet, `<n>!` uncounted tries), and its name.
+      -- Each as it waits (`FanoutWaiting.encoded`: `?` quiet, then `!<n>` its uncounted tries as a
+      -- word of its own), and the names.
       local names, entries = {}, {}
       for w in string.gmatch(waiting, '%S+') do
         entries[#entries + 1] = w
-        names[#names + 1] = string.match(w, '^%??%d+!(.+)$') or string.match(w, '^%??(.+)$')
+        if string.sub(w, 1, 1) ~= '!' then
+          if string.sub(w, 1, 1) == '?' then w = string.sub(w, 2) end
+          names[#names + 1] = w
+        end
       end
       local rows = {}
       -- In chunks: unpack takes a few thousand values at most.
@@ -448,24 +452,32 @@ public struct FanoutWaiting: Hashable, Sendable {
         self.uncounted = max(0, uncounted)
     }
 
-    /// As the record keeps it: `?` before a quiet one, then `<uncounted>!` when there are any
-    /// (activity ids hold neither, nor a space: `ValueParsing.isIdentifier`).
-    public var encoded: String { (quiet ? "?" : "") + (uncounted > 0 ? "\(uncounted)!" : "") + activity }
+    /// As the record keeps it, in a space-separated list: `?` before a quiet one, then ` !<n>`
+    /// after it when it has uncounted tries (activity ids hold neither, nor a space:
+    /// `ValueParsing.isIdentifier`). The count is a word of its own so that a worker older than
+    /// it, which reads every word as an activity, finds no registration under `!<n>` and skips
+    /// it, instead of dropping the token.
+    public var encoded: String { (quiet ? "?" : "") + activity + (uncounted > 0 ? " !\(uncounted)" : "") }
 
-    /// From `encoded`; nil when it names no activity.
-    public init?(encoded text: Substring) {
-        var rest = text
-        let quiet = rest.first == "?"
-        if quiet { rest = rest.dropFirst() }
-        var uncounted = 0
-        if let bang = rest.firstIndex(of: "!") {
-            guard let n = Int(rest[..<bang]), n >= 0 else { return nil }
-            uncounted = n
-            rest = rest[rest.index(after: bang)...]
+    /// The tokens of a list of `encoded` words (`w<j>`), in order; nil when a word is neither an
+    /// activity nor a count after one.
+    public static func list(_ words: some Sequence<Substring>) -> [FanoutWaiting]? {
+        var out: [FanoutWaiting] = []
+        for word in words {
+            if word.first == "!" {
+                guard let n = Int(word.dropFirst()), n >= 0, !out.isEmpty else { return nil }
+                out[out.count - 1].uncounted = n
+                continue
+            }
+            let quiet = word.first == "?"
+            let activity = quiet ? word.dropFirst() : word
+            guard !activity.isEmpty else { return nil }
+            out.append(FanoutWaiting(activity: String(activity), quiet: quiet))
         }
-        guard !rest.isEmpty else { return nil }
-        self.init(activity: String(rest), quiet: quiet, uncounted: uncounted)
+        return out
     }
+
+    public static func list(_ text: String) -> [FanoutWaiting]? { list(text.split(separator: " ")) }
 
     /// The same token going without its alert.
     public var quietly: FanoutWaiting { FanoutWaiting(activity: activity, quiet: true, uncounted: uncounted) }
@@ -702,13 +714,11 @@ public enum FanoutStepReply: Sendable {
                 guard let pairs = chunk.array, pairs.count % 2 == 0 else { throw RedisError(.unexpectedReply, "fan-out step: a batch's chunk: \(String(describing: chunk).prefix(300))") }
                 FanoutScan.appendRows(pairs, to: &rows)
             }
-            var waiting: [String: FanoutWaiting] = [:]
-            for entry in entries {
-                guard let text = entry.string, let w = FanoutWaiting(encoded: Substring(text)) else {
-                    throw RedisError(.unexpectedReply, "fan-out step: a waiting token: \(String(describing: entry).prefix(100))")
-                }
-                waiting[w.activity] = w
+            guard let words = Optional(entries.compactMap(\.string)), words.count == entries.count,
+                  let list = FanoutWaiting.list(words.map { Substring($0) }) else {
+                throw RedisError(.unexpectedReply, "fan-out step: waiting tokens: \(String(describing: parts[6]).prefix(200))")
             }
+            let waiting = Dictionary(list.map { ($0.activity, $0) }, uniquingKeysWith: { _, b in b })
             self = .send(left: left, batch: batch, resent: resent, width: width, rows: rows, waiting: waiting)
         case "finished": self = .finished(left: left)
         case "done": self = .done(left: left)

@@ -337,7 +337,7 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         let peer = try Peer.start(handler)
         defer { peer.stop() }
         // No reuse: only the sharing of the request in flight can keep it to one.
-        let sharing = try peer.client { $0.probeReuse = .zero }
+        let sharing = try peer.client { $0.probeReuse = .zero; $0.probeTimeout = .seconds(60) }
         defer { sharing.shutdown() }
         let answers = await withTaskGroup(of: APNsResult.self) { group in
             for _ in 0..<20 { group.addTask { await sharing.probe(.devicePush, bundleID: "com.example.app") } }
@@ -364,6 +364,26 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         try await Task.sleep(for: .milliseconds(100))
         _ = await brief.probe(.devicePush, bundleID: "com.example.app")
         #expect(handler.requests.count == 6)
+    }
+
+    /// The in-flight window full of requests APNs doesn't answer: the probe still leaves (it is
+    /// not held in the window), and its answer shows the service at work.
+    @Test func aProbeLeavesWhenTheWindowIsFull() async throws {
+        let handler = ScriptedPeer(answer: { request, _ in
+            request.path == "/3/device/00" ? H2Response(status: 400, body: Array(#"{"reason":"BadDeviceToken"}"#.utf8))
+                : H2Response(status: 200, delay: .seconds(8))
+        })
+        let peer = try Peer.start(handler)
+        defer { peer.stop() }
+        let client = try peer.client { $0.maxInFlight = 2; $0.probeTimeout = .seconds(4) }
+        defer { client.shutdown() }
+        let stuck = Task { await client.sendLiveActivity(payload: Array("{}".utf8), to: tokens(2), bundleID: "com.example.app") }
+        while handler.requests.count < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        let since = APNsClientStats.moment(ago: .zero)
+        let answer = await client.probe(.devicePush, bundleID: "com.example.app")
+        #expect(answer.response?.reason == .badDeviceToken, "\(answer)")
+        #expect(client.stats.answeredNormally(.devicePush, since: since))
+        _ = await stuck.value
     }
 
     /// A probe APNs takes in and never answers holds the failing send at most `probeTimeout`,

@@ -413,7 +413,7 @@ import TestSupport
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("later"), .integer(40)]))) == .later(msLeft: 40))
         let waiting = RESPValue.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0),
                                        .array([.array([bulk("a1"), bulk("1 d1 - - 0 t1"), bulk("a2"), bulk("1 d2 - - 0 t2")])]),
-                                       .array([bulk("?2!a1"), bulk("a2")])])
+                                       .array([bulk("?a1"), bulk("!2"), bulk("a2")])])
         guard case .send(_, .waiting(2), .fresh, _, let again, let entries) = try FanoutStepReply(waiting) else {
             Issue.record("not a batch of waiting tokens")
             return
@@ -421,17 +421,17 @@ import TestSupport
         #expect(again.map(\.activity) == ["a1", "a2"])
         #expect(entries == ["a1": FanoutWaiting(activity: "a1", quiet: true, uncounted: 2), "a2": FanoutWaiting(activity: "a2", quiet: false)])
         #expect(throws: RedisError.self) {
-            try FanoutStepReply(.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0), .array([]), .array([bulk("x!a1")])]))
+            try FanoutStepReply(.array([bulk("send"), .integer(1), bulk("w2"), .integer(0), .integer(0), .array([]), .array([bulk("!1"), bulk("a1")])]))
         }
         #expect(FanoutBatch("w0") == nil && FanoutBatch("wx") == nil && FanoutBatch("w3")?.description == "w3" && FanoutBatch("1 2") == .range(Self.range(1, 2)))
         #expect(FanoutWaiting(activity: "a1", quiet: true).encoded == "?a1" && FanoutWaiting(activity: "a1", quiet: false).encoded == "a1")
-        // Tries that met an outage: `<n>!`, read back whatever the activity looks like (digits too).
-        for w in [FanoutWaiting(activity: "12", quiet: false, uncounted: 3), FanoutWaiting(activity: "7-a", quiet: true, uncounted: 1),
-                  FanoutWaiting(activity: "9", quiet: true)] {
-            #expect(FanoutWaiting(encoded: Substring(w.encoded)) == w, "\(w.encoded)")
-        }
-        #expect(FanoutWaiting(activity: "12", quiet: true, uncounted: 3).encoded == "?3!12")
-        #expect(FanoutWaiting(encoded: "?") == nil && FanoutWaiting(encoded: "3!") == nil && FanoutWaiting(encoded: "-1!a") == nil)
+        // Tries that met an outage: a word `!<n>` after the token, read back whatever the activity
+        // looks like (digits too).
+        let list = [FanoutWaiting(activity: "12", quiet: false, uncounted: 3), FanoutWaiting(activity: "7-a", quiet: true, uncounted: 1),
+                    FanoutWaiting(activity: "9", quiet: true)]
+        #expect(FanoutWaiting.list(list.map(\.encoded).joined(separator: " ")) == list)
+        #expect(FanoutWaiting(activity: "12", quiet: true, uncounted: 3).encoded == "?12 !3")
+        #expect(FanoutWaiting.list("?") == nil && FanoutWaiting.list("!3 a") == nil && FanoutWaiting.list("a !-1") == nil && FanoutWaiting.list("a !x") == nil)
         #expect(FanoutModel.Step(try FanoutStepReply(.array([bulk("relaid"), .integer(8)]))) == .relaid(slices: 8))
         #expect(try FanoutCreateReply(.array([bulk("exists"), .integer(2), .integer(4), bulk("1"), bulk("")]))
                 == .exists(left: 2, slices: 4, broadcastDone: true, queued: false))
@@ -1191,7 +1191,7 @@ struct CrossCheck {
                 if name.hasPrefix("wd"), let j = Int(name.dropFirst(2)) {
                     due[j] = Int64(value) ?? -1
                 } else if let j = Int(name.dropFirst()) {
-                    waiting[j] = value.split(separator: " ").map { FanoutWaiting(encoded: $0) ?? FanoutWaiting(activity: "unreadable \($0)", quiet: false) }
+                    waiting[j] = FanoutWaiting.list(value) ?? [FanoutWaiting(activity: "unreadable \(value)", quiet: false)]
                 }
             }
             for (name, value) in fields where name.hasPrefix("s") {
