@@ -200,8 +200,8 @@ public final class APNsClient: Sendable {
     private let next = Atomic<Int>(0)
     private let window: RequestWindow
     private let probes = Mutex([APNsService: Probes]())
-    /// When a refusal of our credentials was last logged, and how many went unlogged since.
-    private let refusalLog = Mutex<(at: ContinuousClock.Instant?, unlogged: Int)>((nil, 0))
+    /// APNs refusing our credentials, logged while it lasts and when it ends.
+    private let conditions: ConditionLog
 
     /// The outage probe's request in flight, and the latest answer (`probe`).
     private struct Probes {
@@ -213,6 +213,7 @@ public final class APNsClient: Sendable {
         self.configuration = configuration
         self.tokens = tokens
         self.logger = logger
+        self.conditions = ConditionLog(logger: logger)
         self.window = RequestWindow(size: configuration.maxInFlight,
                                     lowLimit: configuration.lowPriorityInFlight ?? max(1, configuration.connections * configuration.maxConcurrentStreams / 4))
         var tls: TLSContext?
@@ -278,12 +279,10 @@ public final class APNsClient: Sendable {
                              priority: priority)[0]
     }
 
-    /// Any single request (channel management, unless `service` says otherwise): the provider
-    /// token is added.
-    public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil,
-                        service: APNsService = .channelManagement) async -> APNsResult {
+    /// Any single request (channel management): the provider token is added.
+    public func request(method: String, path: String, headers: [HTTP2Header], body: [UInt8]? = nil) async -> APNsResult {
         await perform(method: method, sharedHeaders: headers, body: body.map { HTTP2Body($0) },
-                      targets: Targets(pathPrefix: "", paths: [path]), service: service)[0]
+                      targets: Targets(pathPrefix: "", paths: [path]), service: .channelManagement)[0]
     }
 
     /// Asks `service` something it answers when it works, whatever became of other requests,
@@ -422,7 +421,7 @@ public final class APNsClient: Sendable {
             do {
                 let fresh = try await tokens.refresh(rejected: token)
                 guard fresh != token else {
-                    logRefusal(results, token: token)
+                    noteCredentials(results, token: token)
                     return results
                 }
                 stats.tokenRefreshes.add(1, ordering: .relaxed)
@@ -434,28 +433,33 @@ public final class APNsClient: Sendable {
                 logger.error("provider token refresh failed", metadata: ["error": "\(error)"])
             }
         }
-        logRefusal(results, token: used)
+        noteCredentials(results, token: used)
         return results
     }
 
-    /// Logs that APNs refuses our credentials (`APNsReason.refusesCredentials`: a token too
-    /// young to replace, a key or certificate it doesn't take) when `results` show it — at most
-    /// once per 10 s per client, with how many refused requests went unlogged in between: a
-    /// misconfigured fleet's fan-outs meet it on every batch.
-    private func logRefusal(_ results: [APNsResult], token: ProviderToken?) {
-        let refused = results.filter { $0.response?.reason?.refusesCredentials == true }
-        guard let first = refused.first?.response?.reason else { return }
-        let unlogged = refusalLog.withLock { log -> Int? in
-            let now = ContinuousClock.now
-            if let at = log.at, now - at < .seconds(10) { log.unlogged += refused.count; return nil }
-            defer { log = (now, 0) }
-            return log.unlogged
+    /// Whether `results` show APNs refusing our credentials (`APNsReason.refusesCredentials`: a
+    /// token too young to replace, a key or certificate it doesn't take) or taking them (a 2xx):
+    /// a condition logged when it starts, at most every 10 s while it lasts (a misconfigured
+    /// fleet's fan-outs meet it on every batch), and when it ends (`ConditionLog`).
+    private func noteCredentials(_ results: [APNsResult], token: ProviderToken?) {
+        var refused = 0, reason: APNsReason?, accepted = false
+        for case .response(let response) in results {
+            if let why = response.reason, why.refusesCredentials {
+                refused += 1
+                if reason == nil { reason = why }
+            } else if (200..<300).contains(response.status) {
+                accepted = true
+            }
         }
-        guard let unlogged else { return }
-        var metadata: Logger.Metadata = ["endpoint": "\(configuration.endpoint)", "reason": "\(first.rawValue)", "requests": "\(refused.count)",
-                                         "refused_unlogged": "\(unlogged)"]
-        if let token { metadata["token_age_s"] = "\(token.age(now: nowSeconds()))" }
-        logger.error("APNs refuses our credentials: check apns.team_id, apns.key_id and the key file; the work waits", metadata: metadata)
+        let endpoint = "\(configuration.endpoint)"
+        if let reason {
+            var metadata: Logger.Metadata = ["endpoint": "\(endpoint)", "reason": "\(reason.rawValue)", "requests": "\(refused)"]
+            if let token { metadata["token_age_s"] = "\(token.age(now: nowSeconds()))" }
+            conditions.report("credentials", "APNs refuses our credentials: check apns.team_id, apns.key_id and the key file; the work waits",
+                              metadata)
+        } else if accepted {
+            conditions.clear("credentials", "APNs accepts our credentials again", ["endpoint": "\(endpoint)"])
+        }
     }
 
     private func dispatch(method: String, headers: [HTTP2Header], token: ProviderToken?, body: HTTP2Body?, targets: Targets,

@@ -5,7 +5,6 @@ import Foundation
 import HTTP2Kit
 import Logging
 import RedisClient
-import Synchronization
 
 /// Broadcast channels per key and environment: created once across the fleet when a device on
 /// broadcast needs one (`want`: a registration on broadcast, or a fan-out or start that met such
@@ -20,8 +19,8 @@ public final class ChannelRegistry: Sendable {
     let logger: Logger
     let stats: SendStats
     let ttlSeconds: Int
-    /// When a channel was last refused for a key limited to the other environment (logged once a minute).
-    private let refusedEnvironmentLogged = Mutex<ContinuousClock.Instant?>(nil)
+    /// Channels refused for a key limited to the other environment, logged at most once a minute.
+    private let conditions: ConditionLog
 
     public init(redis: RedisConnection, apns: APNsRouter, keys: RedisKeys, bundleID: String, ttlSeconds: Int, logger: Logger, stats: SendStats) {
         self.redis = redis
@@ -31,6 +30,7 @@ public final class ChannelRegistry: Sendable {
         self.ttlSeconds = ttlSeconds
         self.logger = logger
         self.stats = stats
+        self.conditions = ConditionLog(logger: logger, interval: .seconds(60))
     }
 
     func hashKey(_ key: ActivityKey) -> String { keys.channels(key) }
@@ -123,6 +123,7 @@ public final class ChannelRegistry: Sendable {
                                  "env", env.rawValue, "channel", id, "policy", policy.rawValue),
                 ])
                 logger.info("channel created", metadata: ["key": "\(key)", "env": "\(env.rawValue)", "channel": "\(id)", "policy": "\(policy.rawValue)"])
+                conditions.clear("environment:\(env.rawValue)", "APNs key takes this environment again: channels are made", ["env": "\(env.rawValue)"])
                 return .live(record)
             }
             if result.response?.reason == .cannotCreateChannelConfig {
@@ -144,15 +145,9 @@ public final class ChannelRegistry: Sendable {
                 // key's devices in this environment get per-token pushes, which fail with the same
                 // reason and are recorded; the other environment goes on. Not kept: once the key
                 // is changed, the next event makes the channel.
-                let now = ContinuousClock.now
-                let log = refusedEnvironmentLogged.withLock { last in
-                    defer { if last.map({ now - $0 >= .seconds(60) }) ?? true { last = now } }
-                    return last.map { now - $0 >= .seconds(60) } ?? true
-                }
-                if log {
-                    logger.warning("APNs key limited to the other environment: no channel, per-token pushes instead (they fail)",
-                                   metadata: ["key": "\(key)", "env": "\(env.rawValue)", "reason": "BadEnvironmentKeyIdInToken"])
-                }
+                conditions.report("environment:\(env.rawValue)", level: .warning,
+                                  "APNs key limited to the other environment: no channel, per-token pushes instead (they fail)",
+                                  ["key": "\(key)", "env": "\(env.rawValue)", "reason": "BadEnvironmentKeyIdInToken"])
                 return .fallback
             }
             attempt += 1

@@ -461,7 +461,7 @@ public struct FanoutWaiting: Hashable, Sendable {
 
     /// The tokens of a list of `encoded` words (`w<j>`), in order; nil when a word is neither an
     /// activity nor a count after one.
-    public static func list(_ words: some Sequence<Substring>) -> [FanoutWaiting]? {
+    public static func list<Word: StringProtocol>(_ words: some Sequence<Word>) -> [FanoutWaiting]? {
         var out: [FanoutWaiting] = []
         for word in words {
             if word.first == "!" {
@@ -470,7 +470,7 @@ public struct FanoutWaiting: Hashable, Sendable {
                 continue
             }
             let quiet = word.first == "?"
-            let activity = quiet ? word.dropFirst() : word
+            let activity = word.dropFirst(quiet ? 1 : 0)
             guard !activity.isEmpty else { return nil }
             out.append(FanoutWaiting(activity: String(activity), quiet: quiet))
         }
@@ -714,8 +714,8 @@ public enum FanoutStepReply: Sendable {
                 guard let pairs = chunk.array, pairs.count % 2 == 0 else { throw RedisError(.unexpectedReply, "fan-out step: a batch's chunk: \(String(describing: chunk).prefix(300))") }
                 FanoutScan.appendRows(pairs, to: &rows)
             }
-            guard let words = Optional(entries.compactMap(\.string)), words.count == entries.count,
-                  let list = FanoutWaiting.list(words.map { Substring($0) }) else {
+            let words = entries.compactMap(\.string)
+            guard words.count == entries.count, let list = FanoutWaiting.list(words) else {
                 throw RedisError(.unexpectedReply, "fan-out step: waiting tokens: \(String(describing: parts[6]).prefix(200))")
             }
             let waiting = Dictionary(list.map { ($0.activity, $0) }, uniquingKeysWith: { _, b in b })

@@ -1,5 +1,6 @@
 import ActivityCastCore
 import ActivityCastSend
+import APNs
 import Foundation
 import Logging
 import RedisClient

@@ -1,6 +1,7 @@
 import ActivityCastCore
 import ActivityCastRoutes
 import ActivityCastSend
+import APNs
 import ActivityCastSettings
 import Foundation
 import Logging

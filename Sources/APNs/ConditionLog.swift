@@ -4,7 +4,7 @@ import Synchronization
 /// Logs an ongoing condition (Redis refusing writes, a broken stream, rejected credentials) when
 /// it starts, then at most once per `interval` while it lasts with how often it was met, and once
 /// when it ends — instead of a line per batch, or silence.
-final class ConditionLog: Sendable {
+public final class ConditionLog: Sendable {
     private struct Entry {
         var message: String
         var since: ContinuousClock.Instant
@@ -16,14 +16,14 @@ final class ConditionLog: Sendable {
     private let interval: Duration
     private let active = Mutex<[String: Entry]>([:])
 
-    init(logger: Logger, interval: Duration = .seconds(10)) {
+    public init(logger: Logger, interval: Duration = .seconds(10)) {
         self.logger = logger
         self.interval = interval
     }
 
     /// The condition `key` holds (again): logs `message` at once if it is new, else only when
     /// `interval` has passed since it was last logged.
-    func report(_ key: String, level: Logger.Level = .error, _ message: String, _ metadata: Logger.Metadata = [:]) {
+    public func report(_ key: String, level: Logger.Level = .error, _ message: String, _ metadata: Logger.Metadata = [:]) {
         let now = ContinuousClock.now
         let log: (first: Bool, count: Int, since: ContinuousClock.Instant)? = active.withLock { map in
             if var e = map[key] {
@@ -47,7 +47,7 @@ final class ConditionLog: Sendable {
     }
 
     /// The condition `key` no longer holds: logs `message` if it had been reported.
-    func clear(_ key: String, _ message: String, _ metadata: Logger.Metadata = [:]) {
+    public func clear(_ key: String, _ message: String, _ metadata: Logger.Metadata = [:]) {
         let ended: Entry? = active.withLock { $0.removeValue(forKey: key) }
         guard let ended else { return }
         var meta = metadata
@@ -56,7 +56,7 @@ final class ConditionLog: Sendable {
         logger.info("\(message)", metadata: meta)
     }
 
-    func isActive(_ key: String) -> Bool { active.withLock { $0[key] != nil } }
+    public func isActive(_ key: String) -> Bool { active.withLock { $0[key] != nil } }
 }
 
 extension Duration {
