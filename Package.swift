@@ -93,7 +93,7 @@ let package = Package(
         // APNs, broadcast, fan-out, priority, budgets, lanes and the soak with its feed.
         .target(name: "ActivityCastBench", dependencies: [
             "ActivityCastCommandSupport", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend",
-            "ActivityCastSettings", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient",
+            "ActivityCastSettings", "ActivityCastWorker", "APNs", "APNsCore", "HiredisCodec", "NetIO", "RedisClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),

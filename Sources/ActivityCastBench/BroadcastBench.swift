@@ -244,8 +244,12 @@ final class Publisher: Sendable {
     let streams: [String]
     private let counter = NumberCounter()
 
+    /// Redis's URL: the paced publisher (`PacedXADD`) opens its own connection where it can.
+    let url: RedisURL
+
     init(redis: RedisConnection, counting: CountingRedis, settings: Settings, keys: Int, matchPrefix: String) throws {
         self.redis = redis
+        self.url = settings.redisConfiguration.url
         self.counting = counting
         self.group = settings.group
         self.keys = keys
@@ -257,35 +261,58 @@ final class Publisher: Sendable {
     /// `count` events, event i due at start + i/rate on the monotonic clock (a late one goes at
     /// once; none waits for an earlier one's reply), round-robin over the keys. Each carries its
     /// number in `clock` (the content-state's `clock`), `ts` is the wall clock in ms. `to`:
-    /// another stream for all of them.
+    /// another stream for all of them. Paced by a thread of its own (`PacedXADD`) when every
+    /// stream is on one node that needs no TLS, password or database; else from tasks.
     func publish(count: Int, rate: Double, to other: String? = nil) async throws -> Sent {
         let first = counter.take(count)
         let start = ContinuousClock.now + .milliseconds(5)
+        let (streams, keys, prefix) = (self.streams, self.keys, self.matchPrefix)
+        let command = { @Sendable (i: Int, issued: Int64) -> [[UInt8]] in
+            let number = first + i
+            return ["XADD", other ?? streams[number % keys], "*", "type", "match.score", "ts", String(issued / 1000),
+                    "match", "\(prefix)\(number % keys)", "home_score", "0", "away_score", "0", "clock", String(number)].map { Array($0.utf8) }
+        }
+        let sent: PacedXADD.Result
+        if let node = try await pacedNode(for: other.map { [$0] } ?? streams) {
+            sent = try await PacedXADD.run(host: node.host, port: node.port, count: count, rate: rate, start: start, command: command)
+        } else {
+            sent = try await publishFromTasks(count: count, rate: rate, start: start, command: command)
+        }
+        let span = Double(sent.micros.max()! - sent.micros.min()!) / 1e6
+        return Sent(firstNumber: first, micros: sent.micros, lateness: Percentiles(sent.lateness),
+                    achievedRate: count > 1 && span > 0 ? Double(count - 1) / span : 0)
+    }
+
+    /// The node every stream is on, when a plain connection to it can publish.
+    private func pacedNode(for streams: [String]) async throws -> RedisNodeAddress? {
+        guard !url.tls, url.username == nil, url.password == nil, url.database == 0 else { return nil }
+        var nodes = Set<RedisNodeAddress>()
+        for stream in Set(streams) { nodes.insert(try await redis.node(forKey: stream)) }
+        return nodes.count == 1 ? nodes.first : nil
+    }
+
+    /// The same, each event from a task of its own through the Redis client.
+    private func publishFromTasks(count: Int, rate: Double, start: ContinuousClock.Instant,
+                                  command: @escaping @Sendable (Int, Int64) -> [[UInt8]]) async throws -> PacedXADD.Result {
         var lateness: [Int64] = []
         lateness.reserveCapacity(count)
         var micros = [Int64](repeating: 0, count: count)
-        let (redis, streams, keys, prefix) = (self.redis, self.streams, self.keys, self.matchPrefix)
+        let redis = self.redis
         try await withThrowingTaskGroup(of: (Int, Int64).self) { group in
             for i in 0..<count {
                 let due = start + .nanoseconds(Int64((Double(i) * 1e9 / rate).rounded()))
                 if due > .now { try await Task.sleep(until: due, tolerance: .microseconds(10), clock: .continuous) }
                 lateness.append(Int64((ContinuousClock.now - due).seconds * 1e6))
-                let number = first + i
                 group.addTask {
                     let issued = wallMicros()
-                    let stream = other ?? streams[number % keys]
-                    let reply = try await redis.send(RedisCommand("XADD", stream, "*", "type", "match.score", "ts", issued / 1000,
-                                                                  "match", "\(prefix)\(number % keys)", "home_score", 0, "away_score", 0,
-                                                                  "clock", String(number)))
-                    guard reply.string != nil else { throw CommandFailure("XADD \(stream): \(reply)") }
+                    let reply = try await redis.send(RedisCommand(arguments: command(i, issued)))
+                    guard reply.string != nil else { throw CommandFailure("XADD: \(reply)") }
                     return (i, issued)
                 }
             }
             for try await (i, issued) in group { micros[i] = issued }
         }
-        let span = Double(micros.max()! - micros.min()!) / 1e6
-        return Sent(firstNumber: first, micros: micros, lateness: Percentiles(lateness),
-                    achievedRate: count > 1 && span > 0 ? Double(count - 1) / span : 0)
+        return PacedXADD.Result(micros: micros, lateness: lateness)
     }
 
     /// One device on broadcast per key (an activity the app started on the key's channel): a key
