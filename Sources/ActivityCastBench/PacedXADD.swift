@@ -86,7 +86,9 @@ enum PacedXADD {
                 case .wouldBlock:
                     // Redis isn't reading: take its replies meanwhile, so neither side waits on the other.
                     try drain(wait: false)
-                    _ = try socket.wait(forWriting: true, until: deadline)
+                    guard try socket.wait(forWriting: true, until: deadline) else {
+                        throw CommandFailure("XADD: Redis took no more commands by the deadline (\(i) of \(count) sent)")
+                    }
                 case .closed: throw CommandFailure("XADD: Redis closed the connection")
                 }
             }
