@@ -300,7 +300,7 @@ final class Publisher: Sendable {
         let redis = self.redis
         try await withThrowingTaskGroup(of: (Int, Int64).self) { group in
             for i in 0..<count {
-                let due = start + .nanoseconds(Int64((Double(i) * 1e9 / rate).rounded()))
+                let due = start + .nanoseconds(PacedXADD.slot(i, rate: rate))
                 if due > .now { try await Task.sleep(until: due, tolerance: .microseconds(10), clock: .continuous) }
                 lateness.append(Int64((ContinuousClock.now - due).seconds * 1e6))
                 group.addTask {

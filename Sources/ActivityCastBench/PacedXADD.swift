@@ -27,7 +27,7 @@ enum PacedXADD {
     /// entry id. Runs on a thread of its own; returns when every reply is in.
     static func run(host: String, port: Int, count: Int, rate: Double, start: ContinuousClock.Instant,
                     command: @escaping @Sendable (Int, Int64) -> [[UInt8]]) async throws -> Result {
-        let startNanos = Deadline.now().nanoseconds &+ UInt64(max(0, (start - .now).nanosecondsClamped))
+        let startNanos = Deadline.after(start - .now).nanoseconds
         return try await withCheckedThrowingContinuation { (done: CheckedContinuation<Result, Error>) in
             let thread = Thread {
                 done.resume(with: Swift.Result {
@@ -72,7 +72,7 @@ enum PacedXADD {
             }
         }
         for i in 0..<count {
-            let due = startNanos &+ UInt64((Double(i) * 1e9 / rate).rounded())
+            let due = startNanos &+ UInt64(slot(i, rate: rate))
             sleep(until: due)
             lateness[i] = (Int64(bitPattern: Deadline.now().nanoseconds) - Int64(bitPattern: due)) / 1000
             let issued = wallMicros()
@@ -98,16 +98,12 @@ enum PacedXADD {
         return Result(micros: micros, lateness: lateness)
     }
 
+    /// Nanoseconds from the start to event `i`'s slot.
+    static func slot(_ i: Int, rate: Double) -> Int64 { Int64((Double(i) * 1e9 / rate).rounded()) }
+
     /// Sleeps until `nanoseconds` on the monotonic clock (`Deadline`'s).
     private static func sleep(until nanoseconds: UInt64) {
         var ts = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
         while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-    }
-}
-
-extension Duration {
-    fileprivate var nanosecondsClamped: Int64 {
-        let (s, a) = components
-        return s > 9_000_000_000 ? .max : s * 1_000_000_000 + a / 1_000_000_000
     }
 }
