@@ -265,7 +265,6 @@ final class Publisher: Sendable {
     /// stream is on one node that needs no TLS, password or database; else from tasks.
     func publish(count: Int, rate: Double, to other: String? = nil) async throws -> Sent {
         let first = counter.take(count)
-        let start = ContinuousClock.now + .milliseconds(5)
         let (streams, keys, prefix) = (self.streams, self.keys, self.matchPrefix)
         let command = { @Sendable (i: Int, issued: Int64) -> [[UInt8]] in
             let number = first + i
@@ -273,7 +272,10 @@ final class Publisher: Sendable {
                     "match", "\(prefix)\(number % keys)", "home_score", "0", "away_score", "0", "clock", String(number)].map { Array($0.utf8) }
         }
         let sent: PacedXADD.Result
-        if let node = try await pacedNode(for: other.map { [$0] } ?? streams) {
+        let node = try await pacedNode(for: other.map { [$0] } ?? streams)
+        // The first slot once the path is chosen (asking a cluster where the streams are takes a moment).
+        let start = ContinuousClock.now + .milliseconds(5)
+        if let node {
             sent = try await PacedXADD.run(host: node.host, port: node.port, count: count, rate: rate, start: start, command: command)
         } else {
             sent = try await publishFromTasks(count: count, rate: rate, start: start, command: command)

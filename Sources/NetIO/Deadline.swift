@@ -39,7 +39,8 @@ extension Duration {
     /// Whole nanoseconds, saturating; negative durations count as zero.
     public var nanoseconds: UInt64 {
         let (seconds, attoseconds) = components
-        if seconds < 0 { return 0 }
+        // Both carry the duration's sign: -0.3 s is (0, -3·10^17).
+        if seconds < 0 || attoseconds < 0 { return 0 }
         let (ns, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
         return overflow ? .max / 2 : ns &+ UInt64(attoseconds / 1_000_000_000)
     }
