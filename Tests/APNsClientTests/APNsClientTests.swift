@@ -388,9 +388,9 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
 
     /// A probe APNs takes in and never answers holds the failing send at most `probeTimeout`,
     /// and counts as no sign of a working service. Which outcome came first says so: the probe's
-    /// own timeout, not the answer (60 s) or the request's timeout (20 s). The time it took is
-    /// checked only against the request's timeout: a test run that stalls the whole process
-    /// (seen in CI: every test of the first 15 s finished at 15 s) delays the timer with the rest.
+    /// own timeout, not the answer (60 s) or the request's timeout (20 s, another message). No
+    /// wall-clock bound: fresh-clone CI runs on these 2-core machines stalled the whole process
+    /// at the start for 15 and then 20 s (every early test finished then), timers included.
     @Test func aProbeWaitsAtMostItsTimeout() async throws {
         let handler = ScriptedPeer(answer: { _, _ in H2Response(status: 400, body: Array(#"{"reason":"BadDeviceToken"}"#.utf8), delay: .seconds(60)) })
         let peer = try Peer.start(handler)
@@ -398,12 +398,9 @@ func tokens(_ n: Int) -> [String] { (0..<n).map { String(format: "%064x", $0) } 
         let client = try peer.client { $0.probeTimeout = .milliseconds(300) }
         defer { client.shutdown() }
         let since = APNsClientStats.moment(ago: .zero)
-        let started = ContinuousClock.now
         let result = await client.probe(.devicePush, bundleID: "com.example.app")
-        let waited = ContinuousClock.now - started
         guard case .failed(let error) = result else { Issue.record("expected no answer, got \(result)"); return }
         #expect(error.kind == .timeout && error.message == "no answer to the outage probe within \(Duration.milliseconds(300))", "\(error)")
-        #expect(waited < .seconds(20), "the probe held its caller \(waited)")
         #expect(!client.stats.answeredNormally(.devicePush, since: since))
     }
 
