@@ -85,6 +85,9 @@ public final class APNsClientStats: Sendable {
     let delivered = Atomic<Int>(0)
     let rejected = Atomic<Int>(0)
     let retried = Atomic<Int>(0)
+    /// Requests that got no answer and may have reached APNs (a connection lost, a stream reset):
+    /// handed back to their caller as failed, never sent again by the client.
+    let unknownFate = Atomic<Int>(0)
     let timeouts = Atomic<Int>(0)
     let connects = Atomic<Int>(0)
     let connectionsLost = Atomic<Int>(0)
@@ -147,13 +150,15 @@ public final class APNsClientStats: Sendable {
 
     public struct Snapshot: Sendable, Equatable, Codable {
         public var delivered, rejected, retried, timeouts, connects, connectionsLost, goAways, tokenRefreshes: Int
+        public var unknownFate = 0
     }
 
     public var snapshot: Snapshot {
         Snapshot(delivered: delivered.load(ordering: .relaxed), rejected: rejected.load(ordering: .relaxed),
                  retried: retried.load(ordering: .relaxed), timeouts: timeouts.load(ordering: .relaxed),
                  connects: connects.load(ordering: .relaxed), connectionsLost: connectionsLost.load(ordering: .relaxed),
-                 goAways: goAways.load(ordering: .relaxed), tokenRefreshes: tokenRefreshes.load(ordering: .relaxed))
+                 goAways: goAways.load(ordering: .relaxed), tokenRefreshes: tokenRefreshes.load(ordering: .relaxed),
+                 unknownFate: unknownFate.load(ordering: .relaxed))
     }
 }
 

@@ -347,6 +347,9 @@ private final class ConnectionState: HTTP2ClientDelegate {
     @exclusivity(unchecked) var freeSlots: [Int] = []
     var succeededOnce = false
     var draining = false
+    /// The last stream id of a GOAWAY received on this connection: streams above it were never
+    /// processed (RFC 9113 §6.8) and may be sent again as they were.
+    var goAwayLastStream: Int32?
     var connectFailures = 0
     var nextConnectAttempt = Deadline(nanoseconds: 0)
     var lastActivity = Deadline.now()
@@ -433,6 +436,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
             self.session = session
             succeededOnce = false
             draining = false
+            goAwayLastStream = nil
             pingSentAt = nil
             lastActivity = Deadline.now()
             if connectFailures > 0 {
@@ -466,22 +470,25 @@ private final class ConnectionState: HTTP2ClientDelegate {
         session = nil
     }
 
-    /// The connection broke: unanswered requests go back to the queue (their outcome is unknown)
-    /// unless they have had their tries; the loop reconnects.
+    /// The connection broke. A request never processed (not yet given a stream, or above a
+    /// GOAWAY's last stream id) goes back to the queue as it was. Any other unanswered request may
+    /// have reached APNs: it fails (`connectionLost`) and its caller decides what to send again —
+    /// a Live Activity push goes again without its alert, a push-to-start not at all — because
+    /// this layer doesn't know which requests carry an alert. The loop reconnects.
     func lost(_ why: String) {
         logger.warning("APNs connection lost", metadata: ["endpoint": "\(config.endpoint)", "connection": "\(name)", "reason": "\(why)"])
         stats.connectionsLost.add(1, ordering: .relaxed)
         close()
         var retry: [OutgoingRequest] = []
         for i in slots.indices {
-            guard var request = slots[i]?.request else { continue }
+            guard let f = slots[i] else { continue }
             slots[i] = nil
             freeSlots.append(i)
-            request.attempts += 1
-            if request.attempts >= config.maxAttempts {
-                loop.finish(request, .failed(APNsTransportError(.connectionLost, why)))
+            if f.stream <= 0 || goAwayLastStream.map({ f.stream > $0 }) == true {
+                retry.append(f.request)
             } else {
-                retry.append(request)
+                stats.unknownFate.add(1, ordering: .relaxed)
+                loop.finish(f.request, .failed(APNsTransportError(.connectionLost, "\(why); no answer, so the request may have reached APNs")))
             }
         }
         loop.requeue(retry)
@@ -592,20 +599,21 @@ private final class ConnectionState: HTTP2ClientDelegate {
             loop.finish(f.request, .response(response))
             return
         }
-        var request = f.request
         // No complete answer. Refused (above a GOAWAY's last stream, or never sent): not
-        // processed, so send it again without counting a try. Otherwise the outcome is unknown.
-        if errorCode != .refusedStream { request.attempts += 1 }
-        stats.retried.add(1, ordering: .relaxed)
-        if request.attempts >= config.maxAttempts {
-            loop.finish(request, .failed(APNsTransportError(.connectionLost, "stream closed without an answer (\(errorCode))")))
+        // processed, so it goes again as it was. Otherwise it may have reached APNs: its caller
+        // decides (see `lost`).
+        if errorCode == .refusedStream || goAwayLastStream.map({ stream > $0 }) == true {
+            stats.retried.add(1, ordering: .relaxed)
+            loop.requeue([f.request])
         } else {
-            loop.requeue([request])
+            stats.unknownFate.add(1, ordering: .relaxed)
+            loop.finish(f.request, .failed(APNsTransportError(.connectionLost, "stream closed without an answer (\(errorCode)); it may have reached APNs")))
         }
     }
 
     func http2(_ session: HTTP2ClientSession, goAway lastStreamID: Int32, errorCode: HTTP2ErrorCode, debugData: [UInt8]) {
         draining = true
+        goAwayLastStream = min(goAwayLastStream ?? .max, lastStreamID)
         stats.goAways.add(1, ordering: .relaxed)
         logger.info("APNs sent GOAWAY", metadata: [
             "endpoint": "\(config.endpoint)", "connection": "\(name)", "last_stream": "\(lastStreamID)",

@@ -6,7 +6,8 @@
 /// with the whole set now in force, every key named.
 ///
 /// Per-request faults are decided with one random draw each, after routing and before any
-/// validation, in this order: `resetRate`; then one draw split between 429, 500 and 503 (so each
+/// validation, in this order: `resetRate`; then `lostAnswerRate` (the request goes on, its answer
+/// is dropped at the end); then one draw split between 429, 500 and 503 (so each
 /// rate is that outcome's share of requests, as long as they sum to at most 1; past 1 the later
 /// ones get what is left); then `slowResponseRate`, which delays whatever the answer is. A rate
 /// of 0 never fires and 1 always does. `only` limits the per-request faults to some kinds of
@@ -36,6 +37,10 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
     public var goAwayAfterStreams: Int?
     /// Share of requests that reset the connection instead of being answered.
     public var resetRate: Double
+    /// Share of requests that are processed as usual — an accepted push is delivered and shown —
+    /// and whose answer is then lost: the connection is reset instead of answering. What a real
+    /// network does when it fails after APNs acted: the sender can't know the push went out.
+    public var lostAnswerRate: Double
     /// Device tokens (hex; stored lowercase) that answer 410 `Unregistered` with this timestamp
     /// (ms since 1970): the app was uninstalled or the token otherwise died.
     public var unregisteredTokens: [String: Int64]
@@ -54,12 +59,12 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
 
     public init(tooManyRequestsRate: Double = 0, internalErrorRate: Double = 0, unavailableRate: Double = 0,
                 slowResponseRate: Double = 0, slowResponseDelayMillis: Int64 = 0, goAwayAfterStreams: Int? = nil,
-                resetRate: Double = 0, unregisteredTokens: [String: Int64] = [:], expiredTokens: Set<String> = [],
+                resetRate: Double = 0, lostAnswerRate: Double = 0, unregisteredTokens: [String: Int64] = [:], expiredTokens: Set<String> = [],
                 failingTokens: Set<String> = [], failingChannels: Set<String> = [], seed: UInt64? = nil, only: Set<RequestKind> = []) {
         self.tooManyRequestsRate = tooManyRequestsRate; self.internalErrorRate = internalErrorRate
         self.unavailableRate = unavailableRate; self.slowResponseRate = slowResponseRate
         self.slowResponseDelayMillis = slowResponseDelayMillis; self.goAwayAfterStreams = goAwayAfterStreams
-        self.resetRate = resetRate; self.unregisteredTokens = unregisteredTokens; self.expiredTokens = expiredTokens
+        self.resetRate = resetRate; self.lostAnswerRate = lostAnswerRate; self.unregisteredTokens = unregisteredTokens; self.expiredTokens = expiredTokens
         self.failingTokens = failingTokens; self.failingChannels = failingChannels
         self.seed = seed
         self.only = only
@@ -67,13 +72,13 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case tooManyRequestsRate, internalErrorRate, unavailableRate, slowResponseRate, slowResponseDelayMillis
-        case goAwayAfterStreams, resetRate, unregisteredTokens, expiredTokens, failingTokens, failingChannels, seed, only
+        case goAwayAfterStreams, resetRate, lostAnswerRate, unregisteredTokens, expiredTokens, failingTokens, failingChannels, seed, only
     }
 
     /// The JSON keys, as `POST`/`PATCH /sandbox/faults` take them.
     public static let keys: Set<String> = [
         "tooManyRequestsRate", "internalErrorRate", "unavailableRate", "slowResponseRate", "slowResponseDelayMillis",
-        "goAwayAfterStreams", "resetRate", "unregisteredTokens", "expiredTokens", "failingTokens", "failingChannels", "seed", "only",
+        "goAwayAfterStreams", "resetRate", "lostAnswerRate", "unregisteredTokens", "expiredTokens", "failingTokens", "failingChannels", "seed", "only",
     ]
 
     /// Decoding starts from `SandboxFaults.patchBase` in the decoder's `userInfo` (a `PATCH`:
@@ -101,6 +106,7 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
                                                defaults.slowResponseDelayMillis),
             goAwayAfterStreams: try optional(Int.self, .goAwayAfterStreams, base.goAwayAfterStreams),
             resetRate: try value(Double.self, .resetRate, base.resetRate, defaults.resetRate),
+            lostAnswerRate: try value(Double.self, .lostAnswerRate, base.lostAnswerRate, defaults.lostAnswerRate),
             unregisteredTokens: try value([String: Int64].self, .unregisteredTokens, base.unregisteredTokens, defaults.unregisteredTokens),
             expiredTokens: try value(Set<String>.self, .expiredTokens, base.expiredTokens, defaults.expiredTokens),
             failingTokens: try value(Set<String>.self, .failingTokens, base.failingTokens, defaults.failingTokens),
@@ -119,6 +125,7 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
         // Every key, unset ones as null: an answer names the whole set in force.
         try c.encode(goAwayAfterStreams, forKey: .goAwayAfterStreams)
         try c.encode(resetRate, forKey: .resetRate)
+        try c.encode(lostAnswerRate, forKey: .lostAnswerRate)
         try c.encode(unregisteredTokens, forKey: .unregisteredTokens)
         try c.encode(expiredTokens.sorted(), forKey: .expiredTokens)
         try c.encode(failingTokens.sorted(), forKey: .failingTokens)
@@ -131,7 +138,8 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
     /// GOAWAY stream count non-negative and positive, tokens hex.
     public var problem: String? {
         let rates = [("tooManyRequestsRate", tooManyRequestsRate), ("internalErrorRate", internalErrorRate),
-                     ("unavailableRate", unavailableRate), ("slowResponseRate", slowResponseRate), ("resetRate", resetRate)]
+                     ("unavailableRate", unavailableRate), ("slowResponseRate", slowResponseRate), ("resetRate", resetRate),
+                     ("lostAnswerRate", lostAnswerRate)]
         for (name, rate) in rates where !(rate >= 0 && rate <= 1) {
             return "\(name) must be between 0 and 1, got \(rate)"
         }
@@ -161,7 +169,7 @@ public struct SandboxFaults: Sendable, Codable, Equatable {
 
     /// Whether a request of `kind` draws per-request faults (keeps the fault-free hot path draw-free).
     func drawsPerRequest(_ kind: RequestKind) -> Bool {
-        (resetRate > 0 || tooManyRequestsRate > 0 || internalErrorRate > 0 || unavailableRate > 0 || slowResponseRate > 0)
+        (resetRate > 0 || lostAnswerRate > 0 || tooManyRequestsRate > 0 || internalErrorRate > 0 || unavailableRate > 0 || slowResponseRate > 0)
             && (only.isEmpty || only.contains(kind))
     }
 }

@@ -211,6 +211,8 @@ public final class SandboxState: Sendable {
     /// The response for an outcome: `idHeader` always, `apns-unique-id` on success when asked,
     /// the error body on failure.
     func response(_ o: Outcome, idName: StaticString, id: MessageID, uniqueID: Bool) -> SandboxResponse {
+        // Processed, and its answer lost: the connection resets instead.
+        if o.effects.loseAnswer { return SandboxResponse(status: 0, connectionFault: .reset) }
         let fault: ConnectionFault?
         switch o.effects.fault {
         case .reset: return SandboxResponse(status: 0, connectionFault: .reset)

@@ -7,6 +7,8 @@ public struct DecodeLimits: Sendable, Equatable {
     public var maxValueBytes: Int
     /// At most this many bytes in all names and values together.
     public var maxEntryBytes: Int
+    /// Free text for people (`FreeText`) longer than this is trimmed, not refused.
+    public var maxTextBytes = 256
 
     public init(maxFields: Int = 64, maxValueBytes: Int = 1024, maxEntryBytes: Int = 8192) {
         self.maxFields = maxFields

@@ -77,6 +77,9 @@ public struct Plan: Equatable, Sendable, CustomStringConvertible {
     public var relevanceScore: Double?
     /// The storage policy of the key's broadcast channel.
     public var storagePolicy: ChannelStoragePolicy
+    /// The entry's free text for people (`FreeText.values`): the content-state strings that may
+    /// be trimmed when the key's merged state would be too large for a push (`FreeText.fit`).
+    public var freeText: [String] = []
 
     public init(key: ActivityKey, event: LiveActivityEvent?, priority: PriorityClass, timestampMillis: Int64,
                 audience: Audience, contentState: [String: JSONValue] = [:],

@@ -76,8 +76,12 @@ public struct RedisKeys: Sendable, Equatable {
     // MARK: Per activity key (one hash slot: `{key}`)
 
     /// The key's merged state (hash): `f:<name>` → `ts json` per content-state field, `_ts`,
-    /// `_ev`, `_pts`, `_stale`, `_rel`, `_sig`, `_rej` (`KeyStateScripts`): `ac:{match:4711}:state`.
+    /// `_ev`, `_pts`, `_stale`, `_rel`, `_sig`, `_rej`, `_end`, `_endby` (`KeyStateScripts`): `ac:{match:4711}:state`.
     public func state(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:state" }
+    /// The key's tombstone (string: the ms its end was sent at), written when the key ends and
+    /// kept for `ttl.activity_s` after its data expires, so a late event doesn't start the key
+    /// over: `ac:{match:4711}:ended`.
+    public func ended(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:ended" }
     /// The key's newest fan-out (hash `name`, `millis`): `ac:{match:4711}:gen`.
     public func fanoutGen(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:gen" }
     /// A fan-out's record (hash, `FanoutScripts`): `ac:{match:4711}:fan:<gen>`.

@@ -40,6 +40,15 @@ public final class SendStats: Sendable {
     /// `kind outcome priority` → count (priority empty for channel management).
     private let outcomes = Mutex<[String: Int]>([:])
     public let stale = Atomic<Int>(0)
+    /// Events of a key that had ended (not an end): not merged, not sent.
+    public let afterEnd = Atomic<Int>(0)
+    /// Events whose free text was trimmed so that the key's merged state fits a push.
+    public let textTrimmedToFit = Atomic<Int>(0)
+    /// Pushes sent again without their alert because an earlier request got no answer (it may
+    /// have reached APNs): per-token sends and broadcasts.
+    public let quietResends = Atomic<Int>(0)
+    /// Push-to-starts that got no answer: not sent again (a second start is a second activity).
+    public let startsUnknownFate = Atomic<Int>(0)
     /// Fan-outs started, slices finished, slices superseded, tokens sent again after a takeover.
     public let fanouts = Atomic<Int>(0)
     public let slicesFinished = Atomic<Int>(0)

@@ -6,10 +6,12 @@ import RedisClient
 extension SendRole {
     /// Broadcasts to every environment's channel at once (a broadcast doesn't wait for the previous
     /// one's answer); returns the environments whose broadcast was delivered.
-    func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
+    /// `quiet`: the push without its alert, sent instead once a broadcast got no answer (it may
+    /// have reached APNs, and its alert must not show twice).
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
         guard let (lastEnv, lastRecord) = live.last else { return [] }
         @Sendable func attempt(_ env: APNsEnvironment, _ record: ChannelRecord) async -> (APNsEnvironment, Result<Bool, Error>) {
-            do { return (env, .success(try await broadcast(plan, bytes, priority: priority, env: env, record: record))) } catch {
+            do { return (env, .success(try await broadcast(plan, bytes, quiet: quiet, priority: priority, env: env, record: record))) } catch {
                 return (env, .failure(error))
             }
         }
@@ -37,15 +39,16 @@ extension SendRole {
 
     /// Broadcasts to the key's channel. False when APNs no longer knows the channel and a new one
     /// couldn't be made for this event (its devices then get nothing from the channel this time).
-    func broadcast(_ plan: Plan, _ bytes: [UInt8], priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
         guard let client = apns.push(env) else { return false }
         var record = record
         var attempt = 0
         var recreated = false
+        var payload = bytes
         let watch = APNsOutageWatch(client, .broadcast, bundleID: configuration.bundleID)
         while true {
             try await admit(1)
-            let result = await client.broadcast(payload: bytes, channelID: record.id, bundleID: configuration.bundleID,
+            let result = await client.broadcast(payload: payload, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
             stats.count(.broadcast, result, priority: priority)
             if result.action == .delivered { return true }
@@ -57,6 +60,11 @@ extension SendRole {
                 continue
             }
             attempt += 1
+            if let quiet, quiet != payload, result.response == nil, !result.apnsUnreachable {
+                // No answer: the broadcast may have gone out. Its next try goes without the alert.
+                payload = quiet
+                stats.quietResends.add(1, ordering: .relaxed)
+            }
             switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: nil, attempt: attempt) {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)

@@ -513,7 +513,7 @@ public enum BudgetScripts {
     /// key's state, KEYS[3] = the entry's fan-out record, and for a channel KEYS[4] = the key's
     /// channels with ARGV[12] = the environments. The answer is {`skip`, 0, now}, with nothing
     /// spent or counted, when the merge found a newer event (the state's `_ts` is past the
-    /// event's) or refused this entry (`_rej`), when the fan-out recorded its broadcast (a
+    /// event's) or refused this entry (`_rej`), when the key has ended (`_end`), when the fan-out recorded its broadcast (a
     /// redelivery keeps its decisions), or when the key has no live channel in those environments.
     /// For a tier, KEYS[4] = the key's channels and KEYS[5] = its per-token audience
     /// (`RedisKeys.direct`), ARGV[12] = the environments: {`none`, 0, now}, nothing spent or
@@ -528,7 +528,7 @@ public enum BudgetScripts {
     local shown, refresh = ARGV[10] or '', tonumber(ARGV[11] or '0') or 0
     local sig = nil
     -- The state's fields it reads, in one call: the guards' too when it has them.
-    local st = (#KEYS >= 3) and redis.call('HMGET', KEYS[2], '_sig', '_ts', '_rej') or {}
+    local st = (#KEYS >= 3) and redis.call('HMGET', KEYS[2], '_sig', '_ts', '_rej', '_end') or {}
     if shown ~= '' then
       if #KEYS >= 3 then sig = st[1] else sig = redis.call('HGET', KEYS[2], '_sig') end
       if not sig or sig == '' then sig = nil end
@@ -538,6 +538,8 @@ public enum BudgetScripts {
       if newest ~= nil and newest > ms then return {'skip', '0', fmt(now)} end
       if redis.call('HGET', KEYS[3], 'b') == '1' then return {'skip', '0', fmt(now)} end
       if entry ~= '' and st[3] == entry then return {'skip', '0', fmt(now)} end
+      -- The key ended: an update after its end is not sent.
+      if st[4] and kind ~= 'end' then return {'skip', '0', fmt(now)} end
       if #KEYS >= 5 then
         if redis.call('HLEN', KEYS[5]) == 1 and redis.call('HEXISTS', KEYS[5], '_') == 1 then
           local all = true

@@ -24,6 +24,13 @@ public struct KeyState: Equatable, Sendable {
     public var presentationMillis: Int64?
     public var staleAfter: String?
     public var relevance: String?
+    /// The time (ms) the key's end was sent at, once an end was recorded: the key is over. An
+    /// end is final: after it, only ends (a redelivery, a corrected final state) are merged;
+    /// every other event is refused (`Merge.afterEnd`), because a device ignores pushes to an
+    /// ended activity. It outlives the key's data as a tombstone (`expired()`).
+    public var endedMillis: Int64?
+    /// The entry of the end recorded last: the same entry delivered again goes at the same time.
+    public var endedBy: String?
 
     public struct Field: Equatable, Sendable {
         public var millis: Int64
@@ -48,8 +55,15 @@ public struct KeyState: Equatable, Sendable {
         /// The merged content-state would encode to this many bytes, over the event's limit:
         /// nothing was merged (the key's state is as it was). nil: merged.
         public var tooLarge: Int?
+        /// The key had ended: nothing of this event (not an end) was merged.
+        public var afterEnd = false
+        /// An end of a key that had ended already (the same end delivered again, or a corrected
+        /// one): sent again as the end, without its alert.
+        public var endAgain = false
 
-        public init(stale: Bool, changed: Bool, tooLarge: Int? = nil) { self.stale = stale; self.changed = changed; self.tooLarge = tooLarge }
+        public init(stale: Bool, changed: Bool, tooLarge: Int? = nil, afterEnd: Bool = false, endAgain: Bool = false) {
+            self.stale = stale; self.changed = changed; self.tooLarge = tooLarge; self.afterEnd = afterEnd; self.endAgain = endAgain
+        }
     }
 
     /// The event's part in a merge besides its content-state.
@@ -62,9 +76,17 @@ public struct KeyState: Equatable, Sendable {
         /// The most bytes the merged content-state may encode to (the device limit less the rest
         /// of the push); nil: no limit.
         public var stateLimit: Int?
+        /// An end merged before its settle time (`SendConfiguration.endSettle`): its fields are
+        /// taken (also after the key's end, as an end's are) but it is not yet recorded as the
+        /// key's end, nor does it move the key's newest time. `event` is nil then.
+        public var settlingEnd = false
+        /// The stream entry that carried it (`<stream>/<id>`; '' for none).
+        public var entry = ""
 
-        public init(millis: Int64, event: LiveActivityEvent?, staleAfter: String? = nil, relevance: String? = nil, stateLimit: Int? = nil) {
+        public init(millis: Int64, event: LiveActivityEvent?, staleAfter: String? = nil, relevance: String? = nil, stateLimit: Int? = nil,
+                    settlingEnd: Bool = false, entry: String = "") {
             self.millis = millis; self.event = event; self.staleAfter = staleAfter; self.relevance = relevance; self.stateLimit = stateLimit
+            self.settlingEnd = settlingEnd; self.entry = entry
         }
     }
 
@@ -77,19 +99,31 @@ public struct KeyState: Equatable, Sendable {
 
     @discardableResult
     public mutating func merge(_ e: Event, contentState: [String: JSONValue]) -> Merge {
+        let isEnd = e.event == .end
+        // An end is final: only an end's fields are taken after it.
+        if endedMillis != nil, !isEnd, !e.settlingEnd { return Merge(stale: false, changed: false, afterEnd: true) }
         var next = fields
         var changed = false
         for (key, value) in contentState where e.millis >= (next[key]?.millis ?? .min) {
             if next[key]?.value.encoded() != value.encoded() { changed = true }
             next[key] = Field(millis: e.millis, value: value)
         }
+        let older = newestMillis.map { e.millis < $0 } ?? false
+        // An end is never stale: whatever its time, it ends the key.
+        let stale = older && !isEnd
         if let limit = e.stateLimit {
             let size = Self.encodedSize(next.mapValues { $0.value.encoded() })
-            if size > limit { return Merge(stale: newestMillis.map { e.millis < $0 } ?? false, changed: false, tooLarge: size) }
+            if size > limit { return Merge(stale: stale, changed: false, tooLarge: size) }
         }
         fields = next
-        let stale = newestMillis.map { e.millis < $0 } ?? false
-        if !stale {
+        var again = false
+        if isEnd {
+            again = endedMillis != nil
+            newestMillis = Self.endMillis(e.millis, entry: e.entry, newest: newestMillis, endedMillis: endedMillis, endedBy: endedBy)
+            newestEvent = .end
+            endedMillis = newestMillis
+            endedBy = e.entry
+        } else if !older, !e.settlingEnd {
             newestMillis = e.millis
             if let event = e.event { newestEvent = event == .start ? .update : event }
         }
@@ -98,7 +132,26 @@ public struct KeyState: Equatable, Sendable {
             staleAfter = e.staleAfter
             relevance = e.relevance
         }
-        return Merge(stale: stale, changed: changed)
+        return Merge(stale: stale, changed: changed, endAgain: again)
+    }
+
+    /// The time an end is sent at: its own, unless the key has a newer (or as new) event than it
+    /// — clocks of a feed's sources disagree, or an update was processed first — then just after
+    /// the newest, so that the end is the key's newest push (a device ignores an older timestamp,
+    /// and an older fan-out yields to it). The same end delivered again keeps its time.
+    public static func endMillis(_ millis: Int64, entry: String, newest: Int64?, endedMillis: Int64?, endedBy: String?) -> Int64 {
+        if let endedMillis, !entry.isEmpty, endedBy == entry { return endedMillis }
+        guard let newest, millis <= newest else { return millis }
+        return newest + 1
+    }
+
+    /// What stays of the key once its data expired after its end: a tombstone with the end's
+    /// time, so that a late event doesn't start the key over as a new activity.
+    public func expired() -> KeyState {
+        guard let endedMillis else { return KeyState() }
+        var tomb = KeyState(newestMillis: endedMillis, newestEvent: .end)
+        tomb.endedMillis = endedMillis
+        return tomb
     }
 
     /// The content-state a push carries.
@@ -143,6 +196,12 @@ public struct MergeResult: Sendable, Equatable {
     /// The merged content-state would have been this many bytes, over the event's limit: nothing
     /// was merged, and `contentState` is the key's state as it was.
     public var tooLarge: Int?
+    /// The key had ended and this event isn't an end: nothing was merged (`contentState` is empty).
+    public var afterEnd = false
+    /// An end of a key that had ended already: sent again without its alert.
+    public var endAgain = false
+    /// When the key's end was sent (ms), if it ended. Only from `read`.
+    public var endedMillis: Int64?
 }
 
 /// The Redis side of `KeyState`: one hash per key (`<prefix>:{key}:state`), `_ts` the newest
@@ -151,14 +210,18 @@ public struct MergeResult: Sendable, Equatable {
 /// (the budget compares it with what each audience was last sent), and `_rej` the last entry
 /// refused as too large (its budget decisions are skipped: nothing spent).
 public enum KeyStateScripts {
-    /// KEYS[1] = state hash. ARGV = ms, ttl seconds, event (`update`, `end`, `-`), entry ('' for
-    /// none), state limit (bytes of the merged content-state JSON; 0: none), stale-after and
-    /// relevance ('' for none), then name/json pairs.
+    /// KEYS[1] = state hash, KEYS[2] (optional) = the key's tombstone (`RedisKeys.ended`), read
+    /// when the hash is empty. ARGV = ms, ttl seconds, event (`update`, `end`, `settling`: an end
+    /// before its settle time, `-`), entry ('' for none), state limit (bytes of the merged
+    /// content-state JSON; 0: none), stale-after and relevance ('' for none), then name/json pairs.
     /// Returns {stale 0|1, changed 0|1, newest ms, newest event, too large (bytes, 0: merged),
-    /// name1, json1, …} (the whole state, as it is after the merge).
+    /// flags (1: refused, the key ended; 2: an end of a key that had ended), name1, json1, …}
+    /// (the whole state, as it is after the merge; none when refused after the end).
     public static let merge = RedisScript("""
     local ts = tonumber(ARGV[1])
+    local kind = ARGV[3]
     local limit = tonumber(ARGV[5])
+    local function fmt(n) return string.format('%.0f', n) end
     -- Byte order, whatever Redis's locale (Lua's string < uses strcoll).
     local function before(a, b)
       local n = math.min(#a, #b)
@@ -189,6 +252,17 @@ public enum KeyStateScripts {
         meta[f] = v
       end
     end
+    -- The key's data expired after its end: its tombstone says it ended.
+    local tomb = nil
+    if #all == 0 and KEYS[2] then
+      tomb = redis.call('GET', KEYS[2])
+      if tomb then meta['_ts'], meta['_ev'], meta['_end'] = tomb, 'end', tomb end
+    end
+    local isEnd = kind == 'end'
+    -- An end is final: only an end's fields are taken after it.
+    if meta['_end'] and not isEnd and kind ~= 'settling' then
+      return {0, 0, tonumber(meta['_ts']), meta['_ev'] or '-', 0, 1}
+    end
     local changed, writes = 0, {}
     for i = 8, #ARGV, 2 do
       local name, json = ARGV[i], ARGV[i + 1]
@@ -204,15 +278,18 @@ public enum KeyStateScripts {
     for name in pairs(cur) do names[#names + 1] = name end
     table.sort(names, before)
     local newest = tonumber(meta['_ts'] or '')
-    local stale = (newest ~= nil and ts < newest) and 1 or 0
+    local older = newest ~= nil and ts < newest
+    -- An end is never stale: whatever its time, it ends the key.
+    local stale = (older and not isEnd) and 1 or 0
     if limit > 0 then
       local size = 1 + #names
       if #names == 0 then size = 2 end
       for _, name in ipairs(names) do size = size + quoted(name) + 1 + #cur[name][2] end
       if size > limit then
+        if tomb then redis.call('HSET', KEYS[1], '_ts', tomb, '_ev', 'end', '_end', tomb) end
         redis.call('HSET', KEYS[1], '_rej', ARGV[4])
         redis.call('EXPIRE', KEYS[1], ARGV[2])
-        local out = {stale, 0, newest or ts, meta['_ev'] or '-', size}
+        local out = {stale, 0, newest or ts, meta['_ev'] or '-', size, 0}
         for i = 1, #all, 2 do
           if string.sub(all[i], 1, 2) == 'f:' then
             local v = all[i + 1]
@@ -226,10 +303,22 @@ public enum KeyStateScripts {
     -- Every write in one HSET (and one HDEL): each call into Redis costs more than the Lua around it.
     local del = {}
     local function put(f, v) writes[#writes + 1] = f writes[#writes + 1] = v end
-    if stale == 0 then
+    if tomb then put('_ts', tomb) put('_ev', 'end') put('_end', tomb) end
+    local flags = 0
+    if isEnd then
+      -- Sent at its own time, or just after the key's newest (`KeyState.endMillis`).
+      local ended = tonumber(meta['_end'] or '')
+      if ended then flags = 2 end
+      local at = ts
+      if ended and ARGV[4] ~= '' and meta['_endby'] == ARGV[4] then at = ended
+      elseif newest ~= nil and ts <= newest then at = newest + 1 end
+      newest = at
+      put('_ts', fmt(at)) put('_ev', 'end') put('_end', fmt(at)) put('_endby', ARGV[4])
+      meta['_ev'] = 'end'
+    elseif not older and kind ~= 'settling' then
       newest = ts
       put('_ts', ARGV[1])
-      if ARGV[3] ~= '-' then put('_ev', ARGV[3]) meta['_ev'] = ARGV[3] end
+      if kind ~= '-' then put('_ev', kind) meta['_ev'] = kind end
     end
     local pts = tonumber(meta['_pts'] or '')
     if changed == 1 and (pts == nil or ts >= pts) then
@@ -238,7 +327,7 @@ public enum KeyStateScripts {
       if ARGV[7] == '' then del[#del + 1] = '_rel' else put('_rel', ARGV[7]) end
       meta['_stale'], meta['_rel'] = ARGV[6], ARGV[7]
     end
-    local out = {stale, changed, newest, meta['_ev'] or '-', 0}
+    local out = {stale, changed, newest or ts, meta['_ev'] or '-', 0, flags}
     local source = {}
     for _, name in ipairs(names) do
       out[#out + 1] = name
@@ -255,15 +344,16 @@ public enum KeyStateScripts {
 
     /// The merge of one event. `entry`: the stream entry that carried it (`<stream>/<id>`), named
     /// in `_rej` when it is refused as too large.
-    public static func mergeCommand(stateKey: String, _ e: KeyState.Event, entry: String, ttlSeconds: Int,
+    /// `tombstoneKey`: the key's `RedisKeys.ended`, read when its state is gone.
+    public static func mergeCommand(stateKey: String, tombstoneKey: String? = nil, _ e: KeyState.Event, entry: String, ttlSeconds: Int,
                                     contentState: [String: JSONValue]) -> RedisCommand {
-        let recorded = e.event.map { $0 == .start ? "update" : $0.rawValue } ?? "-"
+        let recorded = e.settlingEnd ? "settling" : e.event.map { $0 == .start ? "update" : $0.rawValue } ?? "-"
         var args: [any RedisArgument] = [e.millis, ttlSeconds, recorded, entry, e.stateLimit ?? 0, e.staleAfter ?? "", e.relevance ?? ""]
         for key in contentState.keys.sorted() {
             args.append(key)
             args.append(contentState[key]!.encoded())
         }
-        return .script(merge, keys: [stateKey], args: args)
+        return .script(merge, keys: [stateKey] + (tombstoneKey.map { [$0] } ?? []), args: args)
     }
 
     public static func mergeCommand(stateKey: String, millis: Int64, ttlSeconds: Int, event: LiveActivityEvent?,
@@ -275,7 +365,7 @@ public enum KeyStateScripts {
     /// the key has none.
     public static func read(_ reply: RESPValue) -> MergeResult? {
         guard let items = reply.array, !items.isEmpty else { return nil }
-        var newest: Int64?, event: LiveActivityEvent?, stale: Int64?, relevance: Double?
+        var newest: Int64?, event: LiveActivityEvent?, stale: Int64?, relevance: Double?, ended: Int64?
         var state: [String: JSONValue] = [:]
         var i = 0
         while i + 1 < items.count {
@@ -285,27 +375,29 @@ public enum KeyStateScripts {
             if name == "_ev" { event = items[i + 1].string.flatMap(LiveActivityEvent.init(rawValue:)); continue }
             if name == "_stale" { stale = items[i + 1].string.flatMap { Int64($0) }; continue }
             if name == "_rel" { relevance = items[i + 1].string.flatMap { Double($0) }; continue }
+            if name == "_end" { ended = items[i + 1].int; continue }
             guard name.hasPrefix("f:"), let value = items[i + 1].bytes, let space = value.firstIndex(of: UInt8(ascii: " ")) else { continue }
             state[String(name.dropFirst(2))] = .encoded(Array(value[(space + 1)...]))
         }
         guard let newest else { return nil }
         return MergeResult(stale: false, changed: false, newestEvent: event, contentState: state, newestMillis: newest,
-                           staleAfterSeconds: stale, relevanceScore: relevance)
+                           staleAfterSeconds: stale, relevanceScore: relevance, endedMillis: ended)
     }
 
     public static func parse(_ reply: RESPValue) throws -> MergeResult {
         if let e = reply.errorMessage { throw RedisError(.server, "key state merge: \(e)") }
-        guard let items = reply.array, items.count >= 5, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int,
-              let tooLarge = items[4].int else {
+        guard let items = reply.array, items.count >= 6, let stale = items[0].int, let changed = items[1].int, let newest = items[2].int,
+              let tooLarge = items[4].int, let flags = items[5].int else {
             throw RedisError(.unexpectedReply, "key state merge: unexpected reply")
         }
         var state: [String: JSONValue] = [:]
-        var i = 5
+        var i = 6
         while i + 1 < items.count {
             if let name = items[i].string, let json = items[i + 1].bytes { state[name] = .encoded(json) }
             i += 2
         }
         return MergeResult(stale: stale == 1, changed: changed == 1, newestEvent: items[3].string.flatMap(LiveActivityEvent.init(rawValue:)),
-                           contentState: state, newestMillis: newest, tooLarge: tooLarge > 0 ? Int(tooLarge) : nil)
+                           contentState: state, newestMillis: newest, tooLarge: tooLarge > 0 ? Int(tooLarge) : nil,
+                           afterEnd: flags == 1, endAgain: flags == 2)
     }
 }

@@ -190,15 +190,33 @@ public final class Sender: SendRole {
             return .outcome(.done(SendSummary()))
         }
         var plan = original
-        let first = try await firstRoundTrip(plan, entry: entry, redelivered: redelivered)
+        var first = try await firstRoundTrip(plan, entry: entry, redelivered: redelivered)
         var merged = first.merged
+        if merged.tooLarge != nil, let fitted = try await fitted(&plan, merged, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)) {
+            // Merged with its free text trimmed: its decisions in the first round trip were
+            // skipped (the merge refused it then), so they are made afresh.
+            merged = fitted
+            first.decided = []
+        }
         if let size = merged.tooLarge {
             return .outcome(.rejected("the key's content-state with this event's would be \(size) bytes, over the \(stateLimit(plan)) a push of this "
                                       + "event has room for (Apple's limit is \(PayloadLimits.device)); the key's state is left as it was and nothing was sent"))
         }
+        if merged.afterEnd {
+            // The key ended: a device ignores pushes to an ended activity, so nothing goes out.
+            stats.afterEnd.add(1, ordering: .relaxed)
+            logger.info("an event after its key's end: not sent", metadata: [
+                "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "ended": "\(merged.newestMillis)",
+            ])
+            // Its round trip put the key back in the index of live keys: it isn't.
+            _ = try await redis.send(RedisCommand("ZREM", keys.keysIndex, plan.key.description)).orThrow("unindexing \(plan.key)")
+            var summary = SendSummary()
+            summary.stale = true
+            return .outcome(.done(summary))
+        }
         let (known, prior, decided, directEmpty) = (first.channels, first.prior, first.decided, first.directEmpty)
         var summary = SendSummary()
-        if merged.stale {
+        if merged.stale, plan.event != .end {
             if plan.event == .start, merged.newestEvent != .end {
                 // A start processed after a newer event of its key (another worker was faster): the
                 // followers still get their start, with the whole state as of the newest event.
@@ -217,14 +235,27 @@ public final class Sender: SendRole {
         }
         guard let event = plan.event else { return .outcome(.done(summary)) }
         // The settle is for the first delivery: a redelivered end whose fan-out began has nothing to wait for.
-        if event == .end, configuration.endSettle > .zero, prior.left == nil {
-            try await Task.sleep(for: configuration.endSettle)
-            // The same merge again (idempotent): the state now has what other workers merged meanwhile.
+        if event == .end, configuration.endSettle > .zero {
+            if prior.left == nil { try await Task.sleep(for: configuration.endSettle) }
+            // The same merge again (idempotent), now recorded as the key's end: the state has what
+            // other workers merged meanwhile.
             merged = try KeyStateScripts.parse(try await redis.send(mergeCommand(plan, entry: entry, recordEvent: true)))
+            if merged.tooLarge != nil, let fitted = try await fitted(&plan, merged, entry: entry, recordEvent: true) { merged = fitted }
             if let size = merged.tooLarge {
                 return .outcome(.rejected("the key's content-state with this end's would be \(size) bytes, over the \(stateLimit(plan)) its push has "
                                           + "room for; the key's state is left as it was and nothing was sent"))
             }
+        }
+        if event == .end {
+            // An end is final, whatever its time: it goes out as the key's newest push
+            // (`KeyState.endMillis`), and an end sent again carries no alert.
+            if merged.newestMillis != plan.timestampMillis {
+                logger.info("an end not newer than its key's newest event: sent just after it", metadata: [
+                    "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "at": "\(merged.newestMillis)",
+                ])
+            }
+            plan.timestampMillis = merged.newestMillis
+            if merged.endAgain { plan.alert = nil }
         }
 
         switch event {
@@ -308,14 +339,33 @@ public final class Sender: SendRole {
                                         redelivered: redelivered)
     }
 
+    /// A merge refused as too large, tried again with the event's free text for people trimmed
+    /// (the longest first) by what it was over (`FreeText.fit`): a name never costs a score. nil
+    /// when the event has no free text to shed, or when even trimmed it doesn't fit.
+    private func fitted(_ plan: inout Plan, _ refused: MergeResult, entry: String, recordEvent: Bool) async throws -> MergeResult? {
+        guard let size = refused.tooLarge, !plan.freeText.isEmpty,
+              let state = FreeText.fit(plan.contentState, freeText: plan.freeText, shedding: size - stateLimit(plan)) else { return nil }
+        var trimmed = plan
+        trimmed.contentState = state
+        let merged = try KeyStateScripts.parse(try await redis.send(mergeCommand(trimmed, entry: entry, recordEvent: recordEvent)))
+        guard merged.tooLarge == nil else { return nil }
+        stats.textTrimmedToFit.add(1, ordering: .relaxed)
+        logger.info("free text trimmed so that the key's state fits a push", metadata: [
+            "key": "\(plan.key)", "entry": "\(entry)", "was": "\(size)", "limit": "\(stateLimit(plan))",
+        ])
+        plan = trimmed
+        return merged
+    }
+
     /// The merge of `plan` into its key's state (`KeyStateScripts.merge`). `recordEvent` false:
     /// an end before its settle time, merged but not yet recorded as the key's newest event.
     func mergeCommand(_ plan: Plan, entry: String, recordEvent: Bool) -> RedisCommand {
-        let event = KeyState.Event(millis: plan.timestampMillis, event: recordEvent ? plan.event : nil,
+        let settling = !recordEvent && plan.event == .end
+        let event = KeyState.Event(millis: plan.timestampMillis, event: settling ? nil : plan.event,
                                    staleAfter: plan.staleAfterSeconds.map { String($0) }, relevance: plan.relevanceScore.map { String($0) },
-                                   stateLimit: stateLimit(plan))
-        return KeyStateScripts.mergeCommand(stateKey: keys.state(plan.key), event, entry: entry, ttlSeconds: configuration.stateTTLSeconds,
-                                            contentState: plan.contentState)
+                                   stateLimit: stateLimit(plan), settlingEnd: settling, entry: entry)
+        return KeyStateScripts.mergeCommand(stateKey: keys.state(plan.key), tombstoneKey: keys.ended(plan.key), event, entry: entry,
+                                            ttlSeconds: configuration.stateTTLSeconds, contentState: plan.contentState)
     }
 
     /// The most bytes the key's content-state may take in `plan`'s pushes: Apple's device limit
@@ -417,11 +467,11 @@ public final class Sender: SendRole {
         // it is answered): the state goes again without its alert.
         let cb = cp == 10 && !redelivered ? bytes : a.bytes5
         if priorities.anyTokens, !channelsLive.isEmpty {
-            a.broadcasting = Task { try await self.broadcast(plan, cb, priority: cp, channels: channelsLive) }
+            a.broadcasting = Task { [bytes5 = a.bytes5] in try await self.broadcast(plan, cb, quiet: bytes5, priority: cp, channels: channelsLive) }
             a.live = channelsLive.map(\.0)
             return a
         }
-        a.live = try await broadcast(plan, cb, priority: cp, channels: channelsLive)
+        a.live = try await broadcast(plan, cb, quiet: a.bytes5, priority: cp, channels: channelsLive)
         summary.broadcasts += a.live.count
         if nobody, a.live.count < channelsLive.count {
             // Every device was on a channel, and one channel's broadcast failed: its devices get
@@ -539,6 +589,9 @@ public final class Sender: SendRole {
         try await channels.scheduleDeletion(plan.key, atMillis: plan.timestampMillis + window * 1000)
         let keep = Int(window) + 600
         _ = try await redis.pipeline([
+            // The tombstone outlives the key's data by `ttl.activity_s`: a late event then finds
+            // the key ended instead of starting it over.
+            RedisCommand("SET", keys.ended(plan.key), plan.timestampMillis, "EX", keep + configuration.stateTTLSeconds),
             RedisCommand("ZREM", keys.keysIndex, plan.key.description),
             RedisCommand("EXPIRE", keys.tokens(plan.key), keep),
             RedisCommand("EXPIRE", keys.meta(plan.key), keep),

@@ -119,12 +119,27 @@ struct TokenBatches: SendRole {
             let sent = split ? pending.filter { !$0.unsure } + pending.filter(\.unsure) : pending
             let sure = split ? sent.prefix { !$0.unsure }.count : sent.count
             var results = sure == 0 ? [] : try await sendAdmitted(client, bytes, sent[..<sure].map(\.row.token), priority: priority)
-            if sure < sent.count, let quiet { results += try await sendAdmitted(client, quiet, sent[sure...].map(\.row.token), priority: priority) }
+            if sure < sent.count, let quiet {
+                stats.quietResends.add(sent.count - sure, ordering: .relaxed)
+                results += try await sendAdmitted(client, quiet, sent[sure...].map(\.row.token), priority: priority)
+            }
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
             stats.count(kind, results, priority: priority)
             let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil)
             try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
-            let retry = answers.retry
+            var retry = answers.retry
+            if kind == .start, retry.contains(where: \.unsure) {
+                // A start that got no answer may have started the activity: never sent again (a
+                // second start is a second activity on the device). The device counts as started,
+                // so a redelivery of the entry doesn't start it either.
+                let unknown = retry.filter(\.unsure)
+                retry.removeAll(where: \.unsure)
+                stats.startsUnknownFate.add(unknown.count, ordering: .relaxed)
+                logger.warning("push-to-start without an answer: not sent again", metadata: [
+                    "key": "\(plan.key)", "entry": "\(entry)", "starts": "\(unknown.count)", "reason": "\(unknown[0].reason)",
+                ])
+                if let onDelivered { try await onDelivered(unknown.map(\.row)) }
+            }
             attempt += 1
             // Every token failed, for APNs's outage: the attempts say nothing about them.
             func outage() async -> Bool { answers.allFailed ? await watch.isOutage(unusable: answers.unusable) : false }

@@ -147,6 +147,7 @@ public enum SettingsLoader {
         ("limits.max_fields", "64"),
         ("limits.max_value_bytes", "1024"),
         ("limits.max_entry_bytes", "8192"),
+        ("limits.max_text_bytes", "256"),
         ("limits.max_future_ms", "300000"),
         ("ttl.activity_s", "43200"),
         ("ttl.device_s", "7776000"),
@@ -417,6 +418,7 @@ public enum SettingsLoader {
         limits.maxFields = try int("limits.max_fields", 64, 2...4096)
         limits.maxValueBytes = try int("limits.max_value_bytes", 1024, 16...(1 << 20))
         limits.maxEntryBytes = try int("limits.max_entry_bytes", 8192, 64...(16 << 20))
+        limits.maxTextBytes = try int("limits.max_text_bytes", 256, 16...(1 << 20))
 
         let level = string("log.level", "info")
         guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {

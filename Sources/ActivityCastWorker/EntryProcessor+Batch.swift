@@ -80,6 +80,9 @@ extension EntryProcessor {
             raw.reserveCapacity(fields.count / 2)
             var i = 0
             while i + 1 < fields.count { raw.append(RawField(name: fields[i], value: fields[i + 1])); i += 2 }
+            // Free text for people is repaired, not refused: a bad name never costs a score.
+            let repairs = FreeText.repair(&raw, maxBytes: decoder.limits.maxTextBytes)
+            if !repairs.isEmpty { noteRepairs(repairs, entry: "\(feed.stream)/\(entry.id)") }
             switch decoder.decode(kind: feed.kind, fields: raw) {
             case .failure(let error): return .deadLetter(error.reason, copyFields: true)
             case .success(let decoded):
@@ -87,6 +90,14 @@ extension EntryProcessor {
                 return handle(decoded, fields: raw, entryID: entry.id, stream: feed.stream)
             }
         }
+    }
+
+    /// Counts and logs the free text repaired in one entry.
+    func noteRepairs(_ repairs: [FreeText.Repaired], entry: String) {
+        stats.textRepaired.withLock { counts in for r in repairs { for reason in r.repairs { counts[reason, default: 0] += 1 } } }
+        logger.info("free text repaired", metadata: [
+            "entry": "\(entry)", "repaired": "\(repairs.map { "\($0.field): \($0.repairs.map(\.rawValue).joined(separator: "+"))" }.joined(separator: ", "))",
+        ])
     }
 
     /// Every entry's first commands and every dead letter in one pipeline, then the writes that

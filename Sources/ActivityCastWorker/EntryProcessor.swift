@@ -203,7 +203,9 @@ struct EntryProcessor: Sendable {
             let plan: Plan
             switch routes.plan(entry: decoded, fields: fields) {
             case .success(nil): return .ack  // routed to nothing
-            case .success(let p?): plan = p
+            case .success(var p?):
+                p.freeText = FreeText.values(of: fields)
+                plan = p
             case .failure(let error): return .deadLetter("route: \(error.description)", copyFields: true)
             }
             stats.plans.add(1, ordering: .relaxed)

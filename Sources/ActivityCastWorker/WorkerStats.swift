@@ -1,3 +1,4 @@
+import ActivityCastCore
 import ActivityCastSend
 import Logging
 import Synchronization
@@ -6,6 +7,8 @@ import Synchronization
 /// exported as metrics (`/metrics`, docs/operations.md).
 public final class WorkerStats: Sendable {
     let plans = Atomic<Int>(0)
+    /// Free-text values repaired (`FreeText.Repair`), by reason.
+    let textRepaired = Mutex<[FreeText.Repair: Int]>([:])
     /// How entries ended, per stream the worker was made with (its input streams and the slices
     /// stream: every stream it reads). Fixed at init, so a lookup takes no lock; the totals are
     /// their sums.
@@ -85,6 +88,9 @@ extension WorkerStats.Snapshot {
         metadata["sends_failed"] = "\(sends.failedTokens.load(ordering: .relaxed))"
         metadata["channel_fallbacks"] = "\(sends.channelFallbacks.load(ordering: .relaxed))"
         metadata["events_stale"] = "\(sends.stale.load(ordering: .relaxed))"
+        metadata["events_after_end"] = "\(sends.afterEnd.load(ordering: .relaxed))"
+        metadata["resent_quietly"] = "\(sends.quietResends.load(ordering: .relaxed))"
+        metadata["starts_unknown_fate"] = "\(sends.startsUnknownFate.load(ordering: .relaxed))"
         metadata["fanouts"] = "\(sends.fanouts.load(ordering: .relaxed))"
         metadata["slices_finished"] = "\(sends.slicesFinished.load(ordering: .relaxed))"
         metadata["slices_superseded"] = "\(sends.slicesSuperseded.load(ordering: .relaxed))"

@@ -43,6 +43,8 @@ struct SandboxCommand: AsyncParsableCommand {
     @Option(help: "Fraction answered 503 ServiceUnavailable.") var fault503 = 0.0
     @Option(help: "Send GOAWAY after this many streams on a connection.") var goawayAfter: Int?
     @Option(help: "Fraction of requests that reset the connection instead of answering.") var resetRate = 0.0
+    @Option(help: "Fraction of requests processed as usual (an accepted push is shown) whose answer is then lost: the connection resets.")
+    var lostAnswerRate = 0.0
     @Option(help: "Fraction of responses delayed by --slow-ms.") var slowRate = 0.0
     @Option var slowMs: Int64 = 1000
     @Option(help: "Kind of request the per-request faults above apply to: device, broadcast or channels (repeatable; default: all).")
@@ -101,7 +103,8 @@ struct SandboxCommand: AsyncParsableCommand {
             for kid in keys.keys { restrictions[kid] = .init(environment: limited) }
         }
         var faults = SandboxFaults(tooManyRequestsRate: fault429, internalErrorRate: fault500, unavailableRate: fault503,
-                                   slowResponseRate: slowRate, slowResponseDelayMillis: slowMs, goAwayAfterStreams: goawayAfter, resetRate: resetRate)
+                                   slowResponseRate: slowRate, slowResponseDelayMillis: slowMs, goAwayAfterStreams: goawayAfter, resetRate: resetRate,
+                                   lostAnswerRate: lostAnswerRate)
         for kind in faultsOnly {
             guard let k = SandboxFaults.RequestKind(rawValue: kind) else { throw ValidationError("--faults-only is device, broadcast or channels, got '\(kind)'") }
             faults.only.insert(k)

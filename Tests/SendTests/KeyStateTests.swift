@@ -26,9 +26,58 @@ import TestSupport
         #expect(other.newestEvent == .update)
     }
 
-    /// Random events of one key applied in random orders, with presentations and state limits:
-    /// the script's answers, final state and signature equal the model's, and every order ends in
-    /// the same state.
+    /// An end is final, whatever order it comes in and whatever its time: it is never stale, it
+    /// goes out as the key's newest push carrying the newest merged state, and after it only ends
+    /// are merged. The cases of issue 40: a feed whose sources' clocks disagree, and a correction
+    /// processed while the end waited for its settle time.
+    @Test func anEndIsFinalWhateverItsTime() {
+        // Clock skew: the score at T+5000, then full time stamped T+4000.
+        var skew = KeyState()
+        skew.merge(KeyState.Event(millis: 5000, event: .update, entry: "s/1-0"), contentState: ["homeScore": 2, "awayScore": 0, "clock": "89'"])
+        let end = skew.merge(KeyState.Event(millis: 4000, event: .end, entry: "s/2-0"), contentState: ["period": "full_time", "clock": "90'"])
+        #expect(end == .init(stale: false, changed: true))
+        #expect(skew.newestEvent == .end && skew.endedMillis == 5001 && skew.newestMillis == 5001)
+        // The end's own fields are merged as any event's: its `period`; the newer clock stays.
+        #expect(skew.contentState == ["homeScore": 2, "awayScore": 0, "clock": "89'", "period": "full_time"])
+        // After the end: an update is refused, nothing merged.
+        let before = skew
+        #expect(skew.merge(KeyState.Event(millis: 9000, event: .update, entry: "s/3-0"), contentState: ["homeScore": 3]) == .init(stale: false, changed: false, afterEnd: true))
+        #expect(skew.merge(KeyState.Event(millis: 9000, event: .start, entry: "s/4-0"), contentState: ["homeScore": 3]).afterEnd)
+        #expect(skew == before)
+        // The same end delivered again: the same time, and it is an end sent again (no alert).
+        #expect(skew.merge(KeyState.Event(millis: 4000, event: .end, entry: "s/2-0"), contentState: ["period": "full_time"]) == .init(stale: false, changed: false, endAgain: true))
+        #expect(skew.newestMillis == 5001)
+        // A corrected end: merged (its newer score wins), again without an alert.
+        #expect(skew.merge(KeyState.Event(millis: 6000, event: .end, entry: "s/5-0"), contentState: ["awayScore": 1]) == .init(stale: false, changed: true, endAgain: true))
+        #expect(skew.newestMillis == 6000 && skew.contentState["awayScore"] == 1)
+        // One older than the key's newest: its older score loses, and it goes just after the newest.
+        #expect(skew.merge(KeyState.Event(millis: 4500, event: .end, entry: "s/6-0"), contentState: ["awayScore": 0]) == .init(stale: false, changed: false, endAgain: true))
+        #expect(skew.newestMillis == 6001 && skew.contentState["awayScore"] == 1)
+
+        // The race: full time at T+20 merged before its settle, a correction at T+30 meanwhile,
+        // then the end recorded: it goes after the correction, carrying it.
+        var race = KeyState()
+        race.merge(KeyState.Event(millis: 10, event: .update, entry: "s/1-0"), contentState: ["homeScore": 1])
+        #expect(race.merge(KeyState.Event(millis: 20, event: nil, settlingEnd: true, entry: "s/2-0"), contentState: ["period": "full_time"]).changed)
+        #expect(race.newestMillis == 10, "a settling end doesn't move the key's newest time")
+        #expect(race.merge(KeyState.Event(millis: 30, event: .update, entry: "s/3-0"), contentState: ["homeScore": 2]) == .init(stale: false, changed: true))
+        #expect(race.merge(KeyState.Event(millis: 20, event: .end, entry: "s/2-0"), contentState: ["period": "full_time"]) == .init(stale: false, changed: false))
+        #expect(race.newestMillis == 31 && race.newestEvent == .end)
+        #expect(race.contentState == ["homeScore": 2, "period": "full_time"])
+        // A settling end after the key's end is an end: its fields are taken.
+        #expect(race.merge(KeyState.Event(millis: 40, event: nil, settlingEnd: true, entry: "s/4-0"), contentState: ["homeScore": 3]).changed)
+
+        // The key's data expired: its tombstone still says it ended.
+        var tomb = race.expired()
+        #expect(tomb.fields.isEmpty && tomb.endedMillis == 31)
+        #expect(tomb.merge(KeyState.Event(millis: 99, event: .update), contentState: ["homeScore": 0]).afterEnd)
+        #expect(KeyState().expired() == KeyState())
+    }
+
+    /// Random events of one key applied in random orders, with presentations, state limits, ends
+    /// in every position (some waiting for their settle time first, some delivered again), starts,
+    /// and the key's data expiring after its end: the script's answers, final state and signature
+    /// equal the model's, and every order of events without an end ends in the same state.
     @Test func theScriptAgreesWithTheModelOnGeneratedSequences() async throws {
         let server = try await RedisServer()
         let redis = server.connection()
@@ -36,8 +85,8 @@ import TestSupport
         var rng = SystemRandomNumberGenerator()
         // Names that need escaping too: the script sizes them as JSONValue encodes them.
         let keys = ["homeScore", "awayScore", "clock", "period", "lastEvent", "quote\"d", "tab\t", "nl\u{1}", "ls\u{2028}", "é"]
-        var refused = 0, unchangedValues = 0
-        for round in 0..<40 {
+        var refused = 0, unchangedValues = 0, afterEnd = 0, endsAgain = 0, endsMoved = 0, tombstones = 0
+        for round in 0..<60 {
             var events: [(KeyState.Event, [String: JSONValue])] = []
             for i in 0..<Int.random(in: 1...12, using: &rng) {
                 var cs: [String: JSONValue] = [:]
@@ -48,47 +97,82 @@ import TestSupport
                     default: cs[k] = .string(String(repeating: "x", count: Int.random(in: 0...120, using: &rng)))
                     }
                 }
-                let e = KeyState.Event(millis: Int64(Int.random(in: 1...8, using: &rng)) * 1000, event: Bool.random(using: &rng) ? .update : .end,
+                let kind = Int.random(in: 0..<10, using: &rng)
+                let event: LiveActivityEvent? = kind < 6 ? .update : kind < 8 ? .end : kind == 8 ? .start : nil
+                var e = KeyState.Event(millis: Int64(Int.random(in: 1...8, using: &rng)) * 1000, event: event,
                                        staleAfter: Bool.random(using: &rng) ? "1200" : nil, relevance: Bool.random(using: &rng) ? "50.0" : nil,
-                                       stateLimit: Int.random(in: 0..<4, using: &rng) == 0 ? Int.random(in: 2...400, using: &rng) : nil)
+                                       stateLimit: Int.random(in: 0..<4, using: &rng) == 0 ? Int.random(in: 2...400, using: &rng) : nil,
+                                       entry: "s/\(i)-0")
+                if event == .end, Bool.random(using: &rng) {
+                    // Merged before its settle time first, as the worker does, then recorded.
+                    var settling = e
+                    settling.event = nil
+                    settling.settlingEnd = true
+                    events.append((settling, cs))
+                }
                 events.append((e, cs))
+                // The same end delivered again later.
+                if event == .end, Int.random(in: 0..<3, using: &rng) == 0 { e.stateLimit = nil; events.append((e, cs)) }
             }
             var finals: [[String: JSONValue]] = []
             var refusedHere = false
             for order in 0..<3 {
                 let shuffled = order == 0 ? events : events.shuffled(using: &rng)
-                let stateKey = "state:\(round):\(order)"
+                let stateKey = "{k\(round):\(order)}:state", tombKey = "{k\(round):\(order)}:ended"
                 var model = KeyState()
-                for (n, (e, cs)) in shuffled.enumerated() {
+                for (e, cs) in shuffled {
+                    if model.endedMillis != nil, Int.random(in: 0..<6, using: &rng) == 0 {
+                        // The key's data expired after its end; its tombstone stays.
+                        model = model.expired()
+                        _ = try await redis.command("DEL", stateKey)
+                        _ = try await redis.command("SET", tombKey, model.endedMillis!)
+                        tombstones += 1
+                    }
+                    let was = model
                     let expected = model.merge(e, contentState: cs)
                     let got = try KeyStateScripts.parse(try await redis.send(
-                        KeyStateScripts.mergeCommand(stateKey: stateKey, e, entry: "s/\(n)-0", ttlSeconds: 60, contentState: cs)))
+                        KeyStateScripts.mergeCommand(stateKey: stateKey, tombstoneKey: tombKey, e, entry: e.entry, ttlSeconds: 60, contentState: cs)))
                     #expect(got.tooLarge == expected.tooLarge, "\(e) \(cs)")
-                    #expect(got.stale == expected.stale)
-                    #expect(got.changed == expected.changed)
-                    #expect(got.newestMillis == model.newestMillis ?? e.millis)
+                    #expect(got.stale == expected.stale, "\(e)")
+                    #expect(got.changed == expected.changed, "\(e)")
+                    #expect(got.afterEnd == expected.afterEnd, "\(e)")
+                    #expect(got.endAgain == expected.endAgain, "\(e)")
+                    #expect(got.newestMillis == model.newestMillis ?? e.millis, "\(e)")
                     #expect(got.newestEvent == model.newestEvent)
+                    if expected.afterEnd {
+                        afterEnd += 1
+                        #expect(model == was)
+                        continue
+                    }
+                    if expected.endAgain { endsAgain += 1 }
+                    if e.event == .end, expected.tooLarge == nil, model.newestMillis != e.millis { endsMoved += 1 }
                     #expect(got.contentState == model.contentState.mapValues { .encoded($0.encoded()) })
                     if expected.tooLarge != nil {
                         refused += 1
                         refusedHere = true
-                        #expect(try await redis.command("HGET", stateKey, "_rej").string == "s/\(n)-0")
+                        #expect(try await redis.command("HGET", stateKey, "_rej").string == e.entry)
                     } else {
                         if !expected.changed, !cs.isEmpty { unchangedValues += 1 }
                         let sig = try await redis.command("HGET", stateKey, "_sig").string
                         let sha = try await redis.command("EVAL", "return redis.sha1hex(ARGV[1])", 0, model.signatureSource).string
                         #expect(sig == sha, "\(model.signatureSource)")
+                        // A key whose only event so far is a settling end has no newest time yet.
+                        let read = KeyStateScripts.read(try await redis.command("HGETALL", stateKey))
+                        #expect(read?.endedMillis == model.endedMillis && read?.newestMillis == model.newestMillis)
                     }
                 }
                 finals.append(model.contentState)
             }
             // Ties at the same time may resolve either way, so compare only when times are distinct;
-            // what is refused as too large depends on what was merged before it.
-            if Set(events.map(\.0.millis)).count == events.count, !refusedHere {
+            // what is refused as too large depends on what was merged before it, and what an end
+            // refuses after it on the order.
+            if Set(events.map(\.0.millis)).count == events.count, !refusedHere, !events.contains(where: { $0.0.event == .end }) {
                 #expect(finals.allSatisfy { $0 == finals[0] })
             }
         }
         #expect(refused > 0 && unchangedValues > 0, "refused \(refused), unchanged \(unchangedValues)")
+        #expect(afterEnd > 0 && endsAgain > 0 && endsMoved > 0 && tombstones > 0,
+                "after the end \(afterEnd), ends again \(endsAgain), ends moved \(endsMoved), tombstones \(tombstones)")
     }
 
     /// The content-state's size as the merge counts it is the size of what a push carries.

@@ -7,6 +7,8 @@ struct Effects: Sendable {
     var delay: Duration?
     var fault = Fault.none
     var maxConcurrentStreams: Int?
+    /// The request is processed, then the connection reset instead of answering it (`lostAnswerRate`).
+    var loseAnswer = false
 }
 
 /// What a locked step decided.

@@ -175,6 +175,7 @@ struct SandboxStore {
             effects.fault = .reset
             return Outcome(status: 0)
         }
+        if faults.lostAnswerRate > 0, rng.nextUnit() < faults.lostAnswerRate { effects.loseAnswer = true }
         var fault: APNsReason?
         let r429 = faults.tooManyRequestsRate, r500 = faults.internalErrorRate, r503 = faults.unavailableRate
         if r429 + r500 + r503 > 0 {
@@ -225,6 +226,10 @@ struct SandboxStore {
     @inline(__always) mutating func finish(_ o: consuming Outcome, effects: Effects) -> Locked {
         o.effects = effects
         if effects.fault != .reset { countStatus(o.status) }
+        if effects.loseAnswer {
+            counters.faultsInjected += 1
+            counters.answersLost += 1
+        }
         if let reason = o.reason {
             counters.rejected += 1
             counters.byReason[reason.rawValue, default: 0] += 1

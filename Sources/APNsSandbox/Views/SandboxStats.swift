@@ -22,6 +22,8 @@ public struct SandboxStats: Sendable, Equatable {
     public var faultsInjected = 0
     public var slowResponses = 0
     public var connectionResets = 0
+    /// Requests processed whose answer was then lost (`lostAnswerRate`): counted in `byStatus` too.
+    public var answersLost = 0
     public var goAways = 0
     public var channelsCreated = 0
     public var channelsDeleted = 0
@@ -47,7 +49,7 @@ public struct SandboxStats: Sendable, Equatable {
             "byReason": .object(byReason.mapValues { .int(Int64($0)) }),
             "byStatus": .object(Dictionary(uniqueKeysWithValues: byStatus.map { (String($0.key), JSONValue.int(Int64($0.value))) })),
             "faultsInjected": .int(Int64(faultsInjected)), "slowResponses": .int(Int64(slowResponses)),
-            "connectionResets": .int(Int64(connectionResets)), "goAways": .int(Int64(goAways)),
+            "connectionResets": .int(Int64(connectionResets)), "answersLost": .int(Int64(answersLost)), "goAways": .int(Int64(goAways)),
             "channelsCreated": .int(Int64(channelsCreated)), "channelsDeleted": .int(Int64(channelsDeleted)),
             "notDisplayed": .int(Int64(notDisplayed)), "overBudget": .int(Int64(overBudget)),
             "repeatedStates": .int(Int64(repeatedStates)), "repeatedAlerts": .int(Int64(repeatedAlerts)),

@@ -1,4 +1,5 @@
 import APNs
+import ActivityCastCore
 import ActivityCastSend
 import CoreMetrics
 import Prometheus
@@ -96,6 +97,10 @@ final class WorkerMetrics: Sendable {
         /// Streams: how entries ended, and the group's view.
         mutating func streams(_ worker: Worker, _ inputs: Inputs) {
             let stats = worker.stats
+            let repaired = stats.textRepaired.withLock { $0 }
+            for reason in FreeText.Repair.allCases {
+                counter("activitycast_text_repaired_total", [("reason", reason.rawValue)], repaired[reason] ?? 0)
+            }
             for (stream, c) in stats.streams.sorted(by: { $0.key < $1.key }) {
                 counter("activitycast_stream_entries_read_total", [("stream", stream)], c.read.load(ordering: .relaxed))
                 for (outcome, n) in c.byOutcome {
@@ -145,6 +150,10 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_send_failures_total", [], sends.failedTokens.load(ordering: .relaxed))
             counter("activitycast_channel_fallbacks_total", [], sends.channelFallbacks.load(ordering: .relaxed))
             counter("activitycast_events_stale_total", [], sends.stale.load(ordering: .relaxed))
+            counter("activitycast_events_after_end_total", [], sends.afterEnd.load(ordering: .relaxed))
+            counter("activitycast_text_trimmed_to_fit_total", [], sends.textTrimmedToFit.load(ordering: .relaxed))
+            counter("activitycast_pushes_resent_quietly_total", [], sends.quietResends.load(ordering: .relaxed))
+            counter("activitycast_starts_unknown_fate_total", [], sends.startsUnknownFate.load(ordering: .relaxed))
             counter("activitycast_starts_over_budget_total", [], sends.startsOverBudget.load(ordering: .relaxed))
             counter("activitycast_rate_guard_waits_total", [], sends.rateWaits.load(ordering: .relaxed))
         }
@@ -158,6 +167,7 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_apns_connects_total", [], sum(\.connects))
             counter("activitycast_apns_connections_lost_total", [], sum(\.connectionsLost))
             counter("activitycast_apns_goaways_total", [], sum(\.goAways))
+            counter("activitycast_apns_unknown_fate_total", [], sum(\.unknownFate))
             counter("activitycast_apns_request_timeouts_total", [], sum(\.timeouts))
             counter("activitycast_apns_requests_retried_total", [], sum(\.retried))
             counter("activitycast_apns_provider_token_refreshes_total", [], sum(\.tokenRefreshes))
