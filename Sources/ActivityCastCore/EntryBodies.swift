@@ -78,7 +78,7 @@ extension FieldReader {
         switch type {
         case .activityToken:
             return .activityToken(device: device, key: try activityKey(), activity: try identifier(.activity),
-                                  token: try token(), settings: try settings())
+                                  token: try token(), settings: try settings(), stateMillis: try optionalMillis(.stateTs))
         case .startToken:
             return .startToken(device: device, activityType: try activityType(), token: try token(),
                                settings: try settings())

@@ -68,7 +68,7 @@ extension Field {
     var valueKind: EntrySchema.ValueKind {
         switch self {
         case .type, .competition, .clock, .player, .reason, .headsign, .vehicle, .stopName, .message: .text
-        case .ts, .kickoff, .eta: .millis
+        case .ts, .kickoff, .eta, .stateTs: .millis
         case .match, .home, .away, .trip, .route, .nextStop, .stop, .device, .activity: .identifier
         case .homeScore, .awayScore: .integer(0...999)
         case .delay: .integer(-FieldReader.maxDelaySeconds...FieldReader.maxDelaySeconds)

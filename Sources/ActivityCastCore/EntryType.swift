@@ -94,7 +94,8 @@ enum EntryType: UInt8, CaseIterable, Sendable {
         case .tripEnded: []
         case .tripCancelled: [.reason]
         case .tripDisruption: [.route, .trip, .severity]
-        case .activityToken, .startToken, .device: [.env, .tier, .broadcast]
+        case .activityToken: [.env, .tier, .broadcast, .stateTs]
+        case .startToken, .device: [.env, .tier, .broadcast]
         case .follow, .unfollow: []
         case .unregister: [.key, .activity]
         }

@@ -84,7 +84,8 @@ public struct DeviceSettings: Equatable, Sendable {
 
 public enum Registration: Equatable, Sendable {
     /// `token` is lowercase hex.
-    case activityToken(device: String, key: ActivityKey, activity: String, token: String, settings: DeviceSettings)
+    /// `stateMillis`: the `ts` of the state the activity shows (`state_ts`), when the app says.
+    case activityToken(device: String, key: ActivityKey, activity: String, token: String, settings: DeviceSettings, stateMillis: Int64? = nil)
     case startToken(device: String, activityType: String, token: String, settings: DeviceSettings)
     case follow(device: String, target: FollowTarget)
     case unfollow(device: String, target: FollowTarget)

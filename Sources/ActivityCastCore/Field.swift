@@ -9,7 +9,7 @@ enum Field: UInt8, CaseIterable, Sendable {
     // Transit.
     case trip, route, headsign, vehicle, lat, lon, nextStop, stop, eta, delay, stopName, message, severity
     // Registrations.
-    case device, key, activity, activityType, token, env, tier, broadcast, target
+    case device, key, activity, activityType, token, env, tier, broadcast, target, stateTs
 
     /// The name on the wire (one table, `staticName`, serves both).
     var name: String { staticName.withUTF8Buffer { String(decoding: $0, as: UTF8.self) } }
@@ -55,6 +55,7 @@ enum Field: UInt8, CaseIterable, Sendable {
         case .tier: "tier"
         case .broadcast: "broadcast"
         case .target: "target"
+        case .stateTs: "state_ts"
         }
     }
 
@@ -77,7 +78,7 @@ enum Field: UInt8, CaseIterable, Sendable {
             return hit(.period) ? .period : hit(.moment) ? .moment : hit(.player) ? .player
                 : hit(.reason) ? .reason : hit(.device) ? .device : hit(.target) ? .target : nil
         case 7: return hit(.kickoff) ? .kickoff : hit(.vehicle) ? .vehicle : hit(.message) ? .message : nil
-        case 8: return hit(.headsign) ? .headsign : hit(.severity) ? .severity : hit(.activity) ? .activity : nil
+        case 8: return hit(.headsign) ? .headsign : hit(.severity) ? .severity : hit(.activity) ? .activity : hit(.stateTs) ? .stateTs : nil
         case 9: return hit(.nextStop) ? .nextStop : hit(.stopName) ? .stopName : hit(.broadcast) ? .broadcast : nil
         case 10: return hit(.homeScore) ? .homeScore : hit(.awayScore) ? .awayScore : nil
         case 11: return hit(.competition) ? .competition : nil

@@ -26,6 +26,8 @@ extension EntryProcessor {
         var records: [String] = []
         /// Written in the acknowledgement's pipeline, before the XACK (`SendSummary.beforeAcknowledgement`).
         var beforeAck: [RedisCommand] = []
+        /// Activity tokens whose registration was accepted: caught up with their key's state.
+        var catchUps: [CatchUp] = []
     }
 
     /// `counted`: a redelivered batch's attempts, counted before anything is done (so an entry
@@ -36,6 +38,8 @@ extension EntryProcessor {
         let attempts = counted ?? Attempts()
         let work = planBatch(feed: feed, entries: entries, attempts: attempts)
         var carried = try await applyEffects(feed: feed, entries: entries, work: work, attempts: attempts)
+        // Late tokens get their key's state now, not at its next event (which may be 20 minutes away).
+        if let sender, !carried.catchUps.isEmpty { _ = await sender.catchUp(carried.catchUps) }
         if let sender {
             try await sendPlans(feed: feed, entries: entries, work: work, attempts: attempts, redelivered: redelivered, order: order,
                                 sender: sender, carried: &carried)
@@ -131,6 +135,7 @@ extension EntryProcessor {
                 carried.deadLettered.append((entries[index], reason))
             case .effects(let e, let after):
                 if let s = e.staleIfZero, mine.count > s, mine[s] == .integer(0) { carried.stale += 1 }
+                if let c = e.catchUp, mine.first == .integer(1) { carried.catchUps.append(c) }
                 after?(mine)
                 if let next = e.second {
                     let start = second.count

@@ -1,4 +1,5 @@
 import ActivityCastCore
+import ActivityCastSend
 import RedisClient
 
 /// The Redis commands an entry causes, in up to two dependent pipelines: `first` always, then
@@ -12,6 +13,9 @@ struct EntryEffects: Sendable {
     var staleIfZero: Int? = nil
     /// Once both phases succeeded: written in the entry's acknowledgement, before its `XACK`.
     var done: [RedisCommand] = []
+    /// An activity token to catch up with its key's state once its registration was accepted
+    /// as the newest (`first[0]` answered 1).
+    var catchUp: CatchUp? = nil
 }
 
 /// Turns registrations into Redis writes following docs/schema.md's layout.
@@ -22,7 +26,8 @@ struct Registrar: Sendable {
 
     func effects(of registration: Registration, timestampMillis ts: Int64) -> EntryEffects {
         switch registration {
-        case let .activityToken(device, key, activity, token, settings):
+        case let .activityToken(device, key, activity, token, settings, stateMillis):
+            let catchUp = CatchUp(key: key, activity: activity, stateMillis: stateMillis)
             let meta = RegistrationMeta.written(device: device, settings)
             var first: [RedisCommand] = [
                 .script(RegistrationScripts.activityToken, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)],
@@ -31,13 +36,13 @@ struct Registrar: Sendable {
                 RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
             ]
             first += settingsCommand(device, ts, settings)
-            guard settings.broadcast == true else { return EntryEffects(first: first, staleIfZero: 0) }
+            guard settings.broadcast == true else { return EntryEffects(first: first, staleIfZero: 0, catchUp: catchUp) }
             // A device on broadcast: the key's next event makes its channel (none before: a key
             // nobody follows has no channel).
             let channels = keys.channels(key), ttl = activityTTLSeconds
             return EntryEffects(first: first, second: { replies in
                 replies[0] == .integer(1) ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []
-            }, staleIfZero: 0)
+            }, staleIfZero: 0, catchUp: catchUp)
 
         case let .startToken(device, activityType, token, settings):
             var first = [deviceField(device, ts, field: "start:\(activityType)", value: token)]

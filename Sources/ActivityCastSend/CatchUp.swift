@@ -1,0 +1,100 @@
+import ActivityCastCore
+import APNsCore
+import RedisClient
+
+/// An activity token registered for a key (`activity.token`), to be shown the key's current
+/// state if it hasn't seen it: an activity whose token reaches us mid-match (a push-started one
+/// whose user allowed updates late, an app opened at half time, a rotated token) would otherwise
+/// show its old state until the key's next event, which can be 20 minutes away.
+public struct CatchUp: Sendable, Equatable {
+    public var key: ActivityKey
+    public var activity: String
+    /// The `ts` of the state the activity shows (`state_ts`), when the registration says; nil:
+    /// unknown, the current state is sent once.
+    public var stateMillis: Int64?
+
+    public init(key: ActivityKey, activity: String, stateMillis: Int64?) {
+        self.key = key; self.activity = activity; self.stateMillis = stateMillis
+    }
+}
+
+/// How a round of catch-ups went.
+public struct CatchUpSummary: Sendable, Equatable {
+    /// Tokens sent the key's current state (or its end).
+    public var sent = 0
+    /// Tokens that already show it (`state_ts` no older than the key's newest event), on a live
+    /// channel (the channel's next broadcast reaches them), or of a key without a state yet.
+    public var skipped = 0
+    public var failed = 0
+}
+
+extension Sender {
+    /// Sends each newly registered token the current state of its key, at once: at priority 5,
+    /// without an alert (the moment is past), spending no budget (a half-time wave of
+    /// registrations can't drain a tier's), at the state's own time (a device that has it, or a
+    /// newer one, ignores it). A key that has ended sends its end. A device on a live channel is
+    /// not caught up per token. One read and one batch per key and environment.
+    public func catchUp(_ items: [CatchUp]) async -> CatchUpSummary {
+        var summary = CatchUpSummary()
+        var byKey: [ActivityKey: [CatchUp]] = [:]
+        for item in items { byKey[item.key, default: []].append(item) }
+        for (key, items) in byKey {
+            do {
+                try await catchUp(key, items, &summary)
+            } catch {
+                summary.failed += items.count
+                logger.warning("catching up newly registered tokens failed: they get the key's next push", metadata: [
+                    "key": "\(key)", "tokens": "\(items.count)", "error": "\(error)",
+                ])
+            }
+        }
+        if summary.sent > 0 { stats.caughtUp.add(summary.sent, ordering: .relaxed) }
+        return summary
+    }
+
+    private func catchUp(_ key: ActivityKey, _ items: [CatchUp], _ summary: inout CatchUpSummary) async throws {
+        let envs = apns.environments
+        let replies = try await redis.pipeline([
+            RedisCommand("HGETALL", keys.state(key)),
+            RedisCommand("HMGET", [keys.meta(key)] + items.map(\.activity)),
+            channels.statesCommand(key, envs),
+        ])
+        for reply in replies { _ = try reply.orThrow("catching up \(key)") }
+        guard let state = KeyStateScripts.read(replies[0]) else {
+            summary.skipped += items.count
+            return
+        }
+        let metas = replies[1].array ?? []
+        let live = try channels.states(replies[2], envs)
+        var pairs: [(activity: String, meta: [UInt8])] = []
+        for (item, meta) in zip(items, metas) {
+            if let shown = item.stateMillis, shown >= state.newestMillis { summary.skipped += 1; continue }
+            guard let bytes = meta.bytes else { summary.skipped += 1; continue }
+            pairs.append((item.activity, bytes))
+        }
+        let rows = try await tokens.tokenRows(key, pairs).filter { row in
+            if row.onBroadcast, case .live? = live[row.env] { summary.skipped += 1; return false }
+            return true
+        }
+        guard !rows.isEmpty else { return }
+        var plan = Plan(key: key, event: state.newestEvent == .end ? .end : .update, priority: .routine, timestampMillis: state.newestMillis,
+                        audience: .activity(key))
+        plan.staleAfterSeconds = state.staleAfterSeconds
+        plan.relevanceScore = state.relevanceScore
+        let bytes: [UInt8]
+        switch PushBuilder.encoded(PushBuilder.payload(plan, contentState: state.contentState), limit: PayloadLimits.device, what: "a catch-up") {
+        case .success(let b): bytes = b
+        case .failure(let rejection): throw SendFailure(rejection.description)
+        }
+        for env in Set(rows.map(\.env)).sorted(by: { $0.rawValue < $1.rawValue }) {
+            let mine = rows.filter { $0.env == env }
+            var sent = SendSummary()
+            try await tokens.sendBatch(plan, bytes, quiet: bytes, priority: 5, env: env, rows: mine, kind: .token, entry: "", summary: &sent)
+            summary.sent += sent.tokens
+            summary.failed += sent.failed
+        }
+        logger.info("caught up newly registered tokens", metadata: [
+            "key": "\(key)", "tokens": "\(rows.count)", "event": "\(plan.event!.rawValue)", "state_ms": "\(state.newestMillis)",
+        ])
+    }
+}
