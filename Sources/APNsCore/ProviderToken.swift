@@ -46,15 +46,24 @@ public final class ProviderTokenSigner: Sendable, CustomStringConvertible {
     }
 
     /// Loads the `.p8` key from a file path, or from PEM text (an environment variable).
-    public static func load(pemFile: String?, pem: String?, identity: ProviderIdentity) throws -> ProviderTokenSigner {
-        do {
-            if let pem, !pem.isEmpty { return ProviderTokenSigner(key: try ES256PrivateKey(pem: pem), identity: identity) }
-            if let pemFile { return ProviderTokenSigner(key: try ES256PrivateKey(pemFile: pemFile), identity: identity) }
-        } catch {
-            // The OpenSSL error names the failure, never the key's bytes.
-            throw ProviderIdentity.Invalid(description: "cannot load the APNs signing key\(pemFile.map { " from \($0)" } ?? ""): \(error)")
+    /// The signer of the key in `pem` (its PEM text), else in `pemFile`: the text wins when both
+    /// are given. An error names the one that was read, by the names of its settings (`pemSetting`,
+    /// `fileSetting`), and never the key's bytes.
+    public static func load(pemFile: String?, pem: String?, identity: ProviderIdentity,
+                            pemSetting: String = "apns.key (ACTIVITYCAST_APNS_KEY)",
+                            fileSetting: String = "apns.key_file (ACTIVITYCAST_APNS_KEY_FILE)") throws -> ProviderTokenSigner {
+        if let pem, !pem.isEmpty {
+            do { return ProviderTokenSigner(key: try ES256PrivateKey(pem: pem), identity: identity) } catch {
+                let beside = pemFile.map { "; it wins over \(fileSetting) (\($0)), which was not read" } ?? ""
+                throw ProviderIdentity.Invalid(description: "cannot load the APNs signing key from \(pemSetting), the key's PEM text\(beside): \(error)")
+            }
         }
-        throw ProviderIdentity.Invalid(description: "no APNs signing key: give a .p8 file or its PEM text")
+        if let pemFile {
+            do { return ProviderTokenSigner(key: try ES256PrivateKey(pemFile: pemFile), identity: identity) } catch {
+                throw ProviderIdentity.Invalid(description: "cannot load the APNs signing key from \(fileSetting) (\(pemFile)): \(error)")
+            }
+        }
+        throw ProviderIdentity.Invalid(description: "no APNs signing key: give a .p8 file (\(fileSetting)) or its PEM text (\(pemSetting))")
     }
 
     public func token(issuedAt: Int64) throws -> ProviderToken {

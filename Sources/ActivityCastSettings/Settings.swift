@@ -600,8 +600,11 @@ public struct APNsSettings: Sendable {
     public static let sandboxTeamID = "SANDBOXTM1"
     public static let sandboxKeyID = "SANDBOXK01"
 
-    static func build(string: (String) -> String?, wrong: (String, String) -> SettingsError,
+    static func build(string given: (String) -> String?, wrong: (String, String) -> SettingsError,
                       int: (String, Int, ClosedRange<Int>) throws -> Int) throws -> APNsSettings {
+        // An empty value is no value: `ACTIVITYCAST_APNS_CA_FILE=` leaves the CA file unset
+        // rather than naming the path ''.
+        func string(_ key: String) -> String? { given(key).flatMap { $0.isEmpty ? nil : $0 } }
         let dir = string("sandbox.dir") ?? ".activitycast/sandbox"
         let listen = string("sandbox.listen") ?? "127.0.0.1:2197"
         let endpoint = string("apns.endpoint") ?? "sandbox"

@@ -45,8 +45,10 @@ public final class Socket {
         var list: UnsafeMutablePointer<addrinfo>?
         let rc = getaddrinfo(passive && host.isEmpty ? nil : host, String(port), &hints, &list)
         guard rc == 0, let first = list else {
+            // A name that doesn't resolve says so, in the resolver's words, not as "no route".
             let text = rc == 0 ? "no addresses" : String(cString: gai_strerror(rc))
-            throw StreamError.system(SystemError("getaddrinfo", errno: passive ? EADDRNOTAVAIL : EHOSTUNREACH, context: "\(host): \(text)"))
+            throw StreamError.system(SystemError("getaddrinfo", errno: passive ? EADDRNOTAVAIL : EHOSTUNREACH, context: host,
+                                                 reason: "cannot resolve '\(host)' (DNS): \(text)"))
         }
         defer { freeaddrinfo(list) }
         var lastError = none

@@ -9,15 +9,18 @@ public struct SystemError: Error, CustomStringConvertible, Sendable {
     public var call: String
     public var errno: Int32
     public var context: String
+    /// The reason in words when `errno` isn't it (a name that doesn't resolve has its own).
+    public var reason: String?
 
-    public init(_ call: String, errno: Int32, context: String = "") {
+    public init(_ call: String, errno: Int32, context: String = "", reason: String? = nil) {
         self.call = call
         self.errno = errno
         self.context = context
+        self.reason = reason
     }
 
     public var description: String {
-        let text = String(cString: strerror(errno))
+        let text = reason ?? String(cString: strerror(errno))
         return context.isEmpty ? "\(call): \(text)" : "\(call) \(context): \(text)"
     }
 }

@@ -10,8 +10,9 @@ import Synchronization
 /// `maxHeadBytes`, within `readTimeout` of being accepted), gets one response with
 /// `Content-Length` and `Connection: close`, and is closed. Unknown paths get 404, other methods
 /// on a known path 405 (`Allow: GET`), a malformed head 400, a head too large 431; a connection
-/// that doesn't finish its head in time is closed. At most `maxConnections` are open at once;
-/// more wait in the listen backlog.
+/// that doesn't finish its head in time is closed. At most `maxConnections` are open at once: one
+/// more closes the oldest that is still waiting for its head, so idle or slow clients can't keep
+/// a probe from being answered at once.
 ///
 /// Route handlers run on the server's thread: they must answer at once from state kept up to date
 /// elsewhere, never wait for I/O.
@@ -34,6 +35,8 @@ public final class OpsHTTPServer: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     /// Requests answered, by status class, for tests and the server's own metrics.
     public let requests = Atomic<Int>(0)
+    /// Connections closed before their head came, to make room for a newer one.
+    public let evicted = Atomic<Int>(0)
 
     public init(host: String, routes: [String: Handler], limits: Limits = Limits()) {
         self.host = host
@@ -99,7 +102,9 @@ public final class OpsHTTPServer: Sendable {
         var connections: [Connection] = []
         var scratch = [UInt8](repeating: 0, count: 4096)
         while !stopping.load(ordering: .relaxed) {
-            let accepting = connections.count < limits.maxConnections
+            // At the cap a new connection still comes in if an open one can make room: the oldest
+            // still waiting for its head goes (idle or slow clients never keep a probe waiting).
+            let accepting = connections.count < limits.maxConnections || connections.contains { !$0.writing }
             var interests = connections.map { PollInterest(fd: $0.socket.fd, writing: $0.writing) }
             if accepting { interests.append(PollInterest(fd: listener.fd, writing: false)) }
             // Wake at least every 200 ms to notice `stop()`, and at the nearest connection deadline.
@@ -117,7 +122,15 @@ public final class OpsHTTPServer: Sendable {
             }
             connections = open
             if accepting, ready.last == true {
-                while connections.count < limits.maxConnections, let socket = try? listener.accept() {
+                while let socket = try? listener.accept() {
+                    if connections.count >= limits.maxConnections {
+                        guard let oldest = connections.firstIndex(where: { !$0.writing }) else {
+                            socket.close()
+                            break
+                        }
+                        connections.remove(at: oldest).socket.close()
+                        evicted.add(1, ordering: .relaxed)
+                    }
                     connections.append(Connection(socket: socket, deadline: .after(limits.readTimeout)))
                 }
             }

@@ -169,3 +169,34 @@ func run(_ executable: String, _ arguments: [String]) throws {
     p.waitUntilExit()
     guard p.terminationStatus == 0 else { throw RedisServerError(description: "\(executable) \(arguments.first ?? "") exited \(p.terminationStatus)") }
 }
+
+/// A signing key that can't be loaded is named by the setting it came from (issue 40).
+@Suite struct SigningKeySourceTests {
+    @Test func aBadKeyIsNamedByItsSettingAndTheTextWinsOverTheFile() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ac-keys-\(UInt64.random(in: 0...UInt64.max))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("AuthKey_ABCDE12345.p8").path
+        try ES256PrivateKey.generate().pkcs8PEM().write(toFile: file, atomically: true, encoding: .utf8)
+        let identity = try ProviderIdentity(keyID: "ABCDE12345", teamID: "TEAM123456")
+        // A valid file alone loads.
+        _ = try ProviderTokenSigner.load(pemFile: file, pem: nil, identity: identity)
+        // Bogus text beside it: the text was read (it wins), and the error says so.
+        do {
+            _ = try ProviderTokenSigner.load(pemFile: file, pem: "bogus", identity: identity)
+            Issue.record("a bogus key loaded")
+        } catch {
+            let message = "\(error)"
+            #expect(message.contains("from apns.key (ACTIVITYCAST_APNS_KEY), the key's PEM text"), "\(message)")
+            #expect(message.contains("it wins over apns.key_file (ACTIVITYCAST_APNS_KEY_FILE) (\(file)), which was not read"), "\(message)")
+            #expect(!message.contains("bogus"), "the key's text is never shown")
+        }
+        // A bad file alone names the file's setting.
+        do {
+            _ = try ProviderTokenSigner.load(pemFile: dir.appendingPathComponent("missing.p8").path, pem: nil, identity: identity)
+            Issue.record("a missing file loaded")
+        } catch {
+            #expect("\(error)".contains("from apns.key_file (ACTIVITYCAST_APNS_KEY_FILE) ("), "\(error)")
+        }
+    }
+}

@@ -1,3 +1,4 @@
+import Foundation
 import NetIO
 import OpsHTTP
 import Testing
@@ -87,6 +88,25 @@ import Testing
         #expect(try slow.wait(forWriting: false, until: .after(.seconds(3))))
         #expect(try buffer.withUnsafeMutableBytes { try slow.read(into: $0) } == .closed)
         #expect(ContinuousClock.now - started >= .milliseconds(450))
+    }
+
+    /// 100 idle connections, more than the server keeps open (64): a probe that comes after
+    /// them is answered at once, not after the idle ones' head timeout (issue 40: 1.48 s).
+    @Test func idleConnectionsNeverKeepAProbeWaiting() throws {
+        let s = try server()
+        defer { s.stop() }
+        var idle: [Socket] = []
+        defer { for c in idle { c.close() } }
+        for _ in 0..<100 { idle.append(try Socket.connectTCP(host: "127.0.0.1", port: s.port, timeout: .seconds(2))) }
+        // Let the server take them in.
+        Thread.sleep(forTimeInterval: 0.2)
+        let started = ContinuousClock.now
+        #expect(try exchange(s.port, "GET /hello HTTP/1.1\r\n\r\n").hasSuffix("hi\n"))
+        let took = ContinuousClock.now - started
+        print("idleConnectionsNeverKeepAProbeWaiting: answered in \(took) beside 100 idle connections")
+        // Well under the 2 s head timeout the probe used to wait for (about 1 ms here).
+        #expect(took < .milliseconds(500), "\(took)")
+        #expect(s.evicted.load(ordering: .relaxed) >= 36)
     }
 
     @Test func aTakenAddressIsAnError() throws {
