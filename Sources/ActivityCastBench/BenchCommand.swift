@@ -13,7 +13,7 @@ import RedisClient
 package struct BenchCommand: AsyncParsableCommand {
     package static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges; `apns`: our client against h2load; `broadcast`: latency from XADD to the sandbox's receipt; `fanout`: per-token fan-out rate against h2load, peak RSS, Redis work per event; `priority`: priority-10 latency under a priority-5 fan-out; `budgets`: budget decisions per second; `soak`: a realistic feed for minutes, memory, RSS, latency and lag over time, PASS or FAIL.",
+        abstract: "Benchmarks. `intake`: events per second one worker reads, decodes and acknowledges; `apns`: our client against h2load; `broadcast`: latency from XADD to the sandbox's receipt; `fanout`: per-token fan-out rate against h2load, peak RSS, Redis work per event; `priority`: priority-10 latency under a priority-5 fan-out; `budgets`: budget decisions per second; `scripts`: Redis's cost of an event's two scripts; `lanes`: priority-10 latency through the APNs client with priority-5 requests queued; `soak`: a realistic feed for minutes, memory, RSS, latency and lag over time, PASS or FAIL.",
         subcommands: [IntakeBench.self, APNsBench.self, BroadcastBench.self, FanoutBench.self, PriorityBench.self, BudgetsBench.self, ScriptsBench.self,
                       LanesBench.self, SoakBench.self])
 
