@@ -576,6 +576,13 @@ public final class Worker: Sendable {
         }
     }
 
+    /// This consumer's own pending entries (those Redis refused), tried again now.
+    func retryOwnPending() async {
+        for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {
+            _ = await stop.race { await self.drainOwnPending(feed) }
+        }
+    }
+
     /// Takes over entries idle longer than the visibility timeout, from any consumer.
     func claimIdle() async {
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {

@@ -8,9 +8,17 @@ import RedisClient
 struct WorkerChores {
     var nextClaim = ContinuousClock.now
     var nextTrim = ContinuousClock.now
+    var nextRefusedRetry = ContinuousClock.now
 
     mutating func runDue(_ worker: Worker) async {
         let settings = worker.settings, stop = worker.stop
+        // While Redis refuses this worker's writes (out of memory, read-only), the entries it
+        // left pending are tried again every second, not only once the visibility timeout hands
+        // them to a claim: raising maxmemory is followed by recovery within a second or two.
+        if worker.refusal != nil, ContinuousClock.now >= nextRefusedRetry {
+            await worker.retryOwnPending()
+            nextRefusedRetry = ContinuousClock.now + .seconds(1)
+        }
         if ContinuousClock.now >= nextClaim {
             _ = await stop.race { await worker.claimIdle() }
             await worker.probeBrokenStreams()

@@ -396,9 +396,9 @@ extension OpsEndpointTests {
         let rig = try await SendingRig()
         let (server, prefix, redis) = (rig.server, rig.prefix, rig.redis)
         defer { redis.close(); withExtendedLifetime(rig) {} }
-        var env = rig.env
-        env["worker.visibility_timeout_ms"] = "1000"  // refused entries are claimed and refused again while Redis is full
-        let (w, port) = try await worker(server, env, name: "ops-oom")
+        // The default visibility timeout (30 s): the worker tries its refused entries again every
+        // second by itself while Redis is full, and recovers within seconds of room (issue 40).
+        let (w, port) = try await worker(server, rig.env, name: "ops-oom")
         defer { w.removeLogs() }
         #expect(try await eventually(timeout: .seconds(15)) { try await get(port, "/readyz").status == 200 })
         func info() async throws -> (used: Int64, max: Int64) {
@@ -472,7 +472,7 @@ extension OpsEndpointTests {
             return m["activitycast_redis_maxmemory_bytes"] == Double(full) && (m["activitycast_redis_used_memory_bytes"] ?? 0) >= 0.95 * Double(full)
         }, "\(m.filter { $0.key.hasPrefix("activitycast_redis_") })")
         #expect(m["activitycast_ready"] == 0)
-        // Batches keep being refused (claimed again every second) while it stays full: still one line.
+        // Batches keep being refused (tried again every second) while it stays full: still one line.
         let refusedBefore = sum(m, "activitycast_stream_entries_total{stream=\"\(reg)\",outcome=\"refused\"}")
         #expect(try await eventually(timeout: .seconds(20)) {
             sum(try await scrape(port), "activitycast_stream_entries_total{stream=\"\(reg)\",outcome=\"refused\"}") >= refusedBefore + 3 * 10
@@ -491,7 +491,11 @@ extension OpsEndpointTests {
 
         // Room again: the worker recovers by itself and every entry is processed.
         _ = try await redis.command("CONFIG", "SET", "maxmemory", limit + (256 << 20))
+        let roomAt = ContinuousClock.now
         #expect(try await eventually(timeout: .seconds(60)) { try await get(port, "/readyz").status == 200 })
+        let readyAfter = ContinuousClock.now - roomAt
+        print("ready again \(readyAfter) after maxmemory was raised")
+        #expect(readyAfter < .seconds(10), "ready again within seconds, not after the visibility timeout: \(readyAfter)")
         let entriesTotal = "activitycast_stream_entries_total{"
         var outcomes: [String: Double] = [:]
         #expect(try await eventually(timeout: .seconds(60)) {
