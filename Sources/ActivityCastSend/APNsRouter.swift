@@ -42,6 +42,8 @@ public final class SendStats: Sendable {
     public let stale = Atomic<Int>(0)
     /// Events of a key that had ended (not an end): not merged, not sent.
     public let afterEnd = Atomic<Int>(0)
+    /// Tokens not sent an update because their activity is past Apple's 8 hours.
+    public let tokensPastLifetime = Atomic<Int>(0)
     /// Newly registered tokens sent their key's current state (`Sender.catchUp`).
     public let caughtUp = Atomic<Int>(0)
     /// Events whose free text was trimmed so that the key's merged state fits a push.

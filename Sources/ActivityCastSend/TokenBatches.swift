@@ -108,6 +108,8 @@ struct TokenBatches: SendRole {
             summary.failed += rows.count
             return Waiting()
         }
+        // An activity past Apple's 8 hours is over on the device: its token is sent nothing more.
+        let rows = kind == .start ? rows : try await pastLifetime(rows, plan)
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
         var pending = rows.map { (row: $0, unsure: parking?.quiet($0.activity) ?? false) }
         // Tries before this one: they set the back-off (a slice's batch: its round).
@@ -159,6 +161,19 @@ struct TokenBatches: SendRole {
             }
         }
         return Waiting()
+    }
+
+    /// `rows` less the tokens registered longer ago than an activity lives
+    /// (`SendConfiguration.activityLifetimeMillis`): counted in the fleet's counters
+    /// (`tokens_past_lifetime`, shown by `inspect`) and the worker's metrics.
+    private func pastLifetime(_ rows: [TokenRow], _ plan: Plan) async throws -> [TokenRow] {
+        let oldest = Int64(Date().timeIntervalSince1970 * 1000) - configuration.activityLifetimeMillis
+        let live = rows.filter { ($0.registeredMillis ?? .max) >= oldest }
+        let past = rows.count - live.count
+        guard past > 0 else { return rows }
+        stats.tokensPastLifetime.add(past, ordering: .relaxed)
+        _ = try await redis.send(RedisCommand("HINCRBY", keys.counters, "tokens_past_lifetime", past)).orThrow("counting tokens past their lifetime")
+        return live
     }
 
     /// A token to try again: whether an earlier request for it may have reached APNs, why, and

@@ -77,6 +77,9 @@ public struct Settings: Sendable {
     /// a later one is dead-lettered, since every later event of its key would be older than it
     /// (`limits.max_future_ms`).
     public var maxFutureMillis: Int64 = 300_000
+    /// How long a Live Activity takes updates after it began (`ttl.activity_active_s`): Apple's
+    /// system ends one after 8 hours active.
+    public var activityActiveSeconds = 28_800
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
     public var logLevel: String
@@ -150,6 +153,7 @@ public enum SettingsLoader {
         ("limits.max_text_bytes", "256"),
         ("limits.max_future_ms", "300000"),
         ("ttl.activity_s", "43200"),
+        ("ttl.activity_active_s", "28800"),
         ("ttl.device_s", "7776000"),
         ("log.level", "info"),
         ("log.format", "text"),
@@ -467,6 +471,7 @@ public enum SettingsLoader {
         settings.tokenAttempts = try int("fanout.token_attempts", 16, 1...100)
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
         settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))
+        settings.activityActiveSeconds = try int("ttl.activity_active_s", 28_800, 60...(30 * 86_400))
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

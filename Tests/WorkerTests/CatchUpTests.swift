@@ -64,3 +64,25 @@ extension SendTests {
         #expect(jsonLogLines(w.stderr).filter { $0["msg"] == "caught up newly registered tokens" }.count >= 2)
     }
 }
+
+/// Apple's limits on an activity's life (issue 40): an activity ends after 8 hours active.
+extension SendTests {
+    /// A token registered nine hours ago is past its activity's life: the key's next score goes to
+    /// the token registered a minute ago, not to it, and the fleet counts it.
+    @Test func aTokenPastEightHoursIsSentNothingMore() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let old = token("3a"), fresh = token("3b")
+        try await register(r, device: "old", key: "match:lt1", activity: "O", token: old, ts: now() - 9 * 3_600_000)
+        try await register(r, device: "fresh", key: "match:lt1", activity: "F", token: fresh, ts: now() - 60_000)
+        #expect(await eventually { await r.drainedAll() })
+        try await score(r, "lt1", 1, 0, ts: now())
+        #expect(await eventually { state(try? await r.device(fresh))["homeScore"] as? Int == 1 })
+        #expect(await eventually { await r.drainedAll() })
+        #expect(try await r.device(old)?["pushesReceived"] as? Int ?? 0 == 0, "the activity past 8 hours got nothing")
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.counters, "tokens_past_lifetime")).string == "1")
+        #expect(await w.stop() == 0)
+    }
+}
