@@ -22,8 +22,8 @@ public struct CatchUp: Sendable, Equatable {
 public struct CatchUpSummary: Sendable, Equatable {
     /// Tokens sent the key's current state (or its end).
     public var sent = 0
-    /// Tokens that already show it (`state_ts` no older than the key's newest event), on a live
-    /// channel (the channel's next broadcast reaches them), or of a key without a state yet.
+    /// Tokens that already show it (`state_ts` no older than the key's newest event), on broadcast
+    /// (the channel's next broadcast reaches them), or of a key without a state to show yet.
     public var skipped = 0
     public var failed = 0
 }
@@ -32,8 +32,8 @@ extension Sender {
     /// Sends each newly registered token the current state of its key, at once: at priority 5,
     /// without an alert (the moment is past), spending no budget (a half-time wave of
     /// registrations can't drain a tier's), at the state's own time (a device that has it, or a
-    /// newer one, ignores it). A key that has ended sends its end. A device on a live channel is
-    /// not caught up per token. One read and one batch per key and environment.
+    /// newer one, ignores it). A key that has ended sends its end. A device on broadcast is not
+    /// caught up per token. One read and one batch per key and environment.
     public func catchUp(_ items: [CatchUp]) async -> CatchUpSummary {
         var summary = CatchUpSummary()
         var byKey: [ActivityKey: [CatchUp]] = [:]
@@ -53,27 +53,27 @@ extension Sender {
     }
 
     private func catchUp(_ key: ActivityKey, _ items: [CatchUp], _ summary: inout CatchUpSummary) async throws {
-        let envs = apns.environments
         let replies = try await redis.pipeline([
             RedisCommand("HGETALL", keys.state(key)),
             RedisCommand("HMGET", [keys.meta(key)] + items.map(\.activity)),
-            channels.statesCommand(key, envs),
         ])
         for reply in replies { _ = try reply.orThrow("catching up \(key)") }
-        guard let state = KeyStateScripts.read(replies[0]) else {
+        // A key without a state yet, or whose state shows nothing (a scheduled match): nothing to catch up.
+        guard let state = KeyStateScripts.read(replies[0]), !state.contentState.isEmpty else {
             summary.skipped += items.count
             return
         }
         let metas = replies[1].array ?? []
-        let live = try channels.states(replies[2], envs)
         var pairs: [(activity: String, meta: [UInt8])] = []
         for (item, meta) in zip(items, metas) {
             if let shown = item.stateMillis, shown >= state.newestMillis { summary.skipped += 1; continue }
             guard let bytes = meta.bytes else { summary.skipped += 1; continue }
             pairs.append((item.activity, bytes))
         }
+        // A device on broadcast gets the key's pushes from its channel, never per token (its
+        // activity subscribed when it started): the channel's next broadcast reaches it.
         let rows = try await tokens.tokenRows(key, pairs).filter { row in
-            if row.onBroadcast, case .live? = live[row.env] { summary.skipped += 1; return false }
+            if row.onBroadcast { summary.skipped += 1; return false }
             return true
         }
         guard !rows.isEmpty else { return }

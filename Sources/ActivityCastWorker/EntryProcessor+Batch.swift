@@ -135,7 +135,7 @@ extension EntryProcessor {
                 carried.deadLettered.append((entries[index], reason))
             case .effects(let e, let after):
                 if let s = e.staleIfZero, mine.count > s, mine[s] == .integer(0) { carried.stale += 1 }
-                if let c = e.catchUp, mine.first == .integer(1) { carried.catchUps.append(c) }
+                if let c = e.catchUp, let stored = mine.first?.int, stored == 1 || (stored == 2 && c.stateMillis != nil) { carried.catchUps.append(c) }
                 after?(mine)
                 if let next = e.second {
                     let start = second.count

@@ -13,8 +13,10 @@ struct EntryEffects: Sendable {
     var staleIfZero: Int? = nil
     /// Once both phases succeeded: written in the entry's acknowledgement, before its `XACK`.
     var done: [RedisCommand] = []
-    /// An activity token to catch up with its key's state once its registration was accepted
-    /// as the newest (`first[0]` answered 1).
+    /// An activity token to catch up with its key's state once its registration was accepted:
+    /// an activity new to the key (`first[0]` answered 1), or one that says which state it shows
+    /// (`state_ts`; answered 2: a token rotated or registered again, whose activity was kept
+    /// current through its earlier token, is not caught up without it).
     var catchUp: CatchUp? = nil
 }
 
@@ -41,7 +43,7 @@ struct Registrar: Sendable {
             // nobody follows has no channel).
             let channels = keys.channels(key), ttl = activityTTLSeconds
             return EntryEffects(first: first, second: { replies in
-                replies[0] == .integer(1) ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []
+                (replies[0].int ?? 0) >= 1 ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []
             }, staleIfZero: 0, catchUp: catchUp)
 
         case let .startToken(device, activityType, token, settings):

@@ -118,7 +118,8 @@ enum RegistrationScripts {
     /// same activity is stored: tokens rotate, and the newest wins. A token is held by one
     /// activity of the key: registered again under another (a second device id for the same
     /// phone), the older registration gives it up (a tombstone in meta); an older one arriving
-    /// late is ignored. Returns 1 or 0.
+    /// late is ignored. Returns 0 (ignored), 1 (stored: an activity new to the key) or 2 (stored:
+    /// the activity had a token — rotated or registered again —, so it was being kept current).
     static let activityToken = RedisScript(AudienceLayout.directLua + """
     local ts = tonumber(ARGV[3])
     local cur = redis.call('HGET', KEYS[2], ARGV[1])
@@ -136,6 +137,7 @@ enum RegistrationScripts {
       redis.call('HDEL', KEYS[4], owner)
     end
     local previous = redis.call('HGET', KEYS[1], ARGV[1])
+    local answer = previous and 2 or 1
     if previous and previous ~= ARGV[2] and redis.call('HGET', KEYS[3], previous) == ARGV[1] then redis.call('HDEL', KEYS[3], previous) end
     redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
     redis.call('EXPIRE', KEYS[3], ARGV[5])
@@ -147,7 +149,7 @@ enum RegistrationScripts {
     redis.call('EXPIRE', KEYS[1], ARGV[5])
     redis.call('EXPIRE', KEYS[2], ARGV[5])
     redis.call('EXPIRE', KEYS[4], ARGV[5])
-    return 1
+    return answer
     """)
 
     /// KEYS[1] = `{key}:tokens`, KEYS[2] = `{key}:meta`, KEYS[3] = `{key}:by-token`, KEYS[4] =

@@ -44,6 +44,17 @@ extension SendTests {
         try await Task.sleep(for: .milliseconds(300))
         #expect(try await r.device(current) == nil, "the activity that shows the state already is sent nothing")
         #expect(try await r.device(lateOnChannel) == nil, "a device on a live channel is not caught up per token")
+        // A rotated token: its activity was kept current through its old token, so it is caught
+        // up only when it says it shows an older state.
+        let rotated = token("1e"), rotatedBehind = token("1f")
+        try await register(r, device: "early", key: "match:cu1", activity: "E", token: rotated, ts: now())
+        try await r.add(r.settings.registrationsStream, [("type", "activity.token"), ("ts", String(now())), ("device", "late0"), ("key", "match:cu1"),
+                                                         ("activity", "L0"), ("token", rotatedBehind), ("env", "development"),
+                                                         ("state_ts", String(t + 1000))])
+        #expect(await eventually(timeout: .seconds(5)) { state(try? await r.device(rotatedBehind))["homeScore"] as? Int == 2 })
+        #expect(await eventually { await r.drainedAll() })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await r.device(rotated) == nil, "a rotated token without state_ts is not caught up")
         let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=10000")?["deliveries"] as? [[String: Any]])
         for tok in late {
             let mine = log.filter { $0["target"] as? String == tok }
@@ -55,7 +66,7 @@ extension SendTests {
                 "the catch-ups spent no budget decision")
         // Full time; then a token registered within the dismissal window is sent the end.
         try await r.add(r.settings.feeds[0].stream, [("type", "match.full_time"), ("ts", String(t + 3000)), ("match", "cu1"), ("home_score", "2"), ("away_score", "0")])
-        #expect(await eventually { (try? await r.device(early))?["state"] as? String == "ended" })
+        #expect(await eventually { (try? await r.device(late[1]))?["state"] as? String == "ended" })
         let afterEnd = token("2a")
         try await register(r, device: "after", key: "match:cu1", activity: "AE", token: afterEnd, ts: now())
         #expect(await eventually(timeout: .seconds(5)) { (try? await r.device(afterEnd))?["state"] as? String == "ended" }, "sent the end")
