@@ -80,8 +80,49 @@ public enum APNsService: String, Sendable, CaseIterable {
     case channelManagement
 }
 
+/// Why a client can't use APNs now: no connection to be had (refused, DNS, TLS, a timeout), or
+/// our credentials refused. Shown by `/metrics`, `top` and `inspect` while it lasts.
+public struct APNsTrouble: Sendable, Equatable {
+    public enum Kind: String, Sendable { case unreachable, credentials }
+    public var kind: Kind
+    /// When it began (wall clock, ms since 1970).
+    public var sinceMillis: Int64
+    /// The latest error, in words ("connect 127.0.0.1:2197: Connection refused").
+    public var error: String
+    public init(kind: Kind, sinceMillis: Int64, error: String) { self.kind = kind; self.sinceMillis = sinceMillis; self.error = error }
+
+    /// Every value `why` takes.
+    public static let whys = ["connection refused", "dns", "tls", "timeout", "other", "credentials refused"]
+
+    /// The kind of failure in a word or two, for a bounded metric label.
+    public var why: String {
+        if kind == .credentials { return "credentials refused" }
+        let e = error.lowercased()
+        if e.contains("connection refused") { return "connection refused" }
+        if e.contains("(dns)") { return "dns" }
+        if e.contains("tls") || e.contains("ssl") || e.contains("certificate") || e.contains("alpn") { return "tls" }
+        if e.contains("timed out") || e.contains("timeout") { return "timeout" }
+        return "other"
+    }
+}
+
 /// Counters for metrics and benchmarks.
 public final class APNsClientStats: Sendable {
+    /// Why APNs can't be used now (nil: it can).
+    private let troubleState = Mutex<APNsTrouble?>(nil)
+    public var trouble: APNsTrouble? { troubleState.withLock { $0 } }
+
+    func noteTrouble(_ kind: APNsTrouble.Kind, _ error: String) {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        troubleState.withLock { t in
+            if t?.kind == kind { t!.error = error } else { t = APNsTrouble(kind: kind, sinceMillis: now, error: error) }
+        }
+    }
+
+    func clearTrouble(_ kind: APNsTrouble.Kind) {
+        troubleState.withLock { t in if t?.kind == kind { t = nil } }
+    }
+
     let delivered = Atomic<Int>(0)
     let rejected = Atomic<Int>(0)
     let retried = Atomic<Int>(0)
@@ -462,8 +503,10 @@ public final class APNsClient: Sendable {
             if let token { metadata["token_age_s"] = "\(token.age(now: nowSeconds()))" }
             conditions.report("credentials", "APNs refuses our credentials: check apns.team_id, apns.key_id and the key file; the work waits",
                               metadata)
+            stats.noteTrouble(.credentials, "APNs refuses our credentials: \(reason.rawValue)")
         } else if accepted {
             conditions.clear("credentials", "APNs accepts our credentials again", ["endpoint": "\(endpoint)"])
+            stats.clearTrouble(.credentials)
         }
     }
 

@@ -443,6 +443,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 logger.info("APNs connection re-established", metadata: ["endpoint": "\(endpoint)", "connection": "\(name)"])
             }
             connectFailures = 0
+            stats.clearTrouble(.unreachable)
             stats.connects.add(1, ordering: .relaxed)
             stats.open.add(1, ordering: .relaxed)
             submit()
@@ -456,6 +457,8 @@ private final class ConnectionState: HTTP2ClientDelegate {
                     "endpoint": "\(endpoint)", "connection": "\(name)", "error": "\(error)", "failures": "\(connectFailures)",
                     "next_attempt_ms": "\(delay.milliseconds)"])
             }
+            // No connection of this client open: APNs is out of reach for it, and says why.
+            if stats.openConnections == 0 { stats.noteTrouble(.unreachable, "\(error)") }
             // Requests don't wait forever for connections that won't come.
             if connectFailures >= config.maxConnectFailuresBeforeFailing && loop.connections.allSatisfy({ $0.pump == nil }) {
                 loop.failWaiting(APNsTransportError(.connectionFailed, "cannot connect to \(endpoint): \(error)"))

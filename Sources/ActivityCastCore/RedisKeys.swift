@@ -120,6 +120,10 @@ public struct RedisKeys: Sendable, Equatable {
     /// How far each stream's group had read (hash stream → id), to recreate a lost group there:
     /// `ac:positions:activitycast`.
     public func positions(group: String) -> String { "\(prefix):positions:\(group)" }
+    /// Workers that can't use APNs now (hash): `<consumer> <endpoint>` → `<refreshed ms> <since
+    /// ms> <why>|<last error>`, refreshed every 5 s while it lasts and deleted when it ends
+    /// (`inspect`, `top`); the hash expires an hour after its last write: `ac:apns-unusable`.
+    public var apnsUnusable: String { "\(prefix):apns-unusable" }
     /// Set of activity types with at least one push-to-start token: `ac:activity-types`.
     public var activityTypes: String { "\(prefix):activity-types" }
 }

@@ -12,12 +12,24 @@ extension InspectReport {
     /// `VisibleText.escaped` and cut at `cellLimit` characters, and each table at `rowLimit` rows,
     /// so the output stays small and holds no control character but its own newlines, whatever
     /// the keys contain.
+    /// First thing on the page while a worker can't use APNs: which, since when, and why.
+    public func apnsUnusableLines() -> [String] {
+        guard !apnsUnusable.isEmpty else { return [] }
+        var lines = ["", "APNS UNUSABLE: \(apnsUnusable.count) worker endpoint\(apnsUnusable.count == 1 ? "" : "s") can't reach APNs or are refused"]
+        lines += table([["worker", "endpoint", "since", "why", "last error"]] + apnsUnusable.map { u in
+            let stale = generatedAtMillis - u.refreshedMillis > 60_000 ? " (not refreshed for \(formatAge(generatedAtMillis - u.refreshedMillis)))" : ""
+            return [cell(u.consumer), cell(u.endpoint), "\(formatAge(max(0, generatedAtMillis - u.sinceMillis))) ago\(stale)", u.why, cell(u.error)]
+        }).split(separator: "\n", omittingEmptySubsequences: false).map(String.init).filter { !$0.isEmpty }
+        return lines + [""]
+    }
+
     public func rendered() -> String {
         var out = "ActivityCast at \(cell(redis))\n"
         let errors = errors
         if !errors.isEmpty {
             out += "\n\(errors.count) section\(errors.count == 1 ? "" : "s") could not be read: see the 'error:' lines\n"
         }
+        out += apnsUnusableLines().joined(separator: "\n")
         if !nodes.isEmpty {
             out += "\nREDIS \(nodes.count == 1 ? "NODE" : "PRIMARIES (\(nodes.count))")\n"
             var rows = [["node", "keys", "used memory", "maxmemory"]]

@@ -243,6 +243,19 @@ public struct InspectReport: Codable, Sendable {
     public var counters: Counters
     public var channels: Channels
     public var budgets: Budgets
+    /// Workers that can't use APNs now (`RedisKeys.apnsUnusable`): which endpoint, since when, why.
+    public var apnsUnusable: [APNsUnusable] = []
+
+    public struct APNsUnusable: Codable, Sendable, Equatable {
+        public var consumer: String
+        public var endpoint: String
+        public var sinceMillis: Int64
+        /// When the worker last said so: one that stopped saying so for a minute is stale (the
+        /// worker died or lost Redis), shown as such.
+        public var refreshedMillis: Int64
+        public var why: String
+        public var error: String
+    }
 
     /// Every section's error, in the order of the report. A report with errors is still a report:
     /// each section says what went wrong with it, and the others are complete.

@@ -73,6 +73,7 @@ public struct Inspector: Sendable {
                              counters: try await counters(), channels: channels,
                              budgets: try await budgets(now: now, channels: channels))
         report.nodes = try await nodes()
+        report.apnsUnusable = try await apnsUnusable()
         return report
     }
 
@@ -239,6 +240,27 @@ public struct Inspector: Sendable {
         }
         return .init(channels: out, truncated: (index[2].int ?? 0) > Int64(countLimit) || (index[3].int ?? 0) > Int64(countLimit),
                      sendFailures: index[4].int ?? 0, latestSendFailures: latest, error: nil)
+    }
+
+    /// What workers say about APNs being out of their reach (`RedisKeys.apnsUnusable`).
+    private func apnsUnusable() async throws -> [InspectReport.APNsUnusable] {
+        let reply = try await redis.pipeline([RedisCommand("HGETALL", settings.keys.apnsUnusable)])[0]
+        let items = reply.array ?? []
+        var out: [InspectReport.APNsUnusable] = []
+        var i = 0
+        while i + 1 < items.count {
+            defer { i += 2 }
+            let field = VisibleText.prefix(items[i].bytes ?? [], maxBytes: 300).text
+            let value = String(decoding: items[i + 1].bytes ?? [], as: UTF8.self)
+            let head = value.split(separator: "|", maxSplits: 1)
+            let words = head.first?.split(separator: " ", maxSplits: 2) ?? []
+            guard words.count == 3, let refreshed = Int64(words[0]), let since = Int64(words[1]) else { continue }
+            let names = field.split(separator: " ", maxSplits: 1)
+            out.append(.init(consumer: String(names.first ?? ""), endpoint: String(names.dropFirst().first ?? ""), sinceMillis: since,
+                             refreshedMillis: refreshed, why: String(words[2]),
+                             error: VisibleText.prefix(Array((head.dropFirst().first ?? "").utf8), maxBytes: 300).text))
+        }
+        return out.sorted { ($0.consumer, $0.endpoint) < ($1.consumer, $1.endpoint) }
     }
 
     private func counters() async throws -> InspectReport.Counters {

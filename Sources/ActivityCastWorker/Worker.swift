@@ -577,6 +577,30 @@ public final class Worker: Sendable {
         }
     }
 
+    /// Says in Redis which of this worker's APNs clients can't use APNs now, since when and why
+    /// (`RedisKeys.apnsUnusable`, read by `inspect` and `top`); deletes what no longer holds.
+    /// `had`: the fields written last time; returns those written now. Nothing is written while
+    /// APNs works.
+    func reportAPNsTrouble(had: Set<String>) async -> Set<String> {
+        let key = settings.keys.apnsUnusable
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var fields: [any RedisArgument] = [key], current: Set<String> = []
+        for client in apns?.clients ?? [] {
+            guard let t = client.stats.trouble else { continue }
+            let field = "\(consumer) \(client.configuration.endpoint)"
+            current.insert(field)
+            fields += [field, "\(now) \(t.sinceMillis) \(t.why)|\(t.error.prefix(300))"]
+        }
+        var commands: [RedisCommand] = []
+        if !current.isEmpty { commands += [RedisCommand("HSET", fields), RedisCommand("EXPIRE", key, 3600)] }
+        let gone = had.subtracting(current)
+        if !gone.isEmpty { commands.append(RedisCommand("HDEL", [key] + gone.sorted())) }
+        guard !commands.isEmpty else { return current }
+        // Best effort: Redis away now is reported by the read loop; this tries again in 5 s.
+        guard (try? await redis.pipeline(commands)) != nil else { return had.union(current) }
+        return current
+    }
+
     /// This consumer's own pending entries (those Redis refused), tried again now.
     func retryOwnPending() async {
         for feed in settings.inputStreams where !isStopping && !isBroken(feed.stream) {

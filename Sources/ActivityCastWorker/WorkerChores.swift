@@ -9,12 +9,19 @@ struct WorkerChores {
     var nextClaim = ContinuousClock.now
     var nextTrim = ContinuousClock.now
     var nextRefusedRetry = ContinuousClock.now
+    var nextTroubleReport = ContinuousClock.now
+    /// The fields this worker has in `RedisKeys.apnsUnusable`.
+    var troubleFields: Set<String> = []
 
     mutating func runDue(_ worker: Worker) async {
         let settings = worker.settings, stop = worker.stop
         // While Redis refuses this worker's writes (out of memory, read-only), the entries it
         // left pending are tried again every second, not only once the visibility timeout hands
         // them to a claim: raising maxmemory is followed by recovery within a second or two.
+        if ContinuousClock.now >= nextTroubleReport {
+            troubleFields = await worker.reportAPNsTrouble(had: troubleFields)
+            nextTroubleReport = ContinuousClock.now + .seconds(5)
+        }
         if worker.refusal != nil, ContinuousClock.now >= nextRefusedRetry {
             await worker.retryOwnPending()
             nextRefusedRetry = ContinuousClock.now + .seconds(1)

@@ -143,7 +143,7 @@ public struct TopState: Sendable {
     private func summary(_ report: InspectReport) -> [String] {
         let dead = report.deadLetterError == nil ? "\(report.deadLetterCount) (\(rate(report.deadLetterCount, reports.previous?.value.deadLetterCount, span()))/s)" : "ERROR"
         let r = report.registrations
-        return ["",
+        return report.apnsUnusableLines() + ["",
                 "DEAD LETTERS \(dead)   SEND FAILURES \(report.channels.sendFailures)   REGISTRATIONS \(r.activityKeys) keys, "
                     + "\(r.activityTokens) tokens, \(r.pushToStartTokens) push-to-start, \(r.follows) follows\(r.truncated ? " (partial)" : "")"]
     }

@@ -173,6 +173,15 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_apns_request_timeouts_total", [], sum(\.timeouts))
             counter("activitycast_apns_requests_retried_total", [], sum(\.retried))
             counter("activitycast_apns_provider_token_refreshes_total", [], sum(\.tokenRefreshes))
+            // Each client that can't use APNs now: since when (epoch seconds), and why in a word.
+            for client in clients {
+                let endpoint = "\(client.configuration.endpoint)"
+                let trouble = client.stats.trouble
+                for why in APNsTrouble.whys {
+                    gauge("activitycast_apns_unusable", [("endpoint", endpoint), ("why", why)], trouble?.why == why ? 1 : 0)
+                }
+                gauge("activitycast_apns_unusable_since_seconds", [("endpoint", endpoint)], trouble.map { Double($0.sinceMillis) / 1000 } ?? 0)
+            }
         }
 
         /// Redis (the reading and the command connections), and health as the probes see it.
