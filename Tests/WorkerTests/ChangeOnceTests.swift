@@ -270,9 +270,7 @@ extension SendTests {
         for goal in 1...goals {
             t += 1000
             for match in matches {
-                try await r.add(r.settings.feeds[0].stream, [("type", "match.moment"), ("ts", String(t)), ("match", match), ("moment", "goal"),
-                                                              ("team", "home"), ("player", "P\(goal)"), ("home_score", String(goal)),
-                                                              ("away_score", "0"), ("clock", "\(goal * 10)'")])
+                try await homeGoal(r, match, goal, ts: t)
             }
             // The goal's batches are in flight: the kill leaves them to a takeover, which must not
             // show the goal's alert again to the devices that had it.
@@ -291,10 +289,7 @@ extension SendTests {
         #expect(killed.count >= 3, "the chaos killed \(killed.count) workers")
 
         let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=100000")?["deliveries"] as? [[String: Any]])
-        var alertsSeen: [String: Int] = [:]
-        for d in log where d["alert"] as? Bool == true {
-            alertsSeen["\(d["target"] as? String ?? "") \((d["timestamp"] as? NSNumber)?.int64Value ?? 0)", default: 0] += 1
-        }
+        let alertsSeen = alertsByTarget(log)
         let twice = alertsSeen.filter { $0.value > 1 }
         if let first = twice.keys.sorted().first {
             // What to look at first: every push that device got.

@@ -37,9 +37,7 @@ extension SendTests {
         for goal in 1...goals {
             t += 1000
             for match in matches {
-                try await r.add(r.settings.feeds[0].stream, [("type", "match.moment"), ("ts", String(t)), ("match", match), ("moment", "goal"),
-                                                              ("team", "home"), ("player", "P\(goal)"), ("home_score", String(goal)),
-                                                              ("away_score", "0"), ("clock", "\(goal * 10)'")])
+                try await homeGoal(r, match, goal, ts: t)
             }
             if goal == 2 {
                 try await Task.sleep(for: .milliseconds(150))
@@ -59,10 +57,7 @@ extension SendTests {
         #expect(await eventually(timeout: .seconds(120)) { await r.drainedAll() })
 
         let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=100000")?["deliveries"] as? [[String: Any]])
-        var alertsSeen: [String: Int] = [:]
-        for d in log where d["alert"] as? Bool == true {
-            alertsSeen["\(d["target"] as? String ?? "") \((d["timestamp"] as? NSNumber)?.int64Value ?? 0)", default: 0] += 1
-        }
+        let alertsSeen = alertsByTarget(log)
         let twice = alertsSeen.filter { $0.value > 1 }
         #expect(twice.isEmpty, "\(twice.count) alerts shown more than once, e.g. \(Array(twice.keys.sorted().prefix(3)))")
         let stats = try #require(try await r.sandbox.get("/sandbox/stats"))
@@ -87,5 +82,24 @@ extension SendTests {
         }
         print("noAlertTwiceWhenAnswersAreLost: \(log.count) deliveries, \(alertsSeen.count) alerts, \(lost) answers lost, \(quiet) sent again quietly (by the workers still running)")
         #expect(quiet > 0, "pushes sent again without their alert")
+    }
+}
+
+extension SendTests {
+    /// The `goal`th home goal of `match` at `ts` (the score `goal`-0, minute `goal` × 10).
+    func homeGoal(_ r: Rig, _ match: String, _ goal: Int, ts: Int64) async throws {
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.moment"), ("ts", String(ts)), ("match", match), ("moment", "goal"),
+                                                      ("team", "home"), ("player", "P\(goal)"), ("home_score", String(goal)),
+                                                      ("away_score", "0"), ("clock", "\(goal * 10)'")])
+    }
+
+    /// How often each device or channel (`target`) was shown each alert (by its `aps.timestamp`),
+    /// from the sandbox's delivery log.
+    func alertsByTarget(_ log: [[String: Any]]) -> [String: Int] {
+        var seen: [String: Int] = [:]
+        for d in log where d["alert"] as? Bool == true {
+            seen["\(d["target"] as? String ?? "") \((d["timestamp"] as? NSNumber)?.int64Value ?? 0)", default: 0] += 1
+        }
+        return seen
     }
 }
