@@ -46,6 +46,8 @@ public final class SendStats: Sendable {
     public let tokensPastLifetime = Atomic<Int>(0)
     /// Newly registered tokens sent their key's current state (`Sender.catchUp`).
     public let caughtUp = Atomic<Int>(0)
+    /// Newly registered tokens not caught up because too many catch-ups were under way.
+    public let catchUpsSkipped = Atomic<Int>(0)
     /// Events whose free text was trimmed so that the key's merged state fits a push.
     public let textTrimmedToFit = Atomic<Int>(0)
     /// Pushes sent again without their alert because an earlier request got no answer (it may

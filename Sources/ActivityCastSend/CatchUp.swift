@@ -29,6 +29,25 @@ public struct CatchUpSummary: Sendable, Equatable {
 }
 
 extension Sender {
+    /// At most this many rounds of catch-ups run at once; a round beyond them is skipped (logged
+    /// and counted): its tokens get the key's next push.
+    static let catchUpRounds = 8
+
+    /// `catchUp` on a task of its own: registrations are never held up by APNs (an outage makes
+    /// a send wait through its retries).
+    public func catchUpSoon(_ items: [CatchUp]) {
+        guard catchUpsRunning.wrappingAdd(1, ordering: .relaxed).newValue <= Self.catchUpRounds else {
+            catchUpsRunning.wrappingSubtract(1, ordering: .relaxed)
+            stats.catchUpsSkipped.add(items.count, ordering: .relaxed)
+            logger.warning("too many catch-ups under way: these tokens get their key's next push instead", metadata: ["tokens": "\(items.count)"])
+            return
+        }
+        Task {
+            _ = await catchUp(items)
+            catchUpsRunning.wrappingSubtract(1, ordering: .relaxed)
+        }
+    }
+
     /// Sends each newly registered token the current state of its key, at once: at priority 5,
     /// without an alert (the moment is past), spending no budget (a half-time wave of
     /// registrations can't drain a tier's), at the state's own time (a device that has it, or a

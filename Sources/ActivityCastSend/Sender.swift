@@ -110,6 +110,8 @@ public final class Sender: SendRole {
     let slices: SliceRunner
     let starts: StartSender
     let flusher: CoalescedFlusher
+    /// Rounds of catch-ups under way (`catchUpSoon`).
+    let catchUpsRunning = Atomic<Int>(0)
     public var stats: SendStats { ctx.stats }
     /// Fan-out records of acknowledged entries, waiting for the worker's next sweep.
     public var recordSweep: RecordSweep { ctx.sweep }

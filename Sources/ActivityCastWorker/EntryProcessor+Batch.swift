@@ -39,7 +39,7 @@ extension EntryProcessor {
         let work = planBatch(feed: feed, entries: entries, attempts: attempts)
         var carried = try await applyEffects(feed: feed, entries: entries, work: work, attempts: attempts)
         // Late tokens get their key's state now, not at its next event (which may be 20 minutes away).
-        if let sender, !carried.catchUps.isEmpty { _ = await sender.catchUp(carried.catchUps) }
+        if let sender, !carried.catchUps.isEmpty { sender.catchUpSoon(carried.catchUps) }
         if let sender {
             try await sendPlans(feed: feed, entries: entries, work: work, attempts: attempts, redelivered: redelivered, order: order,
                                 sender: sender, carried: &carried)

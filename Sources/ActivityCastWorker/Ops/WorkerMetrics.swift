@@ -153,6 +153,7 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_events_after_end_total", [], sends.afterEnd.load(ordering: .relaxed))
             counter("activitycast_tokens_past_lifetime_total", [], sends.tokensPastLifetime.load(ordering: .relaxed))
             counter("activitycast_tokens_caught_up_total", [], sends.caughtUp.load(ordering: .relaxed))
+            counter("activitycast_catch_ups_skipped_total", [], sends.catchUpsSkipped.load(ordering: .relaxed))
             counter("activitycast_text_trimmed_to_fit_total", [], sends.textTrimmedToFit.load(ordering: .relaxed))
             counter("activitycast_pushes_resent_quietly_total", [], sends.quietResends.load(ordering: .relaxed))
             counter("activitycast_starts_unknown_fate_total", [], sends.startsUnknownFate.load(ordering: .relaxed))
