@@ -223,14 +223,16 @@ struct SoakBench: AsyncParsableCommand {
     }
 
     /// The events the workers counted stale (`activitycast_events_stale_total`: processed after a
-    /// newer event of their key, so not sent as themselves); nil when a worker's metrics can't be
-    /// read or none were given.
+    /// newer event of their key, so not sent as themselves) or after their key's end
+    /// (`activitycast_events_after_end_total`: a score read after full time, sent to nobody); nil
+    /// when a worker's metrics can't be read or none were given.
     static func staleEvents(_ urls: [String]) async -> Int? {
         guard !urls.isEmpty else { return nil }
         var total = 0.0
         for url in urls {
             guard let endpoint = MetricsEndpoint(url), case .success(let text) = await endpoint.fetch(timeout: .seconds(2)) else { return nil }
-            total += PrometheusText.parse(text).filter { $0.name == "activitycast_events_stale_total" }.map(\.value).reduce(0, +)
+            total += PrometheusText.parse(text).filter { ["activitycast_events_stale_total", "activitycast_events_after_end_total"].contains($0.name) }
+                .map(\.value).reduce(0, +)
         }
         return Int(total)
     }
