@@ -1,6 +1,7 @@
 import ActivityCastCore
 import APNsCore
 import RedisClient
+import Synchronization
 
 /// An activity token registered for a key (`activity.token`), to be shown the key's current
 /// state if it hasn't seen it: an activity whose token reaches us mid-match (a push-started one
@@ -28,14 +29,25 @@ public struct CatchUpSummary: Sendable, Equatable {
     public var failed = 0
 }
 
-extension Sender {
+/// Late tokens caught up (`Sender.catchUpSoon`): a role of the send path.
+final class CatchUpSender: SendRole {
+    let ctx: SendContext
+    let tokens: TokenBatches
+    /// Rounds of catch-ups under way.
+    let catchUpsRunning = Atomic<Int>(0)
+
+    init(ctx: SendContext, tokens: TokenBatches) {
+        self.ctx = ctx
+        self.tokens = tokens
+    }
+
     /// At most this many rounds of catch-ups run at once; a round beyond them is skipped (logged
     /// and counted): its tokens get the key's next push.
     static let catchUpRounds = 8
 
     /// `catchUp` on a task of its own: registrations are never held up by APNs (an outage makes
     /// a send wait through its retries).
-    public func catchUpSoon(_ items: [CatchUp]) {
+    func catchUpSoon(_ items: [CatchUp]) {
         guard catchUpsRunning.wrappingAdd(1, ordering: .relaxed).newValue <= Self.catchUpRounds else {
             catchUpsRunning.wrappingSubtract(1, ordering: .relaxed)
             stats.catchUpsSkipped.add(items.count, ordering: .relaxed)
@@ -53,7 +65,7 @@ extension Sender {
     /// registrations can't drain a tier's), at the state's own time (a device that has it, or a
     /// newer one, ignores it). A key that has ended sends its end. A device on broadcast is not
     /// caught up per token. One read and one batch per key and environment.
-    public func catchUp(_ items: [CatchUp]) async -> CatchUpSummary {
+    func catchUp(_ items: [CatchUp]) async -> CatchUpSummary {
         var summary = CatchUpSummary()
         var byKey: [ActivityKey: [CatchUp]] = [:]
         for item in items { byKey[item.key, default: []].append(item) }
@@ -116,4 +128,13 @@ extension Sender {
             "key": "\(key)", "tokens": "\(rows.count)", "event": "\(plan.event!.rawValue)", "state_ms": "\(state.newestMillis)",
         ])
     }
+}
+
+extension Sender {
+    /// Sends each newly registered token its key's current state, on a task of its own
+    /// (`CatchUpSender.catchUp`).
+    public func catchUpSoon(_ items: [CatchUp]) { catchUps.catchUpSoon(items) }
+
+    /// The same, awaited.
+    public func catchUp(_ items: [CatchUp]) async -> CatchUpSummary { await catchUps.catchUp(items) }
 }

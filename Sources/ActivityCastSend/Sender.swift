@@ -110,8 +110,7 @@ public final class Sender: SendRole {
     let slices: SliceRunner
     let starts: StartSender
     let flusher: CoalescedFlusher
-    /// Rounds of catch-ups under way (`catchUpSoon`).
-    let catchUpsRunning = Atomic<Int>(0)
+    let catchUps: CatchUpSender
     public var stats: SendStats { ctx.stats }
     /// Fan-out records of acknowledged entries, waiting for the worker's next sweep.
     public var recordSweep: RecordSweep { ctx.sweep }
@@ -130,6 +129,7 @@ public final class Sender: SendRole {
         slices = SliceRunner(ctx: ctx, tokens: tokens, fanouts: fanouts)
         starts = StartSender(ctx: ctx, tokens: tokens)
         flusher = CoalescedFlusher(ctx: ctx, fanouts: fanouts, slices: slices)
+        catchUps = CatchUpSender(ctx: ctx, tokens: tokens)
     }
 
     public func deleteDueChannels() async throws -> Int {
