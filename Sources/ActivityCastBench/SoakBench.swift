@@ -700,7 +700,7 @@ struct SoakVerdict {
         // counted; one that reached some of its channels and not the others never is.
         let excused = min(result.missing, staleEvents ?? 0)
         let lost = result.partial + result.missing - excused
-        let staleText = staleEvents.map { "the workers counted \($0) events stale (processed after a newer event of their match, so not sent as themselves), which excuses \(excused)" }
+        let staleText = staleEvents.map { "the workers counted \($0) events stale or after their match's end (processed after a newer event of their match, or after its full time: by design not sent as themselves), which excuses \(excused)" }
             ?? "the workers' stale counts unknown (no --worker-metrics), so none excused"
         judge("nothing lost", lost == 0 && deadLetters == 0,
               "\(lost) of \(result.sent) match.score events lost: \(result.missing) got no broadcast, \(result.partial) only some of theirs; \(staleText); "
