@@ -109,18 +109,20 @@ public struct APNsTrouble: Sendable, Equatable {
 /// Counters for metrics and benchmarks.
 public final class APNsClientStats: Sendable {
     /// Why APNs can't be used now (nil: it can).
-    private let troubleState = Mutex<APNsTrouble?>(nil)
-    public var trouble: APNsTrouble? { troubleState.withLock { $0 } }
+    /// One of each kind: a connection that can't be had, and credentials refused.
+    private let troubleState = Mutex<[APNsTrouble.Kind: APNsTrouble]>([:])
+    /// No connection first (nothing can be sent at all), else credentials refused.
+    public var trouble: APNsTrouble? { troubleState.withLock { $0[.unreachable] ?? $0[.credentials] } }
 
     func noteTrouble(_ kind: APNsTrouble.Kind, _ error: String) {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         troubleState.withLock { t in
-            if t?.kind == kind { t!.error = error } else { t = APNsTrouble(kind: kind, sinceMillis: now, error: error) }
+            if t[kind] != nil { t[kind]!.error = error } else { t[kind] = APNsTrouble(kind: kind, sinceMillis: now, error: error) }
         }
     }
 
     func clearTrouble(_ kind: APNsTrouble.Kind) {
-        troubleState.withLock { t in if t?.kind == kind { t = nil } }
+        troubleState.withLock { t in t[kind] = nil }
     }
 
     let delivered = Atomic<Int>(0)

@@ -320,8 +320,9 @@ private final class LoopState {
 ///   capped by the configuration.
 /// - GOAWAY: streams at or below its last stream id finish; the rest (refused) go back to the
 ///   loop's queue, and the connection reopens once its last stream is done.
-/// - Broken: unanswered requests go back to the queue (up to `maxAttempts` tries), the
-///   connection reopens with back-off. Idle connections are PINGed, never churned.
+/// - Broken: requests never processed go back to the queue; the others may have reached APNs
+///   and fail (`connectionLost`) for their callers to decide; the connection reopens with
+///   back-off. Idle connections are PINGed, never churned.
 private final class ConnectionState: HTTP2ClientDelegate {
     struct InFlight {
         var request: OutgoingRequest
@@ -494,6 +495,7 @@ private final class ConnectionState: HTTP2ClientDelegate {
                 loop.finish(f.request, .failed(APNsTransportError(.connectionLost, "\(why); no answer, so the request may have reached APNs")))
             }
         }
+        stats.retried.add(retry.count, ordering: .relaxed)
         loop.requeue(retry)
         nextConnectAttempt = Deadline.now()
     }

@@ -30,6 +30,15 @@ public enum APNsResult: Sendable, Hashable {
         apnsUnreachable || response?.reason?.refusesCredentials == true
     }
 
+    /// No answer, and the request may have reached APNs: its connection was lost or reset, its
+    /// stream closed without an answer, or it timed out. A push whose fate is unknown goes again
+    /// only without its alert (a start not at all). Other failures without an answer — no
+    /// connection, no provider token, the client shut down — never sent the request.
+    public var fateUnknown: Bool {
+        if case .failed(let e) = self { return e.kind == .connectionLost || e.kind == .timeout }
+        return false
+    }
+
     public var response: APNsResponse? {
         if case .response(let r) = self { return r }
         return nil

@@ -60,7 +60,7 @@ extension SendRole {
                 continue
             }
             attempt += 1
-            if let quiet, quiet != payload, result.response == nil, !result.apnsUnreachable {
+            if let quiet, quiet != payload, result.fateUnknown {
                 // No answer: the broadcast may have gone out. Its next try goes without the alert.
                 payload = quiet
                 stats.quietResends.add(1, ordering: .relaxed)

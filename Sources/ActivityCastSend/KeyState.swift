@@ -207,8 +207,9 @@ public struct MergeResult: Sendable, Equatable {
 /// The Redis side of `KeyState`: one hash per key (`<prefix>:{key}:state`), `_ts` the newest
 /// event, `_ev` its Live Activity event, `f:<name>` = `<ms> <json>` per content-state key, `_pts`,
 /// `_stale`, `_rel` the newest event's presentation, `_sig` the SHA-1 of `KeyState.signatureSource`
-/// (the budget compares it with what each audience was last sent), and `_rej` the last entry
-/// refused as too large (its budget decisions are skipped: nothing spent).
+/// (the budget compares it with what each audience was last sent), `_rej` the last entry
+/// refused as too large (its budget decisions are skipped: nothing spent), and `_end`, `_endby`
+/// the time the key's end was sent at and the entry that carried it (`KeyState.endedMillis`).
 public enum KeyStateScripts {
     /// KEYS[1] = state hash, KEYS[2] (optional) = the key's tombstone (`RedisKeys.ended`), read
     /// when the hash is empty. ARGV = ms, ttl seconds, event (`update`, `end`, `settling`: an end

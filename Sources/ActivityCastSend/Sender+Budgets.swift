@@ -11,7 +11,7 @@ extension Sender {
     /// event's entry: decided again after a crash before its fan-out was recorded, it isn't
     /// charged twice.
     /// The audiences an update decided in its merge's round trip is decided for, in order.
-    private func guardedAudiences(_ plan: Plan) -> [BudgetAudience] {
+    func guardedAudiences(_ plan: Plan) -> [BudgetAudience] {
         [.channel(plan.storagePolicy), .tier(.standard), .tier(.frequent)]
     }
 

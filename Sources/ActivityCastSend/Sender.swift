@@ -213,8 +213,15 @@ public final class Sender: SendRole {
             logger.info("an event after its key's end: not sent", metadata: [
                 "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "ended": "\(merged.newestMillis)",
             ])
-            // Its round trip put the key back in the index of live keys: it isn't.
+            // Its round trip put the key back in the index of live keys: it isn't. A decision made
+            // beside the merge that took a token (the key's state had expired into its tombstone,
+            // which the guards don't read) gives it back.
             _ = try await redis.send(RedisCommand("ZREM", keys.keysIndex, plan.key.description)).orThrow("unindexing \(plan.key)")
+            let spent = zip(guardedAudiences(plan), first.decided).compactMap { audience, reply -> BudgetAudience? in
+                if case .decided(let r)? = try? BudgetScripts.parseGuarded(reply), r.spent { return audience }
+                return nil
+            }
+            try await fanouts.refund(plan.key, spent)
             var summary = SendSummary()
             summary.stale = true
             return .outcome(.done(summary))
@@ -328,13 +335,6 @@ public final class Sender: SendRole {
         var summary = SendSummary()
         summary.stale = true
         stats.stale.add(1, ordering: .relaxed)
-        if plan.event == .end {
-            // Never silent: an end not shown leaves the activity running on its devices.
-            logger.warning("an end older than its key's newest event: not sent as an end", metadata: [
-                "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "newest": "\(merged.newestMillis)",
-                "newestEvent": "\(merged.newestEvent?.rawValue ?? "-")",
-            ])
-        }
         guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .outcome(.done(summary)) }
         var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
                            audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)

@@ -109,7 +109,7 @@ struct TokenBatches: SendRole {
             return Waiting()
         }
         // An activity past Apple's 8 hours is over on the device: its token is sent nothing more.
-        let rows = kind == .start ? rows : try await pastLifetime(rows, plan)
+        let rows = kind == .start ? rows : await pastLifetime(rows, plan)
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
         var pending = rows.map { (row: $0, unsure: parking?.quiet($0.activity) ?? false) }
         // Tries before this one: they set the back-off (a slice's batch: its round).
@@ -166,13 +166,14 @@ struct TokenBatches: SendRole {
     /// `rows` less the tokens registered longer ago than an activity lives
     /// (`SendConfiguration.activityLifetimeMillis`): counted in the fleet's counters
     /// (`tokens_past_lifetime`, shown by `inspect`) and the worker's metrics.
-    private func pastLifetime(_ rows: [TokenRow], _ plan: Plan) async throws -> [TokenRow] {
+    private func pastLifetime(_ rows: [TokenRow], _ plan: Plan) async -> [TokenRow] {
         let oldest = Int64(Date().timeIntervalSince1970 * 1000) - configuration.activityLifetimeMillis
         let live = rows.filter { ($0.registeredMillis ?? .max) >= oldest }
         let past = rows.count - live.count
         guard past > 0 else { return rows }
         stats.tokensPastLifetime.add(past, ordering: .relaxed)
-        _ = try await redis.send(RedisCommand("HINCRBY", keys.counters, "tokens_past_lifetime", past)).orThrow("counting tokens past their lifetime")
+        // Best effort: a counter that can't be written never holds up the batch's pushes.
+        _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "tokens_past_lifetime", past))
         return live
     }
 
@@ -220,8 +221,8 @@ struct TokenBatches: SendRole {
                 case .forget(let reason):
                     dead.append((row, reason, response?.apnsID))
                 case .retry(let after, let reason):
-                    // Unsure: no answer, so the request may have reached APNs (unless it never left).
-                    retry.append(Retry(row: row, unsure: wasUnsure || (response == nil && !result.apnsUnreachable), reason: reason,
+                    // Unsure: no answer, and the request may have reached APNs (`fateUnknown`).
+                    retry.append(Retry(row: row, unsure: wasUnsure || result.fateUnknown, reason: reason,
                                        unusable: result.apnsUnusable))
                     delay = max(delay, after)
                     lastReason = reason

@@ -122,7 +122,11 @@ public final class OpsHTTPServer: Sendable {
             }
             connections = open
             if accepting, ready.last == true {
-                while let socket = try? listener.accept() {
+                // At most a cap's worth per pass: a flood can't keep the loop from the others, nor
+                // evict a probe with the connections queued behind it.
+                var accepted = 0
+                while accepted < limits.maxConnections, let socket = try? listener.accept() {
+                    accepted += 1
                     if connections.count >= limits.maxConnections {
                         guard let oldest = connections.firstIndex(where: { !$0.writing }) else {
                             socket.close()
