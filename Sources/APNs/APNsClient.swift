@@ -29,8 +29,6 @@ public struct APNsClientConfiguration: Sendable {
     /// in-flight window. A caller beyond it waits (back-pressure); a batch larger than it is sent
     /// in slices of this size.
     public var maxInFlight: Int
-    /// Tries per request for answers that never came (broken connection, reset stream).
-    public var maxAttempts: Int
     /// After this many failed connection attempts in a row, waiting requests fail (retryable).
     public var maxConnectFailuresBeforeFailing: Int
     public var backoffInitial: Duration
@@ -47,12 +45,12 @@ public struct APNsClientConfiguration: Sendable {
     public init(endpoint: APNsEndpoint, connections: Int = 2, threads: Int = 1, caFile: String? = nil, verifyPeer: Bool = true, plaintext: Bool = false,
                 connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
                 idlePingInterval: Duration = .seconds(3600), pingTimeout: Duration = .seconds(20), maxConcurrentStreams: Int = 1000,
-                maxInFlight: Int = 20_000, maxAttempts: Int = 3, maxConnectFailuresBeforeFailing: Int = 3,
+                maxInFlight: Int = 20_000, maxConnectFailuresBeforeFailing: Int = 3,
                 backoffInitial: Duration = .milliseconds(100), backoffMaximum: Duration = .seconds(10)) {
         self.endpoint = endpoint; self.connections = max(1, connections); self.threads = max(1, min(threads, connections)); self.caFile = caFile; self.verifyPeer = verifyPeer
         self.plaintext = plaintext; self.connectTimeout = connectTimeout; self.requestTimeout = requestTimeout
         self.idlePingInterval = idlePingInterval; self.pingTimeout = pingTimeout; self.maxConcurrentStreams = maxConcurrentStreams
-        self.maxInFlight = max(1, maxInFlight); self.maxAttempts = max(1, maxAttempts); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
+        self.maxInFlight = max(1, maxInFlight); self.maxConnectFailuresBeforeFailing = max(1, maxConnectFailuresBeforeFailing)
         self.backoffInitial = backoffInitial; self.backoffMaximum = backoffMaximum
     }
 

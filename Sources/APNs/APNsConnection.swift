@@ -37,7 +37,6 @@ final class BatchWork: Sendable {
 struct OutgoingRequest: Sendable {
     let work: BatchWork
     let index: Int
-    var attempts: Int
 }
 
 /// Collects a batch's results from any event-loop thread; resumes its one waiter when the last
@@ -137,7 +136,7 @@ final class APNsEventLoop: Sendable {
     func enqueue(work: BatchWork, _ range: Range<Int>) {
         var requests: [OutgoingRequest] = []
         requests.reserveCapacity(range.count)
-        for index in range { requests.append(OutgoingRequest(work: work, index: index, attempts: 0)) }
+        for index in range { requests.append(OutgoingRequest(work: work, index: index)) }
         if !inbox.post(requests) {
             let error = APNsResult.failed(APNsTransportError(.shutdown, "the APNs client was shut down"))
             for r in requests { r.work.completion.complete(r.index, error) }
