@@ -123,29 +123,21 @@ public enum FreeText {
     public static func fit(_ state: [String: JSONValue], freeText: [String], shedding excess: Int) -> [String: JSONValue]? {
         guard excess > 0 else { return state }
         let candidates = Set(freeText)
-        var lengths: [String: Int] = [:]
-        func collect(_ v: JSONValue) {
-            switch v {
-            case .string(let s) where candidates.contains(s): lengths[s] = s.utf8.count
-            case .object(let o): o.values.forEach(collect)
-            case .array(let a): a.forEach(collect)
-            default: break
-            }
-        }
-        state.values.forEach(collect)
-        guard !lengths.isEmpty else { return nil }
-        // Each string's encoded length counts once per place it appears; shedding from the
-        // longest first, each cut to the next one's length (never below a few characters).
+        // Each free-text string of the state and how many places it stands in: its encoded
+        // length counts once per place.
         var occurrences: [String: Int] = [:]
         func count(_ v: JSONValue) {
             switch v {
-            case .string(let s) where lengths[s] != nil: occurrences[s, default: 0] += 1
+            case .string(let s) where candidates.contains(s): occurrences[s, default: 0] += 1
             case .object(let o): o.values.forEach(count)
             case .array(let a): a.forEach(count)
             default: break
             }
         }
         state.values.forEach(count)
+        guard !occurrences.isEmpty else { return nil }
+        // Shedding from the longest first, each cut to the next one's length (never below a few characters).
+        let lengths = Dictionary(uniqueKeysWithValues: occurrences.keys.map { ($0, $0.utf8.count) })
         var target = lengths
         var shed = 0
         let floor = 16
