@@ -111,6 +111,9 @@ extension InspectReport {
                 [cell(b.key), Self.audienceLabel(b), Self.tokensText(ticks: b.ticks), "\(b.capacity)", "\(b.priority10)", "\(b.priority5)",
                  "\(b.downgraded)", "\(b.coalesced)", "\(b.flushed)", "\(b.stale)", "\(b.unchanged)", waiting(b)]
             })
+        if budgets.hiddenWithoutDevices > 0 {
+            out += "  \(budgets.hiddenWithoutDevices) tiers' budgets not shown: no device of that tier (--all-budgets shows them)\n"
+        }
         if let error = budgets.error { out += errorLine(error) }
         out += "  due flushes in \(cell(budgets.schedule)): \(budgets.scheduled), overdue \(budgets.overdue)\n"
         return out

@@ -214,6 +214,9 @@ public struct InspectReport: Codable, Sendable {
         public var scheduled: Int64
         /// Of those, how many were due before `nowMillis`.
         public var overdue: Int64
+        /// Tiers' budgets not listed: their key has no per-token device of that tier and no
+        /// state waiting (`inspect --all-budgets` lists them).
+        public var hiddenWithoutDevices: Int = 0
         public var error: String?
     }
 

@@ -27,7 +27,9 @@ public struct Inspector: Sendable {
     /// Reads everything. A section that Redis refuses (a key of another type: `SET ac:feed:transit
     /// x`) carries its error and the others are read as usual; only a failure to talk to Redis at
     /// all (no connection, timeout) throws.
-    public func report(latest: Int = 5) async throws -> InspectReport {
+    /// `allBudgets`: also the tiers' budgets of keys with no per-token device of that tier (a
+    /// critical update decides both tiers on purpose, docs/sending.md); hidden and counted by default.
+    public func report(latest: Int = 5, allBudgets: Bool = false) async throws -> InspectReport {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var streams: [InspectReport.Stream] = []
         // The feeds, and the slices of fan-outs under way (finished slices are deleted: its
@@ -71,7 +73,7 @@ public struct Inspector: Sendable {
                              deadLetterStream: dlq, deadLetterCount: deadLetterError == nil ? dlqReplies[0].int ?? 0 : 0,
                              latestDeadLetters: latestDead, deadLetterError: deadLetterError, registrations: try await registrations(),
                              counters: try await counters(), channels: channels,
-                             budgets: try await budgets(now: now, channels: channels))
+                             budgets: try await budgets(now: now, channels: channels, all: allBudgets))
         report.nodes = try await nodes()
         report.apnsUnusable = try await apnsUnusable()
         return report
@@ -105,7 +107,7 @@ public struct Inspector: Sendable {
     /// whose channels await deletion, each as bounded), each refilled to `now` with its audience's
     /// policy from the settings, and the schedule of due flushes. A channel's policy is its
     /// storage policy on record (`channels`); failing that, the routes' for the key's feed.
-    private func budgets(now local: Int64, channels: InspectReport.Channels) async throws -> InspectReport.Budgets {
+    private func budgets(now local: Int64, channels: InspectReport.Channels, all: Bool) async throws -> InspectReport.Budgets {
         let keys = settings.keys
         // Redis's clock: the one the decisions and the schedule use.
         let time = try await redis.pipeline([RedisCommand("TIME")])[0].array?.compactMap(\.int) ?? []
@@ -179,6 +181,16 @@ public struct Inspector: Sendable {
                 : try await explain(first.message, key: first.name, expected: "hash")
             errors.append(unread.count == 1 ? "not read: \(why)" : "\(unread.count) budgets not read, the first: \(why)")
         }
+        var hidden = 0
+        if !all {
+            let tiers = try await tiersWithDevices(Array(Set(out.filter { $0.policy == "standard" || $0.policy == "frequent" }.map(\.key))))
+            let before = out.count
+            out.removeAll { b in
+                guard b.policy == "standard" || b.policy == "frequent", let has = tiers[b.key] else { return false }
+                return !has.contains(b.audience) && b.pendingMillis == nil
+            }
+            hidden = before - out.count
+        }
         // When each waiting state is due: its member `<key>|<audience>` in the schedule.
         let waiting = out.indices.filter { out[$0].pendingMillis != nil }
         let scores = try await redis.pipeline(waiting.map { RedisCommand("ZSCORE", schedule, "\(out[$0].key)|\(out[$0].audience)") })
@@ -186,8 +198,44 @@ public struct Inspector: Sendable {
             out[i].dueAtMillis = score.string.flatMap(Double.init).map { Int64($0) }
         }
         return .init(nowMillis: now, redisClock: redisNow != nil, budgets: out, truncated: (index[1].int ?? 0) > Int64(countLimit) || (index[3].int ?? 0) > Int64(countLimit),
-                     schedule: schedule, scheduled: index[4].int ?? 0, overdue: index[5].int ?? 0,
+                     schedule: schedule, scheduled: index[4].int ?? 0, overdue: index[5].int ?? 0, hiddenWithoutDevices: hidden,
                      error: errors.isEmpty ? nil : errors.joined(separator: "; "))
+    }
+
+    /// Keys with at most this many per-token devices have their tiers read (`HVALS` of
+    /// `{key}:direct`); a larger key's tiers are all shown.
+    static let tierScanLimit = 2000
+
+    /// The tiers (raw values) with at least one per-token device, for each key whose per-token
+    /// audience is known and small enough to read (`tierScanLimit`); a key missing from the answer
+    /// has every tier shown. A registration without its own tier takes its device's (standard
+    /// when that has none), as the send path does.
+    private func tiersWithDevices(_ names: [String]) async throws -> [String: Set<String>] {
+        let keys = settings.keys
+        let parsed = names.compactMap { name in ActivityKey(parsing: name).map { (name, $0) } }
+        let lengths = try await redis.pipeline(parsed.map { RedisCommand("HLEN", keys.direct($0.1)) })
+        let small = zip(parsed, lengths).filter { ($0.1.int ?? 0) >= 1 && ($0.1.int ?? 0) <= Int64(Self.tierScanLimit) + 1 }.map(\.0)
+        let values = try await redis.pipeline(small.map { RedisCommand("HGETALL", keys.direct($0.1)) })
+        var out: [String: Set<String>] = [:]
+        var askDevice: [(key: String, device: String)] = []
+        for ((name, _), reply) in zip(small, values) {
+            guard let items = reply.array, items.count % 2 == 0 else { continue }
+            var kept = false, tiers = Set<String>()
+            for i in stride(from: 0, to: items.count, by: 2) {
+                guard let field = items[i].bytes, let value = items[i + 1].bytes else { continue }
+                if field == Array("_".utf8) { kept = true; continue }
+                guard let meta = RegistrationMeta(value) else { continue }
+                if let tier = meta.tier { tiers.insert(tier.rawValue) } else { askDevice.append((name, meta.device)) }
+            }
+            if kept { out[name] = tiers }  // no `_`: registered before the hash was kept, audience unknown
+        }
+        let unique = Array(Set(askDevice.filter { out[$0.key] != nil }.map(\.device)))
+        let deviceTiers = try await redis.pipeline(unique.map { RedisCommand("HGET", keys.device($0), "tier") })
+        let byDevice = Dictionary(uniqueKeysWithValues: zip(unique, deviceTiers.map { $0.string.flatMap(Tier.init(rawValue:)) ?? .standard }))
+        for ask in askDevice where out[ask.key] != nil {
+            out[ask.key]?.insert((byDevice[ask.device] ?? .standard).rawValue)
+        }
+        return out
     }
 
     /// The settings' name of an audience's policy (`budgets.<name>.*`).

@@ -18,6 +18,9 @@ struct InspectCommand: AsyncParsableCommand {
     @Option(help: "How many of the latest dead letters to show (0-100).")
     var deadLetters = 5
 
+    @Flag(help: "Also list the tiers' budgets of keys that have no device of that tier.")
+    var allBudgets = false
+
     func validate() throws {
         guard (0...Inspector.maxDeadLetters).contains(deadLetters) else {
             throw ValidationError("--dead-letters must be 0-\(Inspector.maxDeadLetters), got \(deadLetters)")
@@ -30,7 +33,7 @@ struct InspectCommand: AsyncParsableCommand {
         defer { redis.close() }
         let report: InspectReport
         do {
-            report = try await Inspector(settings: settings, redis: redis).report(latest: deadLetters)
+            report = try await Inspector(settings: settings, redis: redis).report(latest: deadLetters, allBudgets: allBudgets)
         } catch {
             throw CommandFailure("inspect failed: \(error)")
         }

@@ -296,6 +296,50 @@ import TestSupport
         #expect(decoded.budgets.budgets.first?.dueAtMillis == t0 + 30_000 && decoded.budgets.error == budgets.error)
     }
 
+    /// A critical update decides both tiers, one without devices too (docs/sending.md): the tier
+    /// with no per-token device of the key is not listed by default, counted, and listed with
+    /// `--all-budgets`. A registration without its own tier takes its device's (standard without).
+    @Test func budgetsOfTiersWithoutDevicesAreHiddenByDefault() async throws {
+        let server = try await RedisServer()
+        let redis = server.connection()
+        defer { redis.close() }
+        let settings = try testSettings(server)
+        let keys = settings.keys
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let both = try #require(ActivityKey(parsing: "match:both")), frequent = try #require(ActivityKey(parsing: "match:frequent"))
+        let byDevice = try #require(ActivityKey(parsing: "match:bydevice")), unknown = try #require(ActivityKey(parsing: "match:unknown"))
+        var commands: [RedisCommand] = []
+        for key in [both, frequent, byDevice, unknown] {
+            commands.append(RedisCommand("ZADD", keys.keysIndex, now, key.description))
+            for tier in [Tier.standard, .frequent] {
+                commands.append(BudgetScripts.decideCommand(budgetKey: keys.budget(key, .tier(tier)), event: .update(millis: 1, priority: .critical),
+                                                            nowMillis: now, policy: settings.budgets.audience(.tier(tier)), ttlSeconds: 600))
+            }
+        }
+        // match:both: a frequent device and one whose tier is its device's (none: standard).
+        commands.append(RedisCommand("HSET", keys.direct(both), "_", "1", "a1", "\(now) d1 - frequent 0 tok1", "a2", "\(now) d2 - - 0 tok2"))
+        // match:frequent: frequent devices only, one by its registration, one by its device's setting.
+        commands.append(RedisCommand("HSET", keys.direct(frequent), "_", "1", "a3", "\(now) d3 - frequent 0 tok3", "a4", "\(now) d4 - - 0 tok4"))
+        commands.append(RedisCommand("HSET", keys.device("d4"), "tier", "frequent"))
+        // match:bydevice: a device whose setting says standard.
+        commands.append(RedisCommand("HSET", keys.direct(byDevice), "_", "1", "a5", "\(now) d5 - - 0 tok5"))
+        commands.append(RedisCommand("HSET", keys.device("d5"), "tier", "standard"))
+        // match:unknown has no `direct` hash (its audience is not known): every tier is listed.
+        _ = try await redis.pipeline(commands)
+
+        let report = try await Inspector(settings: settings, redis: redis).report()
+        let rows = report.budgets.budgets.map { "\($0.key)|\($0.audience)" }
+        #expect(rows == ["match:both|standard", "match:both|frequent", "match:bydevice|standard", "match:frequent|frequent",
+                         "match:unknown|standard", "match:unknown|frequent"], "\(rows)")
+        #expect(report.budgets.hiddenWithoutDevices == 2)
+        #expect(report.rendered().contains("\n  2 tiers' budgets not shown: no device of that tier (--all-budgets shows them)\n"))
+        let all = try await Inspector(settings: settings, redis: redis).report(allBudgets: true)
+        #expect(all.budgets.budgets.count == 8 && all.budgets.hiddenWithoutDevices == 0)
+        #expect(!all.rendered().contains("not shown: no device"))
+        let (status, out, err) = try await runActivitycast(["inspect", "--all-budgets"], redis: server, settings: ["prefix": settings.prefix])
+        #expect(status == 0 && out.contains("match:frequent  standard"), "\(err)\(out)")
+    }
+
     /// Many keys with budgets: the table stops at `rowLimit` rows and says how many more; the
     /// JSON has them all.
     @Test func manyBudgetsAreCappedInTheTable() async throws {
