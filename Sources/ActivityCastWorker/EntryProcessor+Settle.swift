@@ -17,7 +17,8 @@ extension EntryProcessor {
         var refusal: RedisRefusal?
         /// Entries left pending because Redis was out of reach or APNs down, and why.
         var unreachable: [String] = []
-        var handedOff = 0
+        /// Entries whose fan-outs' slices are under way (kept claimed: `EntriesInHand.handOff`).
+        var handedOff: [String] = []
 
         init(entries: [StreamEntry], outcome: [EntryFailure?], redelivered: Bool) {
             for (index, entry) in entries.enumerated() {
@@ -30,7 +31,7 @@ extension EntryProcessor {
                     unreachable.append(message)
                     if redelivered { refunds.append(entry.id) }
                 case .handedOff?:
-                    handedOff += 1
+                    handedOff.append(entry.id)
                     if redelivered { refunds.append(entry.id) }
                 case .own(let message)?:
                     failures.append((entry.id, message))
@@ -42,6 +43,7 @@ extension EntryProcessor {
     func settle(feed: Settings.Feed, entries: [StreamEntry], carried: Carried, redelivered: Bool,
                 baseline: GroupLoss.Baseline) async throws -> Outcome {
         var s = Settlement(entries: entries, outcome: carried.outcome, redelivered: redelivered)
+        held.handOff(feed.stream, s.handedOff)
         let errors = errorsKey(feed.stream)
         var also = Acknowledgement.failures(keys, stream: feed.stream, s.failures)
         if carried.stale > 0 { also.append(RedisCommand("HINCRBY", countersKey, "registrations_stale", carried.stale)) }
@@ -85,7 +87,7 @@ extension EntryProcessor {
             logger.warning("entries left pending: Redis or APNs unavailable", metadata: ["stream": "\(feed.stream)", "count": "\(s.unreachable.count)", "error": "\(first)"])
         }
         if s.refusal != nil {
-            counters?.refused.add(entries.count - s.ack.count - s.failures.count - s.unreachable.count - s.handedOff, ordering: .relaxed)
+            counters?.refused.add(entries.count - s.ack.count - s.failures.count - s.unreachable.count - s.handedOff.count, ordering: .relaxed)
         }
         return Outcome(finished: s.ack.count, refusal: s.refusal)
     }

@@ -216,7 +216,9 @@ public final class Worker: Sendable {
         let sliceLoops = slices.map { taker in Task { await taker.run() } }
         let flushLoop = flusher.map { flusher in Task { await flusher.run() } }
         let sweepLoop = sender.map { $0.recordSweep.loop(redis, logger: logger) }
-        let keepClaimed = processor.held.keepClaimedLoop(redis, group: settings.group, consumer: consumer, logger: logger)
+        let clients = apns?.clients ?? []
+        let keepClaimed = processor.held.keepClaimedLoop(redis, group: settings.group, consumer: consumer, logger: logger,
+                                                         paused: { clients.contains { $0.stats.trouble != nil } })
         defer { keepClaimed.cancel() }
 
         // Entries this consumer read before a restart (a configured, stable consumer name).

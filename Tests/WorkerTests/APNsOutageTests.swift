@@ -340,3 +340,53 @@ extension SendTests {
         try await expectBothKindsShown(back, w, channelKey: "match:o9", channelHome: 1, devices: devices, deviceHome: 2)
     }
 }
+
+extension SendTests {
+    /// The slices stream's pending entries: (id, consumer, deliveries).
+    func pendingSlices(_ r: Rig) async throws -> [(id: String, consumer: String, deliveries: Int64)] {
+        let reply = try await r.redis.send(RedisCommand("XPENDING", r.settings.keys.slices, r.settings.group, "-", "+", 100))
+        return (reply.array ?? []).compactMap { item in
+            guard let a = item.array, a.count == 4, let id = a[0].string, let c = a[1].string, let n = a[3].int else { return nil }
+            return (id, c, n)
+        }
+    }
+
+    /// A fan-out's slice whose tokens wait through an APNs outage longer than ten visibility
+    /// timeouts stays this worker's: its idle time is kept below the timeout the whole while, so
+    /// neither this worker's claims nor any other's take it (its deliveries stay 1), nor the
+    /// event's entry its fan-out acknowledges at the end, and once APNs
+    /// answers every device is sent its update once.
+    @Test func aWorkerNeverClaimsTheSlicesItHoldsThroughAnAPNsOutage() async throws {
+        let (r, refusing, w) = try await outage(["--delivery-log", "1000"])
+        defer { r.redis.close(); refusing.close(); w.removeLogs() }
+        let t = now() - 60_000
+        let devices = (0..<3).map { token(String(format: "c%x", $0)) }
+        for (i, device) in devices.enumerated() {
+            try await register(r, device: "d\(i)", key: "match:o9", activity: "A\(i)", token: device, ts: t)
+        }
+        try await score(r, "o9", 1, 0, ts: t + 1000)
+        #expect(await eventually(timeout: .seconds(10)) { (try? await pendingSlices(r).isEmpty == false) ?? false })
+        // 7 s: fourteen visibility timeouts (500 ms), past the ten after which a stuck delivery is let go.
+        let until = ContinuousClock.now + .seconds(7)
+        var most: Int64 = 0, owners = Set<String>()
+        while ContinuousClock.now < until {
+            for p in try await pendingSlices(r) {
+                most = max(most, p.deliveries)
+                owners.insert(p.consumer)
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(most == 1 && owners.count == 1, "deliveries \(most), consumers \(owners)")
+        // Nor its event's entry, pending until the last slice acknowledges it.
+        #expect(!jsonLogLines(w.stderr).contains { ($0["msg"] ?? "").hasPrefix("claimed idle") }, "\(w.stderr.suffix(3000))")
+        let back = try await endOutage(r, refusing) { true }
+        #expect(try await eventually(timeout: .seconds(60)) {
+            for device in devices where state(try await back.device(device))["homeScore"] as? Int != 1 { return false }
+            return true
+        })
+        #expect(await eventually(timeout: .seconds(30)) { await drained(back.redis, back.settings) })
+        let received = try await back.sandbox.deviceDeliveries().filter { $0.event == "update" }
+        #expect(received.count == devices.count, "\(received)")
+        try await expectNothingLost(back, w)
+    }
+}

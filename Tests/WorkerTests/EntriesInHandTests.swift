@@ -55,3 +55,26 @@ extension SendTests {
         #expect(held.take("s", ["2-0"]) == ["2-0"])
     }
 }
+
+extension EntriesInHandValueTests {
+    /// A handed-off entry (its fan-out's slices under way) is kept claimed but is not in hand: a
+    /// delivery of it again is processed. It is kept until it is gone from this consumer's
+    /// pending entries, or for ten timeouts; while APNs is unusable that clock stands still.
+    @Test func aHandedOffEntryIsKeptButNotInHandAndAnOutageStopsTheClock() {
+        let held = EntriesInHand(visibilityTimeout: .seconds(1))
+        held.handOff("s", ["5-0"])
+        #expect(held.take("s", ["5-0"]) == ["5-0"])
+        held.release("s", ["5-0"])
+        let start = ContinuousClock.now
+        #expect(held.toKeep(now: start).map { "\($0.stream) \($0.ids)" } == ["s [\"5-0\"]"])
+        _ = held.take("s", ["6-0"])
+        // Nine seconds of outage: the clocks restart, so eleven seconds after the start both are still kept.
+        held.restartClocks(now: start + .seconds(9))
+        #expect(held.toKeep(now: start + .seconds(11)).map { "\($0.stream) \($0.ids)" } == ["s [\"5-0\", \"6-0\"]"])
+        #expect(held.toKeep(now: start + .seconds(20)).isEmpty)
+        // Acknowledged by another worker's last slice: dropped.
+        held.handOff("t", ["7-0"])
+        held.dropHandOffs("t", ["7-0"])
+        #expect(held.toKeep(now: start + .seconds(9)).map(\.stream) == ["s"])
+    }
+}
