@@ -92,6 +92,11 @@ public struct RedisKeys: Sendable, Equatable {
     public func inflight(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:inflight" }
     /// Devices that got a push-to-start for the key (set): `ac:{match:4711}:starts`.
     public func starts(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:starts" }
+    /// The key's start as a relaunch needs it (hash, only with `worker.relaunch_past_lifetime`):
+    /// `_type` → the `attributes-type`, `a:<name>` → each attribute as JSON.
+    public func startAttributes(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:start" }
+    /// The activities of the key started again after their lifetime (set of activity ids): each once.
+    public func relaunched(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:relaunched" }
     /// One (key, audience)'s budget hash: `ac:{match:4711}:budget:standard` (`standard`,
     /// `frequent`, `channel`).
     public func budget(_ key: ActivityKey, audience name: String) -> String { "\(prefix):{\(key)}:budget:\(name)" }

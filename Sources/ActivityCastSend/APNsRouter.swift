@@ -44,6 +44,10 @@ public final class SendStats: Sendable {
     public let afterEnd = Atomic<Int>(0)
     /// Tokens not sent an update because their activity is past Apple's 8 hours.
     public let tokensPastLifetime = Atomic<Int>(0)
+    /// Of those, activities started again by push-to-start (`worker.relaunch_past_lifetime`), and
+    /// those that could not be: no start token, the key's start not seen, the start budget spent.
+    public let relaunched = Atomic<Int>(0)
+    public let relaunchesSkipped = Atomic<Int>(0)
     /// Newly registered tokens sent their key's current state (`Sender.catchUp`).
     public let caughtUp = Atomic<Int>(0)
     /// Newly registered tokens not caught up because too many catch-ups were under way.

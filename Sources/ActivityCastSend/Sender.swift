@@ -78,6 +78,9 @@ public struct SendConfiguration: Sendable {
     /// A token registered longer ago than this is past its activity's life (Apple ends a Live
     /// Activity after 8 hours active): not sent updates, counted `tokens_past_lifetime` (ms).
     public var activityLifetimeMillis: Int64 = 28_800_000
+    /// Whether such an activity is started again by push-to-start, with the key's start
+    /// attributes (`Relaunch`), while its key takes updates.
+    public var relaunchPastLifetime = false
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",

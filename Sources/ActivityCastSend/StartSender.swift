@@ -16,6 +16,7 @@ struct StartSender: SendRole {
                             entry: String, summary: inout SendSummary) async throws {
         var states = known
         guard case .followers(let targets) = plan.audience, let activityType = plan.attributesType else { return }
+        if configuration.relaunchPastLifetime { try await recordStart(plan, activityType: activityType) }
         // Devices that already have an activity for the key get no start.
         let metaValues = try await redis.send(RedisCommand("HVALS", keys.meta(plan.key)))
         let haveActivity = Set((metaValues.array ?? []).compactMap { $0.bytes.flatMap(RegistrationMeta.init)?.device })
@@ -83,9 +84,13 @@ struct StartSender: SendRole {
         }
     }
 
+}
+
+/// What push-to-start and relaunches share: each device's start token and start budget.
+extension SendRole {
     /// Each device's push-to-start token for the type, with its environment and whether it is on
     /// broadcast (its device hash: `start:<type>` → `ts token`); devices without one are left out.
-    private func startRows(_ devices: [String], activityType: String) async throws -> [TokenRow] {
+    func startRows(_ devices: [String], activityType: String) async throws -> [TokenRow] {
         let settings = try await redis.pipeline(devices.map { RedisCommand("HMGET", keys.device($0), "start:\(activityType)", "env", "broadcast") })
         var rows: [TokenRow] = []
         for (device, reply) in zip(devices, settings) {
@@ -129,7 +134,6 @@ struct StartSender: SendRole {
         if kept.count < rows.count { _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "starts_over_budget", rows.count - kept.count)) }
         return kept
     }
-
 }
 
 /// Spreads sends over time at `perSecond`: before sending `n` more, waits until the ones sent so

@@ -20,6 +20,8 @@ struct TokenBatches: SendRole {
         var registeredMillis: Int64?
         /// Whose budget its pushes spend.
         var tier: Tier = .standard
+        /// The registration's device (nil for a start row: its `activity` is the device).
+        var device: String? = nil
     }
 
     /// Token rows from `(activity, meta)` pairs of `{key}:meta` (its values end with the token),
@@ -37,7 +39,7 @@ struct TokenBatches: SendRole {
             // A tombstone (`ts -`) has no token: nothing to send.
             guard let m = RegistrationMeta(p.meta) else { continue }
             rows.append(TokenRow(activity: p.activity, token: m.token ?? "", env: m.env ?? .production, onBroadcast: m.broadcast ?? false,
-                                 registeredMillis: m.millis, tier: m.tier ?? .standard))
+                                 registeredMillis: m.millis, tier: m.tier ?? .standard, device: m.device))
             if m.token == nil { needToken.append(rows.count - 1) }
             if m.env == nil || m.broadcast == nil || (tiers && m.tier == nil) {
                 needDevice.append((rows.count - 1, m.device, m.env == nil, m.broadcast == nil, tiers && m.tier == nil))
@@ -109,7 +111,7 @@ struct TokenBatches: SendRole {
             return Waiting()
         }
         // An activity past Apple's 8 hours is over on the device: its token is sent nothing more.
-        let rows = kind == .start ? rows : await pastLifetime(rows, plan)
+        let rows = kind == .start ? rows : await pastLifetime(rows, plan, entry: entry)
         // Each token with whether an earlier request for it went unanswered (it may have gone out).
         var pending = rows.map { (row: $0, unsure: parking?.quiet($0.activity) ?? false) }
         // Tries before this one: they set the back-off (a slice's batch: its round).
@@ -166,7 +168,8 @@ struct TokenBatches: SendRole {
     /// `rows` less the tokens registered longer ago than an activity lives
     /// (`SendConfiguration.activityLifetimeMillis`): counted in the fleet's counters
     /// (`tokens_past_lifetime`, shown by `inspect`) and the worker's metrics.
-    private func pastLifetime(_ rows: [TokenRow], _ plan: Plan) async -> [TokenRow] {
+    /// With `relaunchPastLifetime`, those activities are started again beside the batch (`relaunch`).
+    private func pastLifetime(_ rows: [TokenRow], _ plan: Plan, entry: String) async -> [TokenRow] {
         let oldest = Int64(Date().timeIntervalSince1970 * 1000) - configuration.activityLifetimeMillis
         let live = rows.filter { ($0.registeredMillis ?? .max) >= oldest }
         let past = rows.count - live.count
@@ -174,6 +177,10 @@ struct TokenBatches: SendRole {
         stats.tokensPastLifetime.add(past, ordering: .relaxed)
         // Best effort: a counter that can't be written never holds up the batch's pushes.
         _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "tokens_past_lifetime", past))
+        if configuration.relaunchPastLifetime, plan.event == .update {
+            let old = rows.filter { ($0.registeredMillis ?? .max) < oldest }
+            Task { [self] in await relaunch(plan, old, entry: entry) }
+        }
         return live
     }
 

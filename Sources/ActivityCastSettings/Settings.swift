@@ -80,6 +80,9 @@ public struct Settings: Sendable {
     /// How long a Live Activity takes updates after it began (`ttl.activity_active_s`): Apple's
     /// system ends one after 8 hours active.
     public var activityActiveSeconds = 28_800
+    /// Whether an activity past `activityActiveSeconds` is started again by push-to-start while
+    /// its key is live (`worker.relaunch_past_lifetime`, off by default).
+    public var relaunchPastLifetime = false
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
     public var logLevel: String
@@ -140,6 +143,7 @@ public enum SettingsLoader {
         ("worker.send", "true"),
         ("worker.starts_per_second", "500"),
         ("worker.ack_delay_ms", "2"),
+        ("worker.relaunch_past_lifetime", "false"),
         ("fanout.slice_size", "4096"),
         ("fanout.batch", "256"),
         ("fanout.lease_ms", "10000"),
@@ -472,6 +476,7 @@ public enum SettingsLoader {
         settings.budgets = try budgets(int: int, wrong: wrong, source: { raw[$0]?.source })
         settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))
         settings.activityActiveSeconds = try int("ttl.activity_active_s", 28_800, 60...(30 * 86_400))
+        settings.relaunchPastLifetime = try bool("worker.relaunch_past_lifetime", false)
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

@@ -113,6 +113,7 @@ public final class Worker: Sendable {
                 configuration.budgets = settings.budgets
                 configuration.tokenAttempts = settings.tokenAttempts
                 configuration.activityLifetimeMillis = Int64(settings.activityActiveSeconds) * 1000
+                configuration.relaunchPastLifetime = settings.relaunchPastLifetime
                 configuration.rateGuard = RateGuardPolicy(perSecond: settings.apns.ratePerSecond, burst: settings.apns.rateBurst)
                 // Test-only: a compressed clock for budget decisions (see `BudgetClock`).
                 if let text = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_BUDGET_CLOCK"] {

@@ -97,3 +97,49 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// `worker.relaunch_past_lifetime` (here with a 60 s lifetime): the key's start went out by
+    /// push-to-start; the activity's token, registered two minutes ago, is past its life, so the
+    /// key's next score starts the activity again on the device's start token, carrying the
+    /// score, once however many events follow; a device with no start token gets nothing. Off
+    /// by default (`aTokenPastEightHoursIsSentNothingMore`).
+    @Test func anActivityPastItsLifetimeIsStartedAgainWhenConfigured() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["ttl.activity_active_s": "60", "worker.relaunch_past_lifetime": "true"])
+        defer { w.removeLogs() }
+        var t = now() - 200_000
+        let fanStart = token("7a"), fanActivity = token("7b"), other = token("7c")
+        try await r.add(r.settings.registrationsStream, [("type", "start.token"), ("ts", String(t)), ("device", "fan"),
+                                                         ("activity_type", "MatchActivityAttributes"), ("token", fanStart), ("env", "development")])
+        try await r.add(r.settings.registrationsStream, [("type", "follow"), ("ts", String(t)), ("device", "fan"), ("target", "team:ars")])
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.scheduled"), ("ts", String(t)), ("match", "rl1"), ("home", "ars"),
+                                                      ("away", "che"), ("competition", "Cup"), ("kickoff", String(t + 600_000))])
+        t += 1000
+        try await r.add(r.settings.feeds[0].stream, [("type", "match.started"), ("ts", String(t)), ("match", "rl1"), ("home", "ars"), ("away", "che")])
+        #expect(await eventually { (try? await r.device(fanStart))?["startsReceived"] as? Int == 1 }, "the start went out")
+        try await score(r, "rl1", 1, 0, ts: now())
+        #expect(await eventually { await r.drainedAll() })
+        // The started activity's token, and another device's, both registered two minutes ago:
+        // past a 60 s life. Their catch-up (or the next score) finds them so.
+        try await register(r, device: "fan", key: "match:rl1", activity: "A", token: fanActivity, ts: now() - 120_000)
+        try await register(r, device: "other", key: "match:rl1", activity: "O", token: other, ts: now() - 120_000)
+        #expect(await eventually { await r.drainedAll() })
+        for goal in 2...3 {
+            try await score(r, "rl1", goal, 0, ts: now())
+            #expect(await eventually { await r.drainedAll() })
+        }
+        #expect(await eventually { (try? await r.device(fanStart))?["startsReceived"] as? Int == 2 }, "started again")
+        try await Task.sleep(for: .milliseconds(500))
+        let started = try #require(try await r.device(fanStart))
+        #expect(started["startsReceived"] as? Int == 2, "started again once: \(started)")
+        #expect(state(started)["homeScore"] as? Int ?? 0 >= 1 && started["attributesType"] as? String == "MatchActivityAttributes", "\(started)")
+        #expect(try await r.device(fanActivity)?["pushesReceived"] as? Int ?? 0 == 0, "the ended activity got nothing")
+        #expect(try await r.device(other)?["pushesReceived"] as? Int ?? 0 == 0)
+        #expect(try await r.redis.send(RedisCommand("HGET", r.settings.keys.counters, "activities_relaunched")).string == "1")
+        #expect(await w.stop() == 0)
+        #expect(jsonLogLines(w.stderr).filter { $0["msg"] == "started activities past their lifetime again" }.count == 1)
+    }
+}

@@ -152,6 +152,8 @@ final class WorkerMetrics: Sendable {
             counter("activitycast_events_stale_total", [], sends.stale.load(ordering: .relaxed))
             counter("activitycast_events_after_end_total", [], sends.afterEnd.load(ordering: .relaxed))
             counter("activitycast_tokens_past_lifetime_total", [], sends.tokensPastLifetime.load(ordering: .relaxed))
+            counter("activitycast_activities_relaunched_total", [], sends.relaunched.load(ordering: .relaxed))
+            counter("activitycast_relaunches_skipped_total", [], sends.relaunchesSkipped.load(ordering: .relaxed))
             counter("activitycast_tokens_caught_up_total", [], sends.caughtUp.load(ordering: .relaxed))
             counter("activitycast_catch_ups_skipped_total", [], sends.catchUpsSkipped.load(ordering: .relaxed))
             counter("activitycast_text_trimmed_to_fit_total", [], sends.textTrimmedToFit.load(ordering: .relaxed))
