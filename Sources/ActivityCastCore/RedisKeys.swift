@@ -115,6 +115,8 @@ public struct RedisKeys: Sendable, Equatable {
     public var channelAnnouncements: String { "\(prefix):channels" }
     /// Permanent send failures (stream, capped): `ac:send-failures`.
     public var sendFailures: String { "\(prefix):send-failures" }
+    /// What app backends are told (stream, capped): tokens forgotten, starts delivered, … (`Outcome`).
+    public var outcomes: String { "\(prefix):outcomes" }
     /// The fleet's schedule of coalesced states (sorted set): member `<key>|<audience>`, scored by
     /// when it is due (ms): `ac:budget-due`.
     public var budgetDue: String { "\(prefix):budget-due" }

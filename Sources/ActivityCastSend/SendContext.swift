@@ -48,6 +48,15 @@ protocol SendRole: Sendable {
 }
 
 extension SendRole {
+    /// Adds `outcomes` to the outcomes stream (`Outcome`), in one pipeline; nothing when none or
+    /// when the stream is off.
+    func recordOutcomes(_ outcomes: [Outcome]) async throws {
+        let commands = outcomes.compactMap { $0.command(keys, maxLength: configuration.outcomesMaxLength) }
+        if !commands.isEmpty { _ = try await redis.pipeline(commands) }
+    }
+}
+
+extension SendRole {
     var redis: RedisConnection { ctx.redis }
     var apns: APNsRouter { ctx.apns }
     var configuration: SendConfiguration { ctx.configuration }
@@ -82,6 +91,12 @@ extension SendRole {
                          "target", String(f.target.prefix(8)) + "…", "reason", f.reason, "entry", entry, "apns_id", id(i))
         }
         commands.append(RedisCommand("HINCRBY", keys.counters, "sends_failed", failures.count))
+        // A backend hears of its tokens given up (per-token pushes and starts), not of our own parts.
+        if kind == SendStats.Kind.token.rawValue || kind == SendStats.Kind.start.rawValue {
+            commands += failures.compactMap { f in
+                Outcome.tokenFailed(key: key, kind: kind, token: f.target, reason: f.reason).command(keys, maxLength: configuration.outcomesMaxLength)
+            }
+        }
         _ = try await redis.pipeline(commands)
         for (i, f) in failures.enumerated() {
             logger.warning("send failed", metadata: ["key": "\(key)", "kind": "\(kind)", "reason": "\(f.reason)", "apns_id": "\(id(i))",

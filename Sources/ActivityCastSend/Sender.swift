@@ -81,6 +81,8 @@ public struct SendConfiguration: Sendable {
     /// Whether such an activity is started again by push-to-start, with the key's start
     /// attributes (`Relaunch`), while its key takes updates.
     public var relaunchPastLifetime = false
+    /// About how many entries the outcomes stream keeps (`streams.outcomes_max_len`); 0: none written.
+    public var outcomesMaxLength = 100_000
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
@@ -607,7 +609,7 @@ public final class Sender: SendRole {
             RedisCommand("EXPIRE", keys.tokenOwners(plan.key), keep),
             RedisCommand("EXPIRE", keys.starts(plan.key), keep),
             RedisCommand("EXPIRE", keys.state(plan.key), keep),
-        ])
+        ] + [Outcome.keyEnded(key: plan.key, endedMillis: plan.timestampMillis).command(keys, maxLength: configuration.outcomesMaxLength)].compactMap { $0 })
     }
 }
 

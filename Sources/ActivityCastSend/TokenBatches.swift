@@ -129,7 +129,7 @@ struct TokenBatches: SendRole {
             }
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
             stats.count(kind, results, priority: priority)
-            let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil)
+            let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil || kind == .start)
             try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
             var retry = answers.retry
             if kind == .start, retry.contains(where: \.unsure) {
@@ -143,6 +143,7 @@ struct TokenBatches: SendRole {
                     "key": "\(plan.key)", "entry": "\(entry)", "starts": "\(unknown.count)", "reason": "\(unknown[0].reason)",
                 ])
                 if let onDelivered { try await onDelivered(unknown.map(\.row)) }
+                try await recordOutcomes(unknown.map { .startUnknown(key: plan.key, device: $0.row.activity, activityType: plan.attributesType ?? "") })
             }
             attempt += 1
             // Every token failed, for APNs's outage: the attempts say nothing about them.
@@ -202,7 +203,7 @@ struct TokenBatches: SendRole {
         /// Delivered tokens (kept only when the caller wants them), and how many.
         var delivered: [TokenRow] = []
         var deliveredCount = 0
-        var dead: [(row: TokenRow, reason: String, apnsID: String?)] = []
+        var dead: [(row: TokenRow, reason: String, apnsID: String?, invalidSince: Int64?)] = []
         var failures: [(target: String, reason: String)] = []
         var failureIDs: [String?] = []
 
@@ -226,7 +227,7 @@ struct TokenBatches: SendRole {
                     deliveredCount += 1
                     if keepDelivered { delivered.append(row) }
                 case .forget(let reason):
-                    dead.append((row, reason, response?.apnsID))
+                    dead.append((row, reason, response?.apnsID, response?.timestampMillis))
                 case .retry(let after, let reason):
                     // Unsure: no answer, and the request may have reached APNs (`fateUnknown`).
                     retry.append(Retry(row: row, unsure: wasUnsure || result.fateUnknown, reason: reason,
@@ -257,7 +258,9 @@ struct TokenBatches: SendRole {
             try await recordFailures(plan.key, kind: kind.rawValue, answers.failures, apnsIDs: answers.failureIDs, entry: entry)
         }
         switch kind {
-        case .start: summary.starts += answers.deliveredCount
+        case .start:
+            summary.starts += answers.deliveredCount
+            try await recordOutcomes(answers.delivered.map { .startDelivered(key: plan.key, device: $0.activity, activityType: plan.attributesType ?? "") })
         default: summary.tokens += answers.deliveredCount
         }
         if let onDelivered, !answers.delivered.isEmpty { try await onDelivered(answers.delivered) }
@@ -292,10 +295,15 @@ struct TokenBatches: SendRole {
     }
 
     /// Forgets activity tokens APNs says are dead, unless replaced meanwhile: one pipeline.
-    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?)]) async throws {
+    private func forgetTokens(_ key: ActivityKey, _ dead: [(row: TokenRow, reason: String, apnsID: String?, invalidSince: Int64?)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        _ = try await redis.pipeline(dead.map { d in
+        let forgot = try await redis.pipeline(dead.map { d in
             .script(TokenScripts.forgetIfSame, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)], args: [d.row.activity, d.row.token, now])
+        })
+        // Told to the app's backend only for a token forgotten here (not one replaced meanwhile).
+        try await recordOutcomes(zip(dead, forgot).filter { $0.1.int == 1 }.map { d, _ in
+            .tokenForgotten(key: key, device: d.row.device ?? "", activity: d.row.activity, token: d.row.token, reason: d.reason,
+                            invalidSince: d.invalidSince, env: d.row.env.rawValue)
         })
         for d in dead {
             // A failed send, logged once: what APNs said, its apns-id, never the whole token.
@@ -306,13 +314,16 @@ struct TokenBatches: SendRole {
 
     /// Forgets a push-to-start token APNs says is dead (unless the device registered a new one
     /// meanwhile): the device no longer counts as able to start this type.
-    func forgetStartTokens(_ dead: [(row: TokenRow, reason: String, apnsID: String?)], activityType: String) async throws {
+    func forgetStartTokens(_ dead: [(row: TokenRow, reason: String, apnsID: String?, invalidSince: Int64?)], activityType: String) async throws {
         // Device hashes and the type's set are in different slots: the set follows the hashes.
         let removed = try await redis.pipeline(dead.map { d in
             .script(TokenScripts.forgetStartIfSame, keys: [keys.device(d.row.activity)], args: ["start:\(activityType)", d.row.token])
         })
         let gone = zip(dead, removed).filter { $0.1.int == 1 }.map { $0.0.row.activity }
         if !gone.isEmpty { _ = try await redis.send(RedisCommand("SREM", [keys.startTokens(activityType: activityType)] + gone)) }
+        try await recordOutcomes(zip(dead, removed).filter { $0.1.int == 1 }.map { d, _ in
+            .startTokenForgotten(device: d.row.activity, activityType: activityType, token: d.row.token, reason: d.reason, invalidSince: d.invalidSince)
+        })
         for d in dead {
             logger.info("push-to-start token forgotten", metadata: ["device": "\(d.row.activity)", "kind": "start", "reason": "\(d.reason)",
                                                                     "apns_id": "\(d.apnsID ?? "-")", "token": "\(d.row.token.prefix(8))…"])

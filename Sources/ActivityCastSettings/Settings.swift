@@ -83,6 +83,8 @@ public struct Settings: Sendable {
     /// Whether an activity past `activityActiveSeconds` is started again by push-to-start while
     /// its key is live (`worker.relaunch_past_lifetime`, off by default).
     public var relaunchPastLifetime = false
+    /// About how many entries `<prefix>:outcomes` keeps (`streams.outcomes_max_len`); 0: not written.
+    public var outcomesMaxLength = 100_000
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
     public var logLevel: String
@@ -127,6 +129,7 @@ public enum SettingsLoader {
         ("streams.registrations", "<prefix>:registrations"),
         ("streams.dead_letter", "<prefix>:deadletter"),
         ("streams.dead_letter_max_len", "100000"),
+        ("streams.outcomes_max_len", "100000"),
         ("streams.retention_ms", "60000"),
         ("streams.retention_entries", "10000"),
         ("streams.trim_interval_ms", "10000"),
@@ -477,6 +480,7 @@ public enum SettingsLoader {
         settings.maxFutureMillis = Int64(try int("limits.max_future_ms", 300_000, 0...(365 * 86_400_000)))
         settings.activityActiveSeconds = try int("ttl.activity_active_s", 28_800, 60...(30 * 86_400))
         settings.relaunchPastLifetime = try bool("worker.relaunch_past_lifetime", false)
+        settings.outcomesMaxLength = try int("streams.outcomes_max_len", 100_000, 0...100_000_000)
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

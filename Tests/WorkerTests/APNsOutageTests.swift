@@ -284,6 +284,10 @@ extension SendTests {
         }
         #expect(recorded, "the token APNs kept failing was never recorded as failed: \(failures.prefix(1000))")
         #expect(failures.contains("still failing after 2 attempts"), "\(failures.prefix(1000))")
+        // The app's backend hears of it, with the whole token.
+        let given = try await outcomes(r).filter { $0["type"] == "token.failed" }
+        #expect(given.count == 1 && given[0]["token"] == failing && given[0]["key"] == "match:o8"
+                && given[0]["reason"]?.contains("still failing after 2 attempts") == true, "\(given)")
         #expect(await w.stop() == 0)
     }
 
