@@ -80,6 +80,8 @@ public struct Plan: Equatable, Sendable, CustomStringConvertible {
     /// The entry's free text for people (`FreeText.values`): the content-state strings that may
     /// be trimmed when the key's merged state would be too large for a push (`FreeText.fit`).
     public var freeText: [String] = []
+    /// The feed entry's `type` (`match.score`), for the key's trail.
+    public var entryType = ""
 
     public init(key: ActivityKey, event: LiveActivityEvent?, priority: PriorityClass, timestampMillis: Int64,
                 audience: Audience, contentState: [String: JSONValue] = [:],

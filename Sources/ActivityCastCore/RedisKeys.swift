@@ -96,6 +96,8 @@ public struct RedisKeys: Sendable, Equatable {
     /// `_type` → the `attributes-type`, `a:<name>` → each attribute as JSON.
     public func startAttributes(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:start" }
     /// The activities of the key started again after their lifetime (set of activity ids): each once.
+    /// The key's trail (stream, capped, `trace.*`): what was decided and sent for it (`TrailRecord`).
+    public func trail(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:trail" }
     public func relaunched(_ key: ActivityKey) -> String { "\(prefix):{\(key)}:relaunched" }
     /// One (key, audience)'s budget hash: `ac:{match:4711}:budget:standard` (`standard`,
     /// `frequent`, `channel`).

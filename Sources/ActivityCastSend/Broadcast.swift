@@ -8,10 +8,11 @@ extension SendRole {
     /// one's answer); returns the environments whose broadcast was delivered.
     /// `quiet`: the push without its alert, sent instead once a broadcast got no answer (it may
     /// have reached APNs, and its alert must not show twice).
-    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, channels live: [(APNsEnvironment, ChannelRecord)]) async throws -> [APNsEnvironment] {
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, channels live: [(APNsEnvironment, ChannelRecord)],
+                   trail: EventTrail? = nil) async throws -> [APNsEnvironment] {
         guard let (lastEnv, lastRecord) = live.last else { return [] }
         @Sendable func attempt(_ env: APNsEnvironment, _ record: ChannelRecord) async -> (APNsEnvironment, Result<Bool, Error>) {
-            do { return (env, .success(try await broadcast(plan, bytes, quiet: quiet, priority: priority, env: env, record: record))) } catch {
+            do { return (env, .success(try await broadcast(plan, bytes, quiet: quiet, priority: priority, env: env, record: record, trail: trail))) } catch {
                 return (env, .failure(error))
             }
         }
@@ -39,7 +40,8 @@ extension SendRole {
 
     /// Broadcasts to the key's channel. False when APNs no longer knows the channel and a new one
     /// couldn't be made for this event (its devices then get nothing from the channel this time).
-    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, record: ChannelRecord) async throws -> Bool {
+    func broadcast(_ plan: Plan, _ bytes: [UInt8], quiet: [UInt8]? = nil, priority: Int, env: APNsEnvironment, record: ChannelRecord,
+                   trail: EventTrail? = nil) async throws -> Bool {
         guard let client = apns.push(env) else { return false }
         var record = record
         var attempt = 0
@@ -51,6 +53,7 @@ extension SendRole {
             let result = await client.broadcast(payload: payload, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
             stats.count(.broadcast, result, priority: priority)
+            trail?.append(Self.broadcastRecord(result, env: env, channel: record.id, priority: priority, alert: plan.alert != nil && payload == bytes && quiet != bytes))
             if result.action == .delivered { return true }
             if result.response?.reason == .channelNotRegistered, !recreated {
                 recreated = true
@@ -68,6 +71,8 @@ extension SendRole {
             switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: nil, attempt: attempt) {
             case .retry(let delay, _) where attempt < configuration.maxAttempts:
                 try await Task.sleep(for: delay)
+                // What went so far, before the next try goes.
+                await write(trail)
             case .retry(_, let reason):
                 throw SendFailure("broadcast to \(plan.key) (\(env.rawValue)) kept failing: \(reason)", apnsOutage: await watch.isOutage(unusable: result.apnsUnusable))
             default:
@@ -77,4 +82,21 @@ extension SendRole {
             }
         }
     }
+
+    /// One broadcast attempt as the trail keeps it: its channel, priority, whether it carried the
+    /// alert, and APNs's answer (`st` is `unknown` when none came: it may have gone out).
+    static func broadcastRecord(_ result: APNsResult, env: APNsEnvironment, channel: String, priority: Int, alert: Bool) -> TrailRecord {
+        var f = ["env": env.rawValue, "ch": channel, "pr": String(priority), "al": alert ? "1" : "0"]
+        if let r = result.response {
+            f["st"] = String(r.status)
+            if let reason = r.reason { f["r"] = reason.rawValue }
+            if let id = r.apnsID ?? r.requestID { f["id"] = id }
+            if let u = r.uniqueID { f["u"] = u }
+        } else {
+            f["st"] = result.fateUnknown ? "unknown" : "none"
+            f["r"] = "\(result.action)"
+        }
+        return TrailRecord(.broadcast, f)
+    }
 }
+

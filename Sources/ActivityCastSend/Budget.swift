@@ -465,6 +465,9 @@ public struct BudgetReply: Equatable, Sendable {
     public var nowMillis: Int64
     /// A token was taken (a push at 10 that didn't go out gives it back: `BudgetScripts.refund`).
     public var spent = false
+    /// The bucket after the decision (`TokenBucket.ticks`), for the key's trail; nil from a
+    /// script that didn't say.
+    public var ticksLeft: Int64? = nil
 }
 
 /// The Redis side of `decide`: one hash per (key, audience), `<prefix>:{key}:budget:<audience>`,
@@ -568,7 +571,7 @@ public enum BudgetScripts {
     end
     -- The entry decided at 10 last, decided again (a redelivery): 10, nothing spent or counted.
     if (kind == 'end' or kind == 'critical') and entry ~= '' and p10entry == entry and last == ms then
-      return {'p10', '0', fmt(now), '0'}
+      return {'p10', '0', fmt(now), '0', h[1] or '0'}
     end
     -- A token is 3,600,000 ticks: R per hour is R ticks per ms.
     local ticks, at = refill(tonumber(h[1]), tonumber(h[2]), now, cap, rate)
@@ -652,7 +655,7 @@ public enum BudgetScripts {
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
     for _, c in ipairs(counts) do redis.call('HINCRBY', KEYS[1], c, 1) end
     redis.call('EXPIRE', KEYS[1], ttl)
-    return {decision, fmt(due), fmt(now), spent}
+    return {decision, fmt(due), fmt(now), spent, fmt(ticks)}
     """)
 
     /// Takes due members of the schedule (`RedisKeys.budgetDue`) for one worker: each is moved
@@ -805,7 +808,8 @@ public enum BudgetScripts {
         case "unchanged": decision = .unchanged
         default: throw RedisError(.unexpectedReply, "budget decide: unknown decision \(name)")
         }
-        return BudgetReply(decision: decision, nowMillis: now, spent: items.count > 3 && items[3].string == "1")
+        return BudgetReply(decision: decision, nowMillis: now, spent: items.count > 3 && items[3].string == "1",
+                           ticksLeft: items.count > 4 ? items[4].int : nil)
     }
 
     /// A budget hash (`HGETALL`) as the model's state; nil when it holds none.

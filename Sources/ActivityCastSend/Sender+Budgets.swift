@@ -46,7 +46,7 @@ extension Sender {
     /// `nobodyKnown`: the merge's round trip decided the channel alone and found the key's
     /// per-token audience empty with every channel live: the tiers have nobody to reach.
     func decideBudgets(_ plan: Plan, entry: String, redelivered: Bool, channel: Bool, decided: [RESPValue]? = nil, tiersOnly: Bool = false,
-                       nobodyKnown: Bool = false) async throws
+                       nobodyKnown: Bool = false, trail: EventTrail? = nil) async throws
         -> (priorities: AudiencePriorities, spent: [BudgetAudience], nobody: Bool) {
         guard let event = BudgetEvent(plan) else { return (AudiencePriorities(all: PushBuilder.priority(plan)), [], false) }
         var audiences: [BudgetAudience] = [.tier(.standard), .tier(.frequent)]
@@ -79,13 +79,22 @@ extension Sender {
         for (audience, reply) in zip(ask, asked) { known[audience] = try BudgetScripts.parse(reply) }
         var decisions: [BudgetAudience: BudgetDecision] = [:]
         var due: [any RedisArgument] = []
-        for audience in audiences where !nobody.contains(audience) {
-            // Skipped in the merge's round trip: a newer event carries this one's state.
-            guard let decision = known[audience]?.decision else {
-                decisions[audience] = .stale
+        for audience in audiences {
+            let name = audience.trailName
+            if nobody.contains(audience) {
+                trail?.note { $0.audience(name, "none", why: "no device of it per token (every device is on a live channel)") }
                 continue
             }
+            // Skipped in the merge's round trip: a newer event carries this one's state.
+            guard let reply = known[audience] else {
+                decisions[audience] = .stale
+                trail?.note { $0.audience(name, "stale", why: "a newer event of the key was decided first and carries this state") }
+                continue
+            }
+            let decision = reply.decision
             decisions[audience] = decision
+            trail?.note { $0.audience(name, decision.trailName(critical: event.isCritical), ticks: reply.ticksLeft,
+                                      capacity: policy.audience(audience).bucket.capacity, why: decision.why(critical: event.isCritical)) }
             switch decision {
             case .priority10: stats.countDecision(audience, "p10")
             case .priority5: stats.countDecision(audience, event.isCritical ? "downgraded" : "p5")
@@ -104,6 +113,40 @@ extension Sender {
         return (AudiencePriorities(decisions), audiences.filter { known[$0]?.spent == true }, !nobody.isEmpty)
     }
 
+}
+
+extension BudgetAudience {
+    /// `channel`, `standard` or `frequent`: the trail's name of the audience.
+    var trailName: String {
+        switch self {
+        case .tier(let t): t.rawValue
+        case .channel: "channel"
+        }
+    }
+}
+
+extension BudgetDecision {
+    /// `p10`, `p5`, `downgraded` (a critical update decided at 5), `coalesced`, `stale`, `unchanged`.
+    func trailName(critical: Bool) -> String {
+        switch self {
+        case .priority10: "p10"
+        case .priority5: critical ? "downgraded" : "p5"
+        case .coalesce: "coalesced"
+        case .stale: "stale"
+        case .unchanged: "unchanged"
+        }
+    }
+
+    /// Why, in words, for the trail.
+    func why(critical: Bool) -> String? {
+        switch self {
+        case .priority10: nil
+        case .priority5: critical ? "its priority-10 budget is spent (tokens left at or below the end's reserve): sent at 5 without its alert" : nil
+        case .coalesce(let at): "within the spacing of routine updates: the state waits for a flush due at \(at)"
+        case .stale: "older than what the audience was sent"
+        case .unchanged: "the audience shows this state already: not sent"
+        }
+    }
 }
 
 extension BudgetEvent {

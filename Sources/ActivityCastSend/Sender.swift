@@ -83,6 +83,9 @@ public struct SendConfiguration: Sendable {
     public var relaunchPastLifetime = false
     /// About how many entries the outcomes stream keeps (`streams.outcomes_max_len`); 0: none written.
     public var outcomesMaxLength = 100_000
+    /// Records a key's trail keeps (0: none written) and how long it outlives its last write.
+    public var trailMaxRecords = 20_000
+    public var trailRetentionSeconds = 86_400
 
     public init(keys: RedisKeys, bundleID: String, batchSize: Int = 1000, stateTTLSeconds: Int = 43_200, maxAttempts: Int = 6,
                 endSettle: Duration = .milliseconds(250), startsPerSecond: Int = 500, group: String = "activitycast",
@@ -156,7 +159,8 @@ public final class Sender: SendRole {
         // then sends the whole audience again.
         let ticket = ticket ?? locks.take(plan.key)
         precondition(ticket.key == plan.key, "a ticket for another key")
-        switch try await locks.withTicket(ticket, { try await sendLocked(plan, entry: entry, redelivered: redelivered) }) {
+        let trail = configuration.trailMaxRecords > 0 ? EventTrail(plan, entry: entry) : nil
+        switch try await locks.withTicket(ticket, { try await sendTrailed(plan, entry: entry, redelivered: redelivered, trail: trail) }) {
         case .outcome(let outcome):
             return outcome
         case .firstSlice(let first):
@@ -194,7 +198,22 @@ public final class Sender: SendRole {
         var attempts: (key: String, field: String)?
     }
 
-    private func sendLocked(_ original: Plan, entry: String, redelivered: Bool) async throws -> Locked {
+    /// `sendLocked`, and the event's trail written whatever came of it (in the key's turn, so
+    /// the key's records are in the order its events were sent): by then written if a push went.
+    private func sendTrailed(_ plan: Plan, entry: String, redelivered: Bool, trail: EventTrail?) async throws -> Locked {
+        do {
+            let locked = try await sendLocked(plan, entry: entry, redelivered: redelivered, trail: trail)
+            if case .outcome(.rejected(let why)) = locked { trail?.note { $0.merge("refused"); $0.record.fields["w:merge"] = why } }
+            await write(trail)
+            return locked
+        } catch {
+            trail?.note { $0.record.fields["x"] = "failed, the entry stays pending: \(error)" }
+            await write(trail)
+            throw error
+        }
+    }
+
+    private func sendLocked(_ original: Plan, entry: String, redelivered: Bool, trail: EventTrail?) async throws -> Locked {
         if redelivered, try await fanouts.acknowledgedAlready(original.key, entry: entry) {
             logger.info("delivered again after another worker finished it: nothing to send", metadata: ["entry": "\(entry)"])
             return .outcome(.done(SendSummary()))
@@ -207,6 +226,7 @@ public final class Sender: SendRole {
             // skipped (the merge refused it then), so they are made afresh.
             merged = fitted
             first.decided = []
+            trail?.note { $0.record.fields["t"] = "free text trimmed so the state fits a push" }
         }
         if let size = merged.tooLarge {
             return .outcome(.rejected("the key's content-state with this event's would be \(size) bytes, over the \(stateLimit(plan)) a push of this "
@@ -214,6 +234,7 @@ public final class Sender: SendRole {
         }
         if merged.afterEnd {
             // The key ended: a device ignores pushes to an ended activity, so nothing goes out.
+            trail?.note { $0.merge("after-end"); $0.record.fields["w:merge"] = "the key ended (\(merged.newestMillis)): not sent" }
             stats.afterEnd.add(1, ordering: .relaxed)
             logger.info("an event after its key's end: not sent", metadata: [
                 "key": "\(plan.key)", "entry": "\(entry)", "ts": "\(plan.timestampMillis)", "ended": "\(merged.newestMillis)",
@@ -233,13 +254,14 @@ public final class Sender: SendRole {
         }
         let (known, prior, decided, directEmpty) = (first.channels, first.prior, first.decided, first.directEmpty)
         var summary = SendSummary()
+        trail?.note { $0.merge(merged.stale && plan.event != .end ? "stale \(merged.newestMillis)" : merged.changed ? "changed" : "unchanged") }
         if merged.stale, plan.event != .end {
             if plan.event == .start, merged.newestEvent != .end {
                 // A start processed after a newer event of its key (another worker was faster): the
                 // followers still get their start, with the whole state as of the newest event.
                 plan.timestampMillis = merged.newestMillis
             } else {
-                return try await sendStale(plan, merged, entry: entry, redelivered: redelivered)
+                return try await sendStale(plan, merged, entry: entry, redelivered: redelivered, trail: trail)
             }
         }
         // A channel only for an audience: made at the first event after a device on broadcast
@@ -250,7 +272,10 @@ public final class Sender: SendRole {
         for env in apns.environments {
             channelStates[env] = wanted ? try await channels.ensure(plan.key, env, policy: plan.storagePolicy, known: known[env]) : known[env]
         }
-        guard let event = plan.event else { return .outcome(.done(summary)) }
+        guard let event = plan.event else {
+            trail?.note { $0.record.fields["w:merge"] = "nothing to send for this event" }
+            return .outcome(.done(summary))
+        }
         // The settle is for the first delivery: a redelivered end whose fan-out began has nothing to wait for.
         if event == .end, configuration.endSettle > .zero {
             if prior.left == nil { try await Task.sleep(for: configuration.endSettle) }
@@ -278,13 +303,15 @@ public final class Sender: SendRole {
         switch event {
         case .start:
             do {
+                trail?.note { $0.sending("starts", "followers of \(plan.audience)") }
+                await write(trail)
                 try await starts.sendStarts(plan, state: merged.contentState, channels: channelStates, entry: entry, summary: &summary)
             } catch let e as PushRejectionError {
                 return .outcome(.rejected(e.description))
             }
         case .update, .end:
             return try await sendToActivity(plan, state: merged.contentState, entry: entry, summary: summary, finishEnd: true, redelivered: redelivered,
-                                            decided: decided.isEmpty ? nil : decided, prior: prior,
+                                            decided: decided.isEmpty ? nil : decided, prior: prior, trail: trail,
                                             channelStates: channelStates,
                                             nobodyKnown: directEmpty && apns.environments.allSatisfy { if case .live? = known[$0] { true } else { false } })
         }
@@ -336,17 +363,21 @@ public final class Sender: SendRole {
     /// itself. A start is over when the activity ended. If it still brought the newest value of
     /// some fields, devices get the merged state again, as the newest event and at its time,
     /// quietly (priority 5, no alert), so they end on the complete state.
-    private func sendStale(_ plan: Plan, _ merged: MergeResult, entry: String, redelivered: Bool) async throws -> Locked {
+    private func sendStale(_ plan: Plan, _ merged: MergeResult, entry: String, redelivered: Bool, trail: EventTrail?) async throws -> Locked {
         var summary = SendSummary()
         summary.stale = true
         stats.stale.add(1, ordering: .relaxed)
-        guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else { return .outcome(.done(summary)) }
+        guard merged.changed, plan.event != .start, let newestEvent = merged.newestEvent else {
+            trail?.note { $0.record.fields["w:merge"] = "a newer event was merged first and carries the state: not sent" }
+            return .outcome(.done(summary))
+        }
+        trail?.note { $0.record.fields["w:merge"] = "a newer event was merged first: its fields go with the newest state, quietly, at its time" }
         var catchUp = Plan(key: plan.key, event: newestEvent, priority: .routine, timestampMillis: merged.newestMillis,
                            audience: .activity(plan.key), contentState: [:], storagePolicy: plan.storagePolicy)
         catchUp.staleAfterSeconds = plan.staleAfterSeconds
         catchUp.relevanceScore = plan.relevanceScore
         return try await sendToActivity(catchUp, state: merged.contentState, entry: entry, summary: summary, finishEnd: false,
-                                        redelivered: redelivered)
+                                        redelivered: redelivered, trail: trail)
     }
 
     /// A merge refused as too large, tried again with the event's free text for people trimmed
@@ -393,7 +424,7 @@ public final class Sender: SendRole {
     /// worker that finishes the last one acknowledges the entry.
     /// `decided`: the replies to `decideCommands`, made in the merge's round trip.
     private func sendToActivity(_ plan: Plan, state: [String: JSONValue], entry: String, summary: SendSummary, finishEnd: Bool,
-                                redelivered: Bool, decided: [RESPValue]? = nil, prior known0: FanoutPrior? = nil,
+                                redelivered: Bool, decided: [RESPValue]? = nil, prior known0: FanoutPrior? = nil, trail: EventTrail? = nil,
                                 channelStates known: [APNsEnvironment: ChannelRegistry.State]? = nil, nobodyKnown: Bool = false) async throws -> Locked {
         var summary = summary
         let bytes: [UInt8]
@@ -405,6 +436,7 @@ public final class Sender: SendRole {
         var prior = known0
         if prior == nil { prior = FanoutPrior(try await redis.send(RedisCommand("HMGET", [fan] + FanoutPrior.fields))) }
         if prior?.left == 0 {
+            trail?.note { $0.record.fields["w:send"] = "delivered again after its fan-out finished: nothing sent" }
             summary.finishedRecord = fan
             return .outcome(.done(summary))
         }
@@ -420,7 +452,7 @@ public final class Sender: SendRole {
                 channelStates = try channels.states(try await redis.send(channels.statesCommand(plan.key, envs)), envs)
             }
             audiences = try await decideAndBroadcast(plan, state: state, bytes: bytes, entry: entry, redelivered: redelivered, decided: decided,
-                                                     channelStates: channelStates, nobodyKnown: nobodyKnown, summary: &summary)
+                                                     channelStates: channelStates, nobodyKnown: nobodyKnown, trail: trail, summary: &summary)
             if !audiences.priorities.anyTokens {
                 // Every tier's state waits for its flush (or is stale for it, or has nobody to
                 // reach): no fan-out now. A finished record of this entry's fan-out says so to a
@@ -431,11 +463,12 @@ public final class Sender: SendRole {
                 if audiences.priorities.channel != nil { commands += audiences.live.map { broadcastCounted(plan.key, $0) } }
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 summary.finishedRecord = fan
-                summary.beforeAcknowledgement = commands
+                summary.beforeAcknowledgement = commands + trailCommands(trail)
                 return .outcome(.done(summary))
             }
         }
-        return try await startFanout(plan, audiences, bytes: bytes, entry: entry, summary: summary, finishEnd: finishEnd, redelivered: redelivered)
+        return try await startFanout(plan, audiences, bytes: bytes, entry: entry, summary: summary, finishEnd: finishEnd, redelivered: redelivered,
+                                     trail: trail)
     }
 
     /// What an event's decisions and broadcast leave for its fan-out: the environments whose
@@ -455,12 +488,17 @@ public final class Sender: SendRole {
     /// devices sent per token), and so do slices 1…n-1, queued once `live` is known.
     private func decideAndBroadcast(_ plan: Plan, state: [String: JSONValue], bytes: [UInt8], entry: String, redelivered: Bool,
                                     decided: [RESPValue]?, channelStates: [APNsEnvironment: ChannelRegistry.State], nobodyKnown: Bool,
-                                    summary: inout SendSummary) async throws -> Audiences {
+                                    trail: EventTrail? = nil, summary: inout SendSummary) async throws -> Audiences {
         let channelsLive = apns.environments.compactMap { env -> (APNsEnvironment, ChannelRecord)? in
             if case .live(let record)? = channelStates[env] { return (env, record) } else { return nil }
         }
         let (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
-                                                                  decided: decided, nobodyKnown: nobodyKnown)
+                                                                  decided: decided, nobodyKnown: nobodyKnown, trail: trail)
+        trail?.note { n in
+            let tiers = [("standard", priorities.standard), ("frequent", priorities.frequent)].compactMap { t, p in p.map { "\(t)=\($0)" } }
+            if !tiers.isEmpty { n.sending("tokens", tiers.joined(separator: " ")) }
+            if channelsLive.isEmpty { n.sending("channels", "none live") }
+        }
         var a = Audiences(priorities: priorities, spent: spent, bytes5: bytes)
         // A push at 5 carries no alert: an alert only makes sense at 10.
         if plan.alert != nil {
@@ -476,12 +514,17 @@ public final class Sender: SendRole {
         // A redelivered entry's broadcast may have gone out before (the record says so only once
         // it is answered): the state goes again without its alert.
         let cb = cp == 10 && !redelivered ? bytes : a.bytes5
+        trail?.note { $0.sending("channel", "\(cp) \(channelsLive.map { "\($0.0.rawValue)=\($0.1.id)" }.joined(separator: " "))\(cb == bytes && plan.alert != nil ? " alert" : "")") }
+        // What is about to go is on the trail before it goes.
+        await write(trail)
         if priorities.anyTokens, !channelsLive.isEmpty {
-            a.broadcasting = Task { [bytes5 = a.bytes5] in try await self.broadcast(plan, cb, quiet: bytes5, priority: cp, channels: channelsLive) }
+            a.broadcasting = Task { [bytes5 = a.bytes5] in
+                try await self.broadcast(plan, cb, quiet: bytes5, priority: cp, channels: channelsLive, trail: trail)
+            }
             a.live = channelsLive.map(\.0)
             return a
         }
-        a.live = try await broadcast(plan, cb, quiet: a.bytes5, priority: cp, channels: channelsLive)
+        a.live = try await broadcast(plan, cb, quiet: a.bytes5, priority: cp, channels: channelsLive, trail: trail)
         summary.broadcasts += a.live.count
         if nobody, a.live.count < channelsLive.count {
             // Every device was on a channel, and one channel's broadcast failed: its devices get
@@ -500,7 +543,7 @@ public final class Sender: SendRole {
     /// broadcast again (0 while it is unanswered: a later delivery broadcasts again, and other
     /// workers leave the slices).
     private func startFanout(_ plan: Plan, _ a: Audiences, bytes: [UInt8], entry: String, summary: SendSummary, finishEnd: Bool,
-                             redelivered: Bool) async throws -> Locked {
+                             redelivered: Bool, trail: EventTrail? = nil) async throws -> Locked {
         var summary = summary
         let fan = keys.fanout(plan.key, entry)
         let sent = a.priorities.channel != nil && a.broadcasting == nil ? a.live : []
@@ -509,6 +552,8 @@ public final class Sender: SendRole {
         let spentTiers = a.spent.compactMap { if case .tier(let t) = $0 { t.rawValue } else { nil } }
         var also = sent.map { broadcastCounted(plan.key, $0) }
         if !spentTiers.isEmpty { also.append(.script(FanoutScripts.mark, keys: [fan], args: ["spent", spentTiers.joined(separator: " ")])) }
+        // The event's record, if no broadcast wrote it: before any token's push goes.
+        also += trailCommands(trail)
         let created: FanoutStart
         do {
             created = try await fanouts.createFanout(key: plan.key, gen: entry, millis: plan.timestampMillis, payload: bytes, quiet: a.bytes5,
@@ -520,6 +565,7 @@ public final class Sender: SendRole {
         }
         guard case .firstSlice(let slices, let head, let step, let unqueued) = created else {
             if case .over = created { summary.finishedRecord = fan }
+            trail?.append(TrailRecord(.fanout, ["e": entry, "r": "\(created)"]))
             if case .older = created {
                 // A newer event's fan-out is already under way: this state is out of date.
                 summary.stale = true
@@ -552,6 +598,7 @@ public final class Sender: SendRole {
             let delivered = try await broadcasting.value
             var commands = [RedisCommand.script(FanoutScripts.mark, keys: [fan], args: ["b", 1, "live", delivered.map(\.rawValue).joined(separator: " ")])]
             commands += delivered.map { broadcastCounted(plan.key, $0) }
+            commands += trailCommands(trail)
             let replies = try await redis.pipeline(commands)
             if let bad = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, "recording a broadcast: \(bad)") }
             if unqueued { try await fanouts.queueOthers(first.slice) }
@@ -609,6 +656,8 @@ public final class Sender: SendRole {
             RedisCommand("EXPIRE", keys.tokenOwners(plan.key), keep),
             RedisCommand("EXPIRE", keys.starts(plan.key), keep),
             RedisCommand("EXPIRE", keys.state(plan.key), keep),
+            // The trail outlives the key by its retention: the support ticket comes the next morning.
+            RedisCommand("EXPIRE", keys.trail(plan.key), keep + configuration.trailRetentionSeconds),
         ] + [Outcome.keyEnded(key: plan.key, endedMillis: plan.timestampMillis).command(keys, maxLength: configuration.outcomesMaxLength)].compactMap { $0 })
     }
 }

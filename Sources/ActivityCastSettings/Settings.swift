@@ -85,6 +85,10 @@ public struct Settings: Sendable {
     public var relaunchPastLifetime = false
     /// About how many entries `<prefix>:outcomes` keeps (`streams.outcomes_max_len`); 0: not written.
     public var outcomesMaxLength = 100_000
+    /// Records a key's trail keeps (`trace.max_records`; 0: no trail), and how long it outlives
+    /// the key's end or last record (`trace.retention_s`).
+    public var traceMaxRecords = 20_000
+    public var traceRetentionSeconds = 86_400
     public var activityTTLSeconds: Int
     public var deviceTTLSeconds: Int
     public var logLevel: String
@@ -162,6 +166,8 @@ public enum SettingsLoader {
         ("ttl.activity_s", "43200"),
         ("ttl.activity_active_s", "28800"),
         ("ttl.device_s", "7776000"),
+        ("trace.max_records", "20000"),
+        ("trace.retention_s", "86400"),
         ("log.level", "info"),
         ("log.format", "text"),
         ("ops.listen", "127.0.0.1:9464"),
@@ -481,6 +487,8 @@ public enum SettingsLoader {
         settings.activityActiveSeconds = try int("ttl.activity_active_s", 28_800, 60...(30 * 86_400))
         settings.relaunchPastLifetime = try bool("worker.relaunch_past_lifetime", false)
         settings.outcomesMaxLength = try int("streams.outcomes_max_len", 100_000, 0...100_000_000)
+        settings.traceMaxRecords = try int("trace.max_records", 20_000, 0...1_000_000)
+        settings.traceRetentionSeconds = try int("trace.retention_s", 86_400, 60...(30 * 86_400))
         if settings.maxInFlight < settings.batchSize {
             throw wrong("worker.max_in_flight", "must be at least worker.batch_size (\(settings.batchSize)), got \(settings.maxInFlight)")
         }

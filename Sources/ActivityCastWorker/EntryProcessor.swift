@@ -205,6 +205,7 @@ struct EntryProcessor: Sendable {
             case .success(nil): return .ack  // routed to nothing
             case .success(var p?):
                 p.freeText = FreeText.values(of: fields)
+                p.entryType = decoded.type
                 plan = p
             case .failure(let error): return .deadLetter("route: \(error.description)", copyFields: true)
             }

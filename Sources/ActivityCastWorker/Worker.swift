@@ -115,6 +115,8 @@ public final class Worker: Sendable {
                 configuration.activityLifetimeMillis = Int64(settings.activityActiveSeconds) * 1000
                 configuration.relaunchPastLifetime = settings.relaunchPastLifetime
                 configuration.outcomesMaxLength = settings.outcomesMaxLength
+                configuration.trailMaxRecords = settings.traceMaxRecords
+                configuration.trailRetentionSeconds = settings.traceRetentionSeconds
                 configuration.rateGuard = RateGuardPolicy(perSecond: settings.apns.ratePerSecond, burst: settings.apns.rateBurst)
                 // Test-only: a compressed clock for budget decisions (see `BudgetClock`).
                 if let text = ProcessInfo.processInfo.environment["ACTIVITYCAST_TEST_BUDGET_CLOCK"] {

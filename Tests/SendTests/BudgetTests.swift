@@ -371,7 +371,8 @@ import TestSupport
                 let kindName: String
                 switch event { case .update(_, let p): kindName = p.rawValue; case .end: kindName = "end"; case .flush: kindName = "flush" }
                 byKind["\(kindName)→\("\(expected)".prefix { $0 != "(" })", default: 0] += 1
-                guard got.decision == expected, got.nowMillis == now, got.spent == expectedSpent, stored == next else {
+                guard got.decision == expected, got.nowMillis == now, got.spent == expectedSpent, stored == next,
+                      got.ticksLeft == next.bucket.ticks else {
                     Issue.record("""
                     seed \(seed), sequence \(round), event \(step): \(event) at \(now), policy \(policy)
                       script: \(got.decision) spent \(got.spent), \(String(describing: stored))

@@ -1,0 +1,100 @@
+import ActivityCastCore
+import RedisClient
+import Synchronization
+
+/// Writing a key's trail (`TrailRecord`): `XADD … MAXLEN ~ trace.max_records` and an `EXPIRE`
+/// of the key's life plus `trace.retention_s`, in whatever pipeline the record rides with.
+extension SendRole {
+    func trailCommands(_ key: ActivityKey, _ records: [TrailRecord]) -> [RedisCommand] {
+        guard configuration.trailMaxRecords > 0, !records.isEmpty else { return [] }
+        let name = keys.trail(key)
+        var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", "~", configuration.trailMaxRecords, "*"] + r.streamFields) }
+        out.append(RedisCommand("EXPIRE", name, configuration.stateTTLSeconds + configuration.trailRetentionSeconds))
+        return out
+    }
+
+    /// The commands of what `trail` has unwritten (nil trail: none).
+    func trailCommands(_ trail: EventTrail?) -> [RedisCommand] {
+        guard let trail else { return [] }
+        return trailCommands(trail.key, trail.take())
+    }
+
+    /// Writes what `trail` has unwritten, now.
+    func write(_ trail: EventTrail?) async {
+        guard let trail else { return }
+        await self.trail(trail.key, trail.take())
+    }
+
+    /// Writes `records` now and waits for it: what is about to go is written before it goes. A
+    /// trail that can't be written never stops a push (logged).
+    func trail(_ key: ActivityKey, _ records: [TrailRecord]) async {
+        let commands = trailCommands(key, records)
+        guard !commands.isEmpty else { return }
+        do {
+            let replies = try await redis.pipeline(commands)
+            if let e = replies.lazy.compactMap(\.errorMessage).first { throw RedisError(.server, e) }
+        } catch {
+            logger.warning("writing the key's trail failed", metadata: ["key": "\(key)", "error": "\(error)"])
+        }
+    }
+}
+
+/// One event's trail as the send path fills it in: its event record (`EventNote`), written before
+/// its first push goes (`take` hands out what is unwritten, for the pipeline that goes first), and
+/// the records that follow it (broadcast answers), written with the next pipeline.
+final class EventTrail: Sendable {
+    let key: ActivityKey
+    let entry: String
+    private let state: Mutex<(note: EventNote, written: Bool, after: [TrailRecord])>
+
+    init(_ plan: Plan, entry: String) {
+        key = plan.key
+        self.entry = entry
+        state = Mutex((EventNote(plan, entry: entry), false, []))
+    }
+
+    func note(_ change: (inout EventNote) -> Void) { state.withLock { change(&$0.note) } }
+    /// A record after the event's, naming its entry (`e`).
+    func append(_ record: TrailRecord) {
+        var r = record
+        if r.fields["e"] == nil { r.fields["e"] = entry }
+        state.withLock { $0.after.append(r) }
+    }
+
+    /// What is not written yet: the event record first (once), then the records after it.
+    func take() -> [TrailRecord] {
+        state.withLock { s in
+            var out = s.written ? [] : [s.note.record]
+            s.written = true
+            out += s.after
+            s.after = []
+            return out
+        }
+    }
+}
+
+/// The event record (`TrailRecord.Kind.event`).
+struct EventNote: Sendable {
+    var record: TrailRecord
+
+    init(_ plan: Plan, entry: String) {
+        record = TrailRecord(.event, ["e": entry, "ty": plan.entryType, "ts": String(plan.timestampMillis),
+                                      "ev": plan.event?.rawValue ?? "none", "pc": plan.priority.rawValue,
+                                      "f": TrailRecord.list(plan.contentState.keys.sorted(), limit: 20)])
+        if plan.alert != nil { record.fields["al"] = "1" }
+    }
+
+    /// What the merge did: `changed`, `unchanged`, `stale <newest ms>`, `after-end`, `refused`.
+    mutating func merge(_ what: String) { record.fields["m"] = what }
+
+    /// One audience's decision: `<decision> [<tokens left as ticks> <capacity>]`, and why in words.
+    mutating func audience(_ name: String, _ decision: String, ticks: Int64? = nil, capacity: Int? = nil, why: String? = nil) {
+        var v = decision
+        if let ticks, let capacity { v += " \(ticks) \(capacity)" }
+        record.fields["a:\(name)"] = v
+        if let why { record.fields["w:\(name)"] = why }
+    }
+
+    /// What goes: `channel <env>…` at priority, tokens by tier.
+    mutating func sending(_ what: String, _ value: String) { record.fields["s:\(what)"] = value }
+}

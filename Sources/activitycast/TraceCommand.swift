@@ -1,0 +1,42 @@
+import ActivityCastCommandSupport
+import ActivityCastCore
+import ActivityCastInspect
+import ArgumentParser
+import Foundation
+import RedisClient
+
+/// `activitycast trace KEY`: what was decided and sent for one activity key, event by event.
+struct TraceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "trace",
+        abstract: "Show an activity key's trail: each feed entry, what the merge did, each audience's decision and budget, and APNs's answers.")
+
+    @OptionGroup var common: CommonOptions
+
+    @Argument(help: "The activity key (match:4711, trip:t-1).")
+    var key: String
+
+    @Option(help: "Only the last N events.")
+    var last: Int?
+
+    @Flag(help: "Print JSON instead of a table.")
+    var json = false
+
+    func validate() throws {
+        guard ActivityKey(parsing: key) != nil else { throw ValidationError("'\(key)' is not an activity key (kind:id, such as match:4711 or trip:t-1)") }
+        if let last, last < 1 { throw ValidationError("--last must be 1 or more, got \(last)") }
+    }
+
+    func run() async throws {
+        let settings = try common.settings()
+        let redis = RedisConnection(configuration: settings.redisConfiguration)
+        defer { redis.close() }
+        let report: TraceReport
+        do {
+            report = try await Tracer(settings: settings, redis: redis).report(ActivityKey(parsing: key)!, last: last)
+        } catch {
+            throw CommandFailure("trace failed: \(error)")
+        }
+        print(json ? try SafeJSON.encode(report) : TraceText.render(report), terminator: json ? "\n" : "")
+    }
+}

@@ -1,0 +1,63 @@
+import ActivityCastInspect
+import Foundation
+import RedisClient
+import Testing
+import TestSupport
+
+/// `activitycast trace KEY`: every feed entry of the key once, in order, with what the merge did,
+/// each audience's decision and budget, and the channel's broadcasts as APNs answered them.
+extension SendTests {
+    @Test func traceShowsEveryEntryOfTheKeyWithItsDecisionsAndAnswers() async throws {
+        let r = try await rig(["--delivery-log", "1000"])
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.standard.capacity": "2"])
+        defer { w.removeLogs() }
+        let sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        try await register(r, device: "c", key: "match:tr1", activity: "C", token: token("e5"), ts: t, broadcast: true)
+        try await register(r, device: "p", key: "match:tr1", activity: "P", token: token("e6"), ts: t)
+        #expect(await eventually { await r.drainedAll() })
+        var ids: [String] = []
+        func add(_ fields: [(String, String)]) async throws {
+            let id = try #require(try await r.redis.send(RedisCommand("XADD", [sports, "*"] + fields.flatMap { [$0.0, $0.1] })).string)
+            ids.append(id)
+            #expect(await eventually { await r.drainedAll() })
+        }
+        t += 1000
+        try await add([("type", "match.started"), ("ts", String(t)), ("match", "tr1"), ("home", "ars"), ("away", "che")])
+        for goal in 1...2 {
+            t += 1000
+            try await add([("type", "match.moment"), ("ts", String(t)), ("match", "tr1"), ("moment", "goal"), ("team", "home"),
+                           ("player", "P\(goal)"), ("home_score", String(goal)), ("away_score", "0"), ("clock", "\(goal * 10)'")])
+        }
+        // Older than the key's newest: stale.
+        try await add([("type", "match.score"), ("ts", String(t - 500)), ("match", "tr1"), ("home_score", "1"), ("away_score", "0")])
+
+        let (status, out, err) = try await runActivitycast(["trace", "match:tr1", "--json"], redis: r.server, settings: ["prefix": r.settings.prefix])
+        #expect(status == 0, "\(err)")
+        let report = try JSONDecoder().decode(TraceReport.self, from: Data(out.utf8))
+        #expect(report.events.map(\.entryID) == ids && report.events.allSatisfy { $0.stream == sports && $0.delivery == 1 }, "\(report.events.map(\.entryID)) \(ids)")
+        #expect(report.events.map(\.type) == ["match.started", "match.moment", "match.moment", "match.score"])
+        let first = report.events[1], second = report.events[2], stale = report.events[3]
+        #expect(first.merge == "changed" && first.tsMillis == t - 1000 && first.fields.contains("homeScore"), "\(first)")
+        func decision(_ e: TraceReport.Event, _ a: String) -> TraceReport.Audience? { e.audiences.first { $0.audience == a } }
+        #expect(decision(first, "channel")?.decision == "p10" && decision(first, "standard")?.decision == "p10", "\(first.audiences)")
+        #expect(decision(first, "standard")?.budget?.tokensLeft == 1.0 && decision(first, "standard")?.budget?.capacity == 2, "\(first.audiences)")
+        // The second goal: the standard tier's last token is the end's: downgraded, and why.
+        #expect(decision(second, "standard")?.decision == "downgraded" && decision(second, "standard")?.why?.contains("budget is spent") == true,
+                "\(second.audiences)")
+        #expect(stale.merge?.hasPrefix("stale ") == true && stale.broadcasts.isEmpty, "\(stale)")
+        // Each broadcast as APNs answered it, and exactly what the sandbox accepted for the channel.
+        let channel = try #require(try await r.channelID("match:tr1"))
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=1000")?["deliveries"] as? [[String: Any]])
+        let accepted = log.filter { $0["target"] as? String == channel }
+        let traced = report.events.flatMap(\.broadcasts).filter { $0.channel == channel }
+        #expect(!traced.isEmpty && traced.count == accepted.count && traced.allSatisfy { $0.status == 200 && $0.fate == "delivered" && $0.apnsUniqueID != nil },
+                "\(traced) \(accepted)")
+        #expect(first.broadcasts.first?.priority == 10 && first.broadcasts.first?.alert == true && second.broadcasts.first?.alert == true)
+        // The table: a line per event and audience.
+        let (_, text, _) = try await runActivitycast(["trace", "match:tr1"], redis: r.server, settings: ["prefix": r.settings.prefix])
+        #expect(text.hasPrefix("TRAIL match:tr1: 4 events") && text.contains("downgraded") && text.contains("stale "), "\(text)")
+        #expect(await w.stop() == 0)
+    }
+}
