@@ -117,10 +117,14 @@ final class CatchUpSender: SendRole {
         case .success(let b): bytes = b
         case .failure(let rejection): throw SendFailure(rejection.description)
         }
+        // On the key's trail before it goes: which activities get which state.
+        let name = "catch-up:\(state.newestMillis)"
+        await trail(key, TokenBatches.chunked(rows.map(\.activity), ["e": name, "ms": String(state.newestMillis), "pr": "5", "ev": plan.event!.rawValue])
+            .map { TrailRecord(.catchUp, $0.fields) })
         for env in Set(rows.map(\.env)).sorted(by: { $0.rawValue < $1.rawValue }) {
             let mine = rows.filter { $0.env == env }
             var sent = SendSummary()
-            try await tokens.sendBatch(plan, bytes, quiet: bytes, priority: 5, env: env, rows: mine, kind: .token, entry: "", summary: &sent)
+            try await tokens.sendBatch(plan, bytes, quiet: bytes, priority: 5, env: env, rows: mine, kind: .token, entry: name, summary: &sent)
             summary.sent += sent.tokens
             summary.failed += sent.failed
         }

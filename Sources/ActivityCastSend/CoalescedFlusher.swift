@@ -80,10 +80,15 @@ struct CoalescedFlusher: SendRole {
             return .nothing
         }
         guard let tier else {
+            let trail = configuration.trailMaxRecords == 0 ? nil
+                : EventTrail(key, entry: "flush:channel:\(newestMillis)", first: TrailRecord(.flush, ["audience": "channel", "ms": String(newestMillis), "pr": "5"]))
+            await write(trail)
             do {
-                for (env, record) in channelsLive { _ = try await broadcast(plan, bytes, priority: 5, env: env, record: record) }
+                for (env, record) in channelsLive { _ = try await broadcast(plan, bytes, priority: 5, env: env, record: record, trail: trail) }
+                await write(trail)
             } catch {
                 // Not sent: the state waits again (its member is rescheduled by the caller).
+                await write(trail)
                 await undo()
                 throw error
             }
@@ -116,6 +121,7 @@ struct CoalescedFlusher: SendRole {
         case .over, .noAudience:
             return .sent
         case .firstSlice(let slices, let head, let step, _):
+            await trail(key, [TrailRecord(.flush, ["e": gen, "audience": tier.rawValue, "ms": String(plan.timestampMillis), "pr": "5", "of": String(slices)])])
             // From here the fan-out exists: whatever happens to slice 0 here, the fleet finishes it
             // (a flush has no entry to be delivered again; if even handing slice 0 back fails, the
             // key's next flush finishes it: `helpFlush`).

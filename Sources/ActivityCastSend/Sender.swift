@@ -204,6 +204,7 @@ public final class Sender: SendRole {
         do {
             let locked = try await sendLocked(plan, entry: entry, redelivered: redelivered, trail: trail)
             if case .outcome(.rejected(let why)) = locked { trail?.note { $0.merge("refused"); $0.record.fields["w:merge"] = why } }
+            // What is left: the whole record when nothing went, a fan-out's creation after it.
             await write(trail)
             return locked
         } catch {
@@ -495,6 +496,7 @@ public final class Sender: SendRole {
         let (priorities, spent, nobody) = try await decideBudgets(plan, entry: entry, redelivered: redelivered, channel: !channelsLive.isEmpty,
                                                                   decided: decided, nobodyKnown: nobodyKnown, trail: trail)
         trail?.note { n in
+            n.record.fields["pts"] = String(plan.timestampMillis / 1000)
             let tiers = [("standard", priorities.standard), ("frequent", priorities.frequent)].compactMap { t, p in p.map { "\(t)=\($0)" } }
             if !tiers.isEmpty { n.sending("tokens", tiers.joined(separator: " ")) }
             if channelsLive.isEmpty { n.sending("channels", "none live") }
@@ -514,6 +516,7 @@ public final class Sender: SendRole {
         // A redelivered entry's broadcast may have gone out before (the record says so only once
         // it is answered): the state goes again without its alert.
         let cb = cp == 10 && !redelivered ? bytes : a.bytes5
+        trail?.note { $0.record.fields["pts"] = String(plan.timestampMillis / 1000) }
         trail?.note { $0.sending("channel", "\(cp) \(channelsLive.map { "\($0.0.rawValue)=\($0.1.id)" }.joined(separator: " "))\(cb == bytes && plan.alert != nil ? " alert" : "")") }
         // What is about to go is on the trail before it goes.
         await write(trail)
@@ -583,6 +586,7 @@ public final class Sender: SendRole {
             if case .noAudience = created, finishEnd, plan.event == .end { try await finish(plan) }
             return .outcome(.done(summary))
         }
+        trail?.append(TrailRecord(.fanout, ["r": "created", "of": String(slices), "pri": a.priorities.encodedTiers]))
         let (stream, entryID) = Fanouts.split(entry: entry)
         var first = FirstSlice(slice: SliceRef(key: plan.key, gen: entry, index: 0, count: slices, priority: a.priorities.highest), summary: summary, head: head, step: step,
                                attempts: redelivered ? (keys.errors(stream), EntryErrorFields.attempts(entryID)) : nil)

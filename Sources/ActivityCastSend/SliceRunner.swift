@@ -237,8 +237,9 @@ struct SliceRunner: SendRole {
                 guard waits else { return .paused }
                 try await Task.sleep(for: .milliseconds(min(ms, 250)))
             case .finished, .superseded, .done:
-                return try await end(slice, step, head: head, fan: fan, acknowledges: acknowledges)
+                return try await end(slice, step, head: head, fan: fan, acknowledges: acknowledges, summary: summary)
             case .relaid:
+                await trail(slice.key, [TrailRecord(.slice, ["e": head.trailEntry(slice), "i": String(slice.index), "of": String(slice.count), "r": "relaid"])])
                 try await relay(slice)
             case .gone:
                 return .gone
@@ -397,7 +398,7 @@ struct SliceRunner: SendRole {
             }
         }
         var waiting = try await tokens.sendBatch(plan, payload, quiet: batch.head.payload5, priority: group.priority, env: group.env, rows: rows,
-                                                 kind: .token, entry: batch.head.entry, summary: &summary, onDelivered: sentAtTen, parking: parking)
+                                                 kind: .token, entry: batch.head.trailEntry(batch.slice), summary: &summary, onDelivered: sentAtTen, parking: parking)
         // A batch sent again went without the alert: what of it waits stays without it, whatever APNs said.
         if resent { waiting.tokens = waiting.tokens.map(\.quietly) }
         return waiting
@@ -405,8 +406,20 @@ struct SliceRunner: SendRole {
 
     /// The slice is final: counted; the fan-out's last gives back what its tiers took at 10 and
     /// sent nobody, and acknowledges the entry (`acknowledges`).
-    private func end(_ slice: SliceRef, _ step: FanoutStepReply, head: SliceHead, fan: String, acknowledges: Bool) async throws -> SliceResult {
+    private func end(_ slice: SliceRef, _ step: FanoutStepReply, head: SliceHead, fan: String, acknowledges: Bool,
+                     summary: SendSummary) async throws -> SliceResult {
         let left = step.left
+        // On the trail: the slice's tokens all had their outcome (those that differed from the
+        // audience's are on it already), or a newer fan-out took over the rest.
+        let how: String
+        switch step {
+        case .superseded: how = "superseded"
+        case .finished: how = "finished"
+        default: how = "done"
+        }
+        await trail(slice.key, [TrailRecord(.slice, ["e": head.trailEntry(slice), "i": String(slice.index), "of": String(slice.count), "r": how,
+                                                     "sent": String(summary.tokens), "forgotten": String(summary.forgotten),
+                                                     "failed": String(summary.failed)])])
         switch step {
         case .superseded:
             stats.slicesSuperseded.add(1, ordering: .relaxed)
@@ -460,4 +473,9 @@ struct SliceLease: Sendable {
             }
         }
     }
+}
+
+extension SliceHead {
+    /// What the key's trail names the fan-out by: its event's entry, or a flush's name.
+    func trailEntry(_ slice: SliceRef) -> String { entry.isEmpty ? slice.gen : entry }
 }

@@ -130,6 +130,9 @@ struct TokenBatches: SendRole {
             if results.contains(where: { $0.response?.reason == .tooManyRequests }) { await tightenRate() }
             stats.count(kind, results, priority: priority)
             let answers = Answers(sent: sent, results: results, attempt: attempt, keepDelivered: onDelivered != nil || kind == .start)
+            // The tokens whose answer differed from their audience's (delivered, with the alert
+            // when it had one) are on the key's trail, each with what APNs said.
+            await trail(plan.key, Self.trailAnswers(sent.map(\.row.activity), results, quietFrom: sure, attempt: attempt + 1, kind: kind, entry: entry))
             try await act(on: answers, plan, kind: kind, entry: entry, summary: &summary, onDelivered: onDelivered)
             var retry = answers.retry
             if kind == .start, retry.contains(where: \.unsure) {
@@ -183,6 +186,46 @@ struct TokenBatches: SendRole {
             Task { [self] in await relaunch(plan, old, entry: entry) }
         }
         return live
+    }
+
+    /// Trail records of a batch's answers that differ from delivered-as-sent: refused (`retry`,
+    /// `forgotten`, `failed`, with the status and reason), unanswered (`st` unknown: it may have
+    /// gone out), or delivered without the alert (a quiet re-send, `al` 0). `quietFrom`: the
+    /// index from which the batch went without its alert. Activities grouped by answer, a few
+    /// dozen per record.
+    static func trailAnswers(_ activities: [String], _ results: [APNsResult], quietFrom: Int, attempt: Int, kind: SendStats.Kind,
+                             entry: String) -> [TrailRecord] {
+        var groups: [[String: String]: [String]] = [:]
+        var order: [[String: String]] = []
+        for (i, (activity, result)) in zip(activities, results).enumerated() {
+            let quiet = i >= quietFrom
+            guard result.action != .delivered || quiet else { continue }
+            var f = ["e": entry, "kind": kind.rawValue, "n": String(attempt), "al": quiet ? "0" : "1"]
+            if result.action == .delivered {
+                f["what"] = "delivered"
+                f["st"] = String(result.response?.status ?? 200)
+            } else {
+                switch TokenOutcome.of(result.action, reason: result.response?.reason, registeredMillis: nil, attempt: attempt) {
+                case .forget: f["what"] = "forgotten"
+                case .failed: f["what"] = "failed"
+                default: f["what"] = "retry"
+                }
+                f["st"] = result.response.map { String($0.status) } ?? (result.fateUnknown ? "unknown" : "none")
+                if let reason = result.response?.reason { f["r"] = reason.rawValue } else if result.response == nil { f["r"] = "\(result.action)" }
+            }
+            if groups[f] == nil { order.append(f) }
+            groups[f, default: []].append(activity)
+        }
+        return order.flatMap { chunked(groups[$0]!, $0) }
+    }
+
+    /// Records of `fields` naming `activities` (`acts`), 20 to a record.
+    static func chunked(_ activities: [String], _ fields: [String: String]) -> [TrailRecord] {
+        stride(from: 0, to: activities.count, by: 20).map { start in
+            var f = fields
+            f["acts"] = activities[start..<min(start + 20, activities.count)].joined(separator: " ")
+            return TrailRecord(.tokens, f)
+        }
     }
 
     /// A token to try again: whether an earlier request for it may have reached APNs, why, and
@@ -283,6 +326,9 @@ struct TokenBatches: SendRole {
         if !failed.isEmpty {
             summary.failed += failed.count
             stats.failedTokens.add(failed.count, ordering: .relaxed)
+            let gaveUp = retry.filter { !outage && parking.attempt($0.row.activity) >= configuration.tokenAttempts }.map(\.row.activity)
+            await trail(plan.key, Self.chunked(gaveUp, ["e": entry, "kind": kind.rawValue, "what": "gave up",
+                                                        "r": "still failing after \(configuration.tokenAttempts) attempts"]))
             try await recordFailures(plan.key, kind: kind.rawValue, failed, entry: entry)
         }
         guard !waiting.isEmpty else { return Waiting() }

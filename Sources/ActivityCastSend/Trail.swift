@@ -4,13 +4,21 @@ import Synchronization
 
 /// Writing a key's trail (`TrailRecord`): `XADD … MAXLEN ~ trace.max_records` and an `EXPIRE`
 /// of the key's life plus `trace.retention_s`, in whatever pipeline the record rides with.
+public enum Trail {
+    /// nil `maxRecords` or 0: no trail, no commands.
+    public static func commands(_ keys: RedisKeys, _ key: ActivityKey, _ records: [TrailRecord], maxRecords: Int, ttlSeconds: Int) -> [RedisCommand] {
+        guard maxRecords > 0, !records.isEmpty else { return [] }
+        let name = keys.trail(key)
+        var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", "~", maxRecords, "*"] + r.streamFields) }
+        out.append(RedisCommand("EXPIRE", name, ttlSeconds))
+        return out
+    }
+}
+
 extension SendRole {
     func trailCommands(_ key: ActivityKey, _ records: [TrailRecord]) -> [RedisCommand] {
-        guard configuration.trailMaxRecords > 0, !records.isEmpty else { return [] }
-        let name = keys.trail(key)
-        var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", "~", configuration.trailMaxRecords, "*"] + r.streamFields) }
-        out.append(RedisCommand("EXPIRE", name, configuration.stateTTLSeconds + configuration.trailRetentionSeconds))
-        return out
+        Trail.commands(keys, key, records, maxRecords: configuration.trailMaxRecords,
+                       ttlSeconds: configuration.stateTTLSeconds + configuration.trailRetentionSeconds)
     }
 
     /// The commands of what `trail` has unwritten (nil trail: none).
@@ -51,6 +59,16 @@ final class EventTrail: Sendable {
         key = plan.key
         self.entry = entry
         state = Mutex((EventNote(plan, entry: entry), false, []))
+    }
+
+    /// A trail whose first record is `record` (a flush's): what follows names `entry`.
+    init(_ key: ActivityKey, entry: String, first record: TrailRecord) {
+        self.key = key
+        self.entry = entry
+        var note = EventNote(Plan(key: key, event: nil, priority: .routine, timestampMillis: 0, audience: .none), entry: entry)
+        note.record = record
+        note.record.fields["e"] = entry
+        state = Mutex((note, false, []))
     }
 
     func note(_ change: (inout EventNote) -> Void) { state.withLock { change(&$0.note) } }

@@ -67,7 +67,8 @@ struct EntryProcessor: Sendable {
         self.decoder = EntryDecoder(limits: settings.limits)
         self.keys = settings.keys
         self.registrar = Registrar(keys: settings.keys, activityTTLSeconds: settings.activityTTLSeconds,
-                                   deviceTTLSeconds: settings.deviceTTLSeconds)
+                                   deviceTTLSeconds: settings.deviceTTLSeconds, trailMaxRecords: settings.traceMaxRecords,
+                                   trailRetentionSeconds: settings.traceRetentionSeconds)
     }
 
     /// The hash holding, per pending entry of `stream` that failed, its last error (`<id>`)

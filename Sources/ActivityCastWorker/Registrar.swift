@@ -25,6 +25,15 @@ struct Registrar: Sendable {
     let keys: RedisKeys
     let activityTTLSeconds: Int
     let deviceTTLSeconds: Int
+    /// The key's trail (`trace.*`): a registration that changed a key's audience is on it.
+    var trailMaxRecords = 0
+    var trailRetentionSeconds = 86_400
+
+    /// The trail record of a registration applied to `key`.
+    func trail(_ key: ActivityKey, _ fields: [String: String]) -> [RedisCommand] {
+        Trail.commands(keys, key, [TrailRecord(.registration, fields)], maxRecords: trailMaxRecords,
+                       ttlSeconds: activityTTLSeconds + trailRetentionSeconds)
+    }
 
     func effects(of registration: Registration, timestampMillis ts: Int64) -> EntryEffects {
         switch registration {
@@ -38,12 +47,20 @@ struct Registrar: Sendable {
                 RedisCommand("ZADD", keys.keysIndex, "GT", ts, key.description),
             ]
             first += settingsCommand(device, ts, settings)
-            guard settings.broadcast == true else { return EntryEffects(first: first, staleIfZero: 0, catchUp: catchUp) }
+            var fields = ["what": "token", "device": device, "activity": activity, "token": String(token.prefix(8)) + "…", "ts": String(ts)]
+            if let env = settings.env { fields["env"] = env.rawValue }
+            if let tier = settings.tier { fields["tier"] = tier.rawValue }
+            if let b = settings.broadcast { fields["broadcast"] = b ? "1" : "0" }
+            let trailNew = self.trail(key, fields)
+            fields["what"] = "token again"
+            let trailAgain = self.trail(key, fields)
             // A device on broadcast: the key's next event makes its channel (none before: a key
             // nobody follows has no channel).
-            let channels = keys.channels(key), ttl = activityTTLSeconds
+            let channels = keys.channels(key), ttl = activityTTLSeconds, broadcast = settings.broadcast == true
             return EntryEffects(first: first, second: { replies in
-                (replies[0].int ?? 0) >= 1 ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []
+                guard let applied = replies[0].int, applied >= 1 else { return [] }
+                // The trail says whether the activity is new to the key (1) or registered again (2).
+                return (broadcast ? [RedisCommand("HSET", channels, "want", 1), RedisCommand("EXPIRE", channels, ttl)] : []) + (applied == 1 ? trailNew : trailAgain)
             }, staleIfZero: 0, catchUp: catchUp)
 
         case let .startToken(device, activityType, token, settings):
@@ -69,10 +86,11 @@ struct Registrar: Sendable {
             return EntryEffects(first: settingsCommand(device, ts, settings), staleIfZero: 0)
 
         case let .unregisterActivity(device, key, activity):
+            let trail = self.trail(key, ["what": "unregister", "device": device, "activity": activity, "ts": String(ts)])
             return EntryEffects(first: [
                 .script(RegistrationScripts.forgetActivity, keys: [keys.tokens(key), keys.meta(key), keys.tokenOwners(key), keys.direct(key)], args: [activity, ts, activityTTLSeconds]),
                 activityField(device, ts, key, activity, live: false),
-            ], staleIfZero: 0)
+            ], second: { replies in (replies[0].int ?? 0) >= 1 ? trail : [] }, staleIfZero: 0)
 
         case let .unregisterDevice(device):
             let keys = self.keys
@@ -130,3 +148,4 @@ struct Registrar: Sendable {
         return [.script(RegistrationScripts.deviceSettings, keys: [keys.device(device)], args: [ts, deviceTTLSeconds] + pairs)]
     }
 }
+

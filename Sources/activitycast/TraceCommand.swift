@@ -16,6 +16,9 @@ struct TraceCommand: AsyncParsableCommand {
     @Argument(help: "The activity key (match:4711, trip:t-1).")
     var key: String
 
+    @Option(help: "One device's view: every push it was sent for the key, and why not for the others.")
+    var device: String?
+
     @Option(help: "Only the last N events.")
     var last: Int?
 
@@ -31,12 +34,17 @@ struct TraceCommand: AsyncParsableCommand {
         let settings = try common.settings()
         let redis = RedisConnection(configuration: settings.redisConfiguration)
         defer { redis.close() }
-        let report: TraceReport
+        let tracer = Tracer(settings: settings, redis: redis), activity = ActivityKey(parsing: key)!
         do {
-            report = try await Tracer(settings: settings, redis: redis).report(ActivityKey(parsing: key)!, last: last)
+            if let device {
+                let view = try await tracer.device(activity, device)
+                print(json ? try SafeJSON.encode(view) : TraceText.render(view), terminator: json ? "\n" : "")
+            } else {
+                let report = try await tracer.report(activity, last: last)
+                print(json ? try SafeJSON.encode(report) : TraceText.render(report), terminator: json ? "\n" : "")
+            }
         } catch {
             throw CommandFailure("trace failed: \(error)")
         }
-        print(json ? try SafeJSON.encode(report) : TraceText.render(report), terminator: json ? "\n" : "")
     }
 }

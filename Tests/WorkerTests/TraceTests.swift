@@ -61,3 +61,68 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// `trace KEY --device ID` is exact: with 429s mixed in and a token answered 410, each
+    /// per-token device's pushes that the trace shows delivered are exactly what the sandbox
+    /// accepted for its token (timestamp and priority, in order), each refused attempt is shown
+    /// with its status, the channel device's pushes are exactly what its channel accepted, and
+    /// the 410'd token is shown forgotten with Apple's reason.
+    @Test func traceOfADeviceIsWhatTheSandboxAccepted() async throws {
+        let r = try await rig(["--delivery-log", "10000"])
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.standard.capacity": "3"])
+        defer { w.removeLogs() }
+        var t = now() - 100_000
+        let devices = (0..<12).map { token(String(format: "a%02x", $0)) }
+        for (i, tok) in devices.enumerated() {
+            try await register(r, device: "d\(i)", key: "match:tx1", activity: "A\(i)", token: tok, ts: t)
+        }
+        try await register(r, device: "c", key: "match:tx1", activity: "C", token: token("ac"), ts: t, broadcast: true)
+        #expect(await eventually { await r.drainedAll() })
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"tooManyRequestsRate":0.25,"seed":11,"unregisteredTokens":{"\#(devices[3])":\#(t + 500)}}"#)
+        let sports = r.settings.feeds[0].stream
+        for goal in 1...5 {
+            t += 1000
+            try await r.add(sports, [("type", "match.moment"), ("ts", String(t)), ("match", "tx1"), ("moment", "goal"), ("team", "home"),
+                                     ("player", "P\(goal)"), ("home_score", String(goal)), ("away_score", "0"), ("clock", "\(goal * 10)'")])
+            #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        }
+        t += 1000
+        try await r.add(sports, [("type", "match.full_time"), ("ts", String(t)), ("match", "tx1"), ("home_score", "5"), ("away_score", "0")])
+        #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        try await Task.sleep(for: .milliseconds(300))
+        let accepted = try await r.sandbox.deviceDeliveries()
+        func trace(_ device: String) async throws -> DeviceTrace {
+            let (status, out, err) = try await runActivitycast(["trace", "match:tx1", "--device", device, "--json"], redis: r.server,
+                                                               settings: ["prefix": r.settings.prefix])
+            #expect(status == 0, "\(err)")
+            return try JSONDecoder().decode(DeviceTrace.self, from: Data(out.utf8))
+        }
+        var refused = 0
+        for (i, tok) in devices.enumerated() {
+            let view = try await trace("d\(i)")
+            let delivered = view.pushes.filter { $0.fate == "delivered" }
+            let mine = accepted.filter { $0.target == tok }
+            #expect(delivered.map { "\($0.timestamp ?? -1) p\($0.priority)" } == mine.map { "\(Int64($0.timestamp)) p\($0.priority)" },
+                    "d\(i): trace \(view.pushes) sandbox \(mine)")
+            #expect(!view.pushes.contains { $0.fate == "unknown" || $0.fate == "uncertain" }, "d\(i): \(view.pushes)")
+            refused += view.pushes.filter { $0.status == 429 }.count
+            if i == 3 {
+                #expect(view.token.state == "forgotten" && view.token.reason == "Unregistered", "\(view.token)")
+                #expect(view.pushes.contains { $0.status == 410 })
+            } else {
+                #expect(view.token.state == "registered" && view.pushes.last?.event == "end", "d\(i): \(view.pushes)")
+            }
+        }
+        #expect(refused > 0, "no 429 was seen: the test proves nothing about refused attempts")
+        let channel = try #require(try await r.channelID("match:tx1"))
+        let view = try await trace("c")
+        let log = try #require(try await r.sandbox.get("/sandbox/deliveries?limit=10000")?["deliveries"] as? [[String: Any]])
+        let onChannel = log.filter { $0["target"] as? String == channel }
+        let viaChannel = view.pushes.filter { $0.fate == "delivered" }
+        #expect(view.token.onBroadcast && viaChannel.count == onChannel.count && viaChannel.allSatisfy { $0.via == "channel" && $0.channel == channel },
+                "\(view.pushes) \(onChannel)")
+        #expect(await w.stop() == 0)
+    }
+}
