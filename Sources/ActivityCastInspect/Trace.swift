@@ -92,6 +92,12 @@ public struct Tracer: Sendable {
         public var id: String
         public var atMillis: Int64
         public var record: TrailRecord
+
+        public init(id: String, atMillis: Int64, record: TrailRecord) {
+            self.id = id
+            self.atMillis = atMillis
+            self.record = record
+        }
     }
 
     /// Every record of the key's trail, oldest first, and whether records were trimmed.
