@@ -7,20 +7,23 @@
 #   2. one score event on each of --keys keys with nobody's token (an active key: its state,
 #      channels, budgets, fan-out name, index entry);
 #   3. a stream entry's size (the feed's entries per byte), times the retention's 60 s: what a
-#      steady feed of one event per second keeps in Redis.
+#      steady feed of one event per second keeps in Redis;
+#   4. a key's trail (`trace.*`): --trail-events scores on one key, its trail's bytes per event
+#      and what a full trail (trace.max_records) holds.
 # Everything it started is stopped by PID on exit. docs/operations.md ("Redis memory") has the figures.
 #
-#   bash scripts/bench-redis-memory.sh [--tokens 50000] [--token-keys 50] [--keys 5000]
+#   bash scripts/bench-redis-memory.sh [--tokens 50000] [--token-keys 50] [--keys 5000] [--trail-events 2000]
 #   BIN=/path/to/activitycast bash scripts/bench-redis-memory.sh   # another build, not rebuilt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tokens=50000 token_keys=50 keys=5000
+tokens=50000 token_keys=50 keys=5000 trail_events=2000
 while [ $# -gt 0 ]; do
   case "$1" in
     --tokens) tokens=$2; shift 2 ;;
     --token-keys) token_keys=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --trail-events) trail_events=$2; shift 2 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -89,9 +92,19 @@ len=$(cli xlen "$sports")
 per_entry=$(( s2 / (len > 0 ? len : 1) ))
 fans=$(cli --scan --pattern 'mem:*:fan:*' | wc -l)
 
+# 4. A key's trail: scores on one key, one a second apart in event time (nobody's token).
+awk -v n="$trail_events" -v ts="$ts" -v s="$sports" 'BEGIN {
+  for (i = 1; i <= n; i++) printf "XADD %s * type match.score ts %.0f match trail home_score %d away_score 0 period first_half\n", s, ts + 3600000 + i * 1000, i
+}' | cli --pipe >/dev/null
+drained "$sports"
+trail='mem:{match:trail}:trail'
+trail_len=$(cli xlen "$trail"); trail_bytes=$(stream_bytes "$trail")
+max_records=${ACTIVITYCAST_TRACE_MAX_RECORDS:-20000}
+
 echo "machine: $(nproc) cores, $(redis-server --version | grep -Eo 'v=[0-9.]+'), $(date -u +%Y-%m-%d)"
 echo "Redis used_memory: start $m0 B; after $tokens tokens $m1 B; after $keys keys $m2 B"
 echo "per registered token (tokens, meta, device hash, index): $per_token B"
 echo "per active key (state, 2 channels, budgets, gen, index; no tokens): $per_key B"
 echo "per stream entry (match.score, $len entries kept): $per_entry B; per event/s at the default retention (60 s): $(( per_entry * 60 )) B"
 echo "fan-out records left after the events: $fans"
+echo "trail of one key after $trail_events events: $trail_len records, $trail_bytes B: $(( trail_bytes / trail_events )) B per event, $(( trail_bytes / (trail_len > 0 ? trail_len : 1) )) B per record; full (trace.max_records $max_records): about $(( trail_bytes / (trail_len > 0 ? trail_len : 1) * max_records )) B"
