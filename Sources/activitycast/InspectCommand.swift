@@ -1,4 +1,5 @@
 import ActivityCastCommandSupport
+import ActivityCastCore
 import ActivityCastInspect
 import ActivityCastWorker
 import ArgumentParser
@@ -21,7 +22,15 @@ struct InspectCommand: AsyncParsableCommand {
     @Flag(help: "Also list the tiers' budgets of keys that have no device of that tier.")
     var allBudgets = false
 
+    @Option(help: "One activity key: its state, channels, budgets, audience and trail.")
+    var key: String?
+
+    @Option(help: "One device: its settings, start tokens, follows and keys.")
+    var device: String?
+
     func validate() throws {
+        if key != nil && device != nil { throw ValidationError("--key and --device go one at a time") }
+        if let key, ActivityKey(parsing: key) == nil { throw ValidationError("'\(key)' is not an activity key (kind:id, such as match:4711)") }
         guard (0...Inspector.maxDeadLetters).contains(deadLetters) else {
             throw ValidationError("--dead-letters must be 0-\(Inspector.maxDeadLetters), got \(deadLetters)")
         }
@@ -31,6 +40,21 @@ struct InspectCommand: AsyncParsableCommand {
         let settings = try common.settings()
         let redis = RedisConnection(configuration: settings.redisConfiguration)
         defer { redis.close() }
+        if key != nil || device != nil {
+            let inspector = Inspector(settings: settings, redis: redis)
+            do {
+                if let key, let parsed = ActivityKey(parsing: key) {
+                    let one = try await inspector.key(parsed)
+                    print(json ? try SafeJSON.encode(one) : InspectOneText.render(one), terminator: json ? "\n" : "")
+                } else if let device {
+                    let one = try await inspector.device(device)
+                    print(json ? try SafeJSON.encode(one) : InspectOneText.render(one), terminator: json ? "\n" : "")
+                }
+            } catch {
+                throw CommandFailure("inspect failed: \(error)")
+            }
+            return
+        }
         let report: InspectReport
         do {
             report = try await Inspector(settings: settings, redis: redis).report(latest: deadLetters, allBudgets: allBudgets)

@@ -126,3 +126,34 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// `inspect --key` and `inspect --device`: one key's state, channels, budgets, audience and
+    /// trail; one device's settings, start tokens, follows and keys (tokens shortened).
+    @Test func inspectShowsOneKeyAndOneDevice() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w")
+        defer { w.removeLogs() }
+        let t = now() - 60_000
+        let tok = token("e9")
+        try await register(r, device: "c", key: "match:ik1", activity: "C", token: token("e8"), ts: t, broadcast: true)
+        try await register(r, device: "p", key: "match:ik1", activity: "P", token: tok, ts: t)
+        try await r.add(r.settings.registrationsStream, [("type", "follow"), ("ts", String(t)), ("device", "p"), ("target", "team:ars")])
+        try await score(r, "ik1", 2, 1, ts: t + 1000)
+        #expect(await eventually { await r.drainedAll() })
+        let settings = ["prefix": r.settings.prefix]
+        var (status, out, err) = try await runActivitycast(["inspect", "--key", "match:ik1", "--json"], redis: r.server, settings: settings)
+        #expect(status == 0, "\(err)")
+        let key = try JSONDecoder().decode(KeyInspection.self, from: Data(out.utf8))
+        #expect(key.contentState?["homeScore"] == "2" && key.newestEvent == "update" && key.newestMillis == t + 1000, "\(key)")
+        #expect(key.onBroadcast == 1 && key.devices.map(\.device).sorted() == ["c", "p"] && key.channels["development"] != nil, "\(key)")
+        #expect(key.budgets["standard"]?["p10"] == "1" && key.trailRecords > 0 && key.endedMillis == nil, "\(key)")
+        (status, out, err) = try await runActivitycast(["inspect", "--device", "p"], redis: r.server, settings: settings)
+        #expect(status == 0 && out.contains("KEYS") && out.contains("match:ik1") && out.contains("team:ars"), "\(err)\(out)")
+        #expect(!out.contains(tok) && out.contains(String(tok.prefix(8)) + "…"), "the whole token was printed: \(out)")
+        (status, out, _) = try await runActivitycast(["inspect", "--device", "nobody"], redis: r.server, settings: settings)
+        #expect(status == 0 && out.contains("not registered"), "\(out)")
+        #expect(await w.stop() == 0)
+    }
+}
