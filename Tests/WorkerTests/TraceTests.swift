@@ -152,6 +152,9 @@ extension SendTests {
         (status, out, err) = try await runActivitycast(["inspect", "--device", "p"], redis: r.server, settings: settings)
         #expect(status == 0 && out.contains("KEYS") && out.contains("match:ik1") && out.contains("team:ars"), "\(err)\(out)")
         #expect(!out.contains(tok) && out.contains(String(tok.prefix(8)) + "…"), "the whole token was printed: \(out)")
+        // trace --device without a key: the device, then its pushes for each of its keys.
+        (status, out, err) = try await runActivitycast(["trace", "--device", "p"], redis: r.server, settings: settings)
+        #expect(status == 0 && out.hasPrefix("DEVICE p") && out.contains("DEVICE p on match:ik1: token registered") && out.contains("PUSHES 1"), "\(err)\(out)")
         (status, out, _) = try await runActivitycast(["inspect", "--device", "nobody"], redis: r.server, settings: settings)
         #expect(status == 0 && out.contains("not registered"), "\(out)")
         #expect(await w.stop() == 0)
