@@ -6,37 +6,41 @@ import Synchronization
 /// of the key's life plus `trace.retention_s`, in whatever pipeline the record rides with.
 public enum Trail {
     /// nil `maxRecords` or 0: no trail, no commands.
-    public static func commands(_ keys: RedisKeys, _ key: ActivityKey, _ records: [TrailRecord], maxRecords: Int, ttlSeconds: Int) -> [RedisCommand] {
+    /// `expire` false: the trail's life was set by this event's earlier write.
+    public static func commands(_ keys: RedisKeys, _ key: ActivityKey, _ records: [TrailRecord], maxRecords: Int, ttlSeconds: Int,
+                                expire: Bool = true) -> [RedisCommand] {
         guard maxRecords > 0, !records.isEmpty else { return [] }
         let name = keys.trail(key)
         var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", "~", maxRecords, "*"] + r.streamFields) }
-        out.append(RedisCommand("EXPIRE", name, ttlSeconds))
+        if expire { out.append(RedisCommand("EXPIRE", name, ttlSeconds)) }
         return out
     }
 }
 
 extension SendRole {
-    func trailCommands(_ key: ActivityKey, _ records: [TrailRecord]) -> [RedisCommand] {
+    func trailCommands(_ key: ActivityKey, _ records: [TrailRecord], expire: Bool = true) -> [RedisCommand] {
         Trail.commands(keys, key, records, maxRecords: configuration.trailMaxRecords,
-                       ttlSeconds: configuration.stateTTLSeconds + configuration.trailRetentionSeconds)
+                       ttlSeconds: configuration.stateTTLSeconds + configuration.trailRetentionSeconds, expire: expire)
     }
 
     /// The commands of what `trail` has unwritten (nil trail: none).
     func trailCommands(_ trail: EventTrail?) -> [RedisCommand] {
         guard let trail else { return [] }
-        return trailCommands(trail.key, trail.take())
+        let (records, first) = trail.take()
+        return trailCommands(trail.key, records, expire: first)
     }
 
     /// Writes what `trail` has unwritten, now.
     func write(_ trail: EventTrail?) async {
         guard let trail else { return }
-        await self.trail(trail.key, trail.take())
+        let (records, first) = trail.take()
+        await self.trail(trail.key, records, expire: first)
     }
 
     /// Writes `records` now and waits for it: what is about to go is written before it goes. A
     /// trail that can't be written never stops a push (logged).
-    func trail(_ key: ActivityKey, _ records: [TrailRecord]) async {
-        let commands = trailCommands(key, records)
+    func trail(_ key: ActivityKey, _ records: [TrailRecord], expire: Bool = true) async {
+        let commands = trailCommands(key, records, expire: expire)
         guard !commands.isEmpty else { return }
         do {
             let replies = try await redis.pipeline(commands)
@@ -79,14 +83,16 @@ final class EventTrail: Sendable {
         state.withLock { $0.after.append(r) }
     }
 
-    /// What is not written yet: the event record first (once), then the records after it.
-    func take() -> [TrailRecord] {
+    /// What is not written yet: the event record first (once), then the records after it; and
+    /// whether this is the event's first write (which sets the trail's life: one `EXPIRE` an event).
+    func take() -> (records: [TrailRecord], first: Bool) {
         state.withLock { s in
+            let first = !s.written
             var out = s.written ? [] : [s.note.record]
             s.written = true
             out += s.after
             s.after = []
-            return out
+            return (out, first)
         }
     }
 }
