@@ -136,48 +136,85 @@ public struct Tracer: Sendable {
         var out: [TraceReport.Event] = []
         // The latest element of each entry: records after an event's name its entry (`e`).
         var latest: [String: Int] = [:]
+        // An event's record written again by the same delivery (`dv`: its decisions after its
+        // intent) is the same element.
+        var byDelivery: [String: Int] = [:]
         for read in records {
             let f = read.record.fields
             let entry = f["e"] ?? ""
             switch read.record.kind {
             case .event:
-                let (stream, id) = split(entry)
-                var e = TraceReport.Event(stream: stream, entryID: id, type: f["ty"] ?? "", tsMillis: f["ts"].flatMap { Int64($0) },
-                                          atMillis: read.atMillis, event: f["ev"] ?? "none", priorityClass: f["pc"], alert: f["al"] == "1",
-                                          fields: TrailRecord.names(f["f"]).names, merge: f["m"], why: f["w:merge"] ?? f["w:send"],
-                                          audiences: [], sending: [:], broadcasts: [], fanout: nil, failed: f["x"],
-                                          delivery: out.filter { $0.stream == stream && $0.entryID == id }.count + 1)
-                if let t = f["t"] { e.why = [e.why, t].compactMap { $0 }.joined(separator: "; ") }
-                for (name, value) in f.sorted(by: { $0.key < $1.key }) {
-                    if name.hasPrefix("a:") {
-                        let audience = String(name.dropFirst(2))
-                        let parts = value.split(separator: " ")
-                        var budget: TraceReport.Budget?
-                        if parts.count == 3, let ticks = Int64(parts[1]), let capacity = Int(parts[2]) {
-                            let tenths = max(0, ticks) / (BudgetState.ticksPerToken / 10)
-                            budget = .init(tokensLeft: Double(tenths) / 10, capacity: capacity)
-                        }
-                        e.audiences.append(.init(audience: audience, decision: parts.first.map(String.init) ?? value, why: f["w:\(audience)"], budget: budget))
-                    } else if name.hasPrefix("s:") {
-                        e.sending[String(name.dropFirst(2))] = value
-                    }
+                if let dv = f["dv"], let i = byDelivery["\(entry) \(dv)"] {
+                    let at = out[i].atMillis, delivery = out[i].delivery
+                    out[i] = event(f, at: at, delivery: delivery)
+                    continue
                 }
-                e.audiences.sort { order($0.audience) < order($1.audience) }
+                let (stream, id) = split(entry)
+                let e = event(f, at: read.atMillis, delivery: out.filter { $0.stream == stream && $0.entryID == id }.count + 1)
                 latest[entry] = out.count
+                if let dv = f["dv"] { byDelivery["\(entry) \(dv)"] = out.count }
                 out.append(e)
             case .broadcast:
                 guard let i = latest[entry] else { continue }
-                let status = f["st"].flatMap { Int($0) }
-                let fate = status.map { (200..<300).contains($0) ? "delivered" : "refused" } ?? "unknown"
-                out[i].broadcasts.append(.init(atMillis: read.atMillis, environment: f["env"] ?? "", channel: f["ch"] ?? "", priority: Int(f["pr"] ?? "") ?? 0,
-                                               alert: f["al"] == "1", status: status, fate: fate, reason: f["r"], apnsID: f["id"], apnsUniqueID: f["u"]))
+                out[i].broadcasts.append(broadcast(f, at: read.atMillis))
             case .fanout:
                 if let i = latest[entry] { out[i].fanout = f["r"] }
             default:
                 continue
             }
         }
+        for i in out.indices { out[i].broadcasts.sort { $0.atMillis < $1.atMillis } }
         return out
+    }
+
+    /// A broadcast attempt from a `bc` record's fields.
+    static func broadcast(_ f: [String: String], at: Int64) -> TraceReport.Broadcast {
+        let status = f["st"].flatMap { Int($0) }
+        let fate = status.map { (200..<300).contains($0) ? "delivered" : "refused" } ?? "unknown"
+        return .init(atMillis: at, environment: f["env"] ?? "", channel: f["ch"] ?? "", priority: Int(f["pr"] ?? "") ?? 0,
+                     alert: f["al"] == "1", status: status, fate: fate, reason: f["r"], apnsID: f["id"], apnsUniqueID: f["u"])
+    }
+
+    /// The first broadcast attempt of each environment, folded into the event's record
+    /// (`b:<env>` = `status priority alert channel apns-id unique-id reason`), as `bc` fields.
+    static func folded(_ f: [String: String]) -> [[String: String]] {
+        f.keys.sorted().filter { $0.hasPrefix("b:") }.map { name in
+            let p = f[name]!.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            func at(_ i: Int) -> String? { i < p.count && p[i] != "-" ? p[i] : nil }
+            var out = ["env": String(name.dropFirst(2))]
+            for (k, i) in [("st", 0), ("pr", 1), ("al", 2), ("ch", 3), ("id", 4), ("u", 5), ("r", 6)] { if let v = at(i) { out[k] = v } }
+            return out
+        }
+    }
+
+    /// One element from an event record's fields.
+    static func event(_ f: [String: String], at: Int64, delivery: Int) -> TraceReport.Event {
+        let (stream, id) = split(f["e"] ?? "")
+        var e = TraceReport.Event(stream: stream, entryID: id, type: f["ty"] ?? "", tsMillis: f["ts"].flatMap { Int64($0) },
+                                  atMillis: at, event: f["ev"] ?? "none", priorityClass: f["pc"], alert: f["al"] == "1",
+                                  fields: TrailRecord.names(f["f"]).names, merge: f["m"], why: f["w:merge"] ?? f["w:send"],
+                                  audiences: [], sending: [:], broadcasts: folded(f).map { broadcast($0, at: at) }, fanout: nil, failed: f["x"],
+                                  delivery: delivery)
+        if f["m"] == nil, f["x"] == nil {
+            e.why = "its decisions were not recorded: the worker stopped after its merge (anything it sent has its fate unknown)"
+        }
+        if let t = f["t"] { e.why = [e.why, t].compactMap { $0 }.joined(separator: "; ") }
+        for (name, value) in f.sorted(by: { $0.key < $1.key }) {
+            if name.hasPrefix("a:") {
+                let audience = String(name.dropFirst(2))
+                let parts = value.split(separator: " ")
+                var budget: TraceReport.Budget?
+                if parts.count == 3, let ticks = Int64(parts[1]), let capacity = Int(parts[2]) {
+                    let tenths = max(0, ticks) / (BudgetState.ticksPerToken / 10)
+                    budget = .init(tokensLeft: Double(tenths) / 10, capacity: capacity)
+                }
+                e.audiences.append(.init(audience: audience, decision: parts.first.map(String.init) ?? value, why: f["w:\(audience)"], budget: budget))
+            } else if name.hasPrefix("s:") {
+                e.sending[String(name.dropFirst(2))] = value
+            }
+        }
+        e.audiences.sort { order($0.audience) < order($1.audience) }
+        return e
     }
 
     static func order(_ audience: String) -> Int { ["channel": 0, "standard": 1, "frequent": 2][audience] ?? 3 }

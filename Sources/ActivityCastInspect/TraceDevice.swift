@@ -120,7 +120,13 @@ extension Tracer {
         if let f = forgotten, let later = regs.last, later.atMillis > f.atMillis, later.record.fields["what"] != "unregister" { forgotten = nil; forgottenReason = nil }
 
         var pushes: [DeviceTrace.Push] = [], notSent: [DeviceTrace.NotSent] = []
-        let events = records.filter { $0.record.kind == .event }
+        // An event's record written twice by one delivery (intent, then decisions): one event,
+        // at its first time, with its last fields.
+        var events: [Read] = [], seen: [String: Int] = [:]
+        for r in records where r.record.kind == .event {
+            let id = "\(r.record.fields["e"] ?? "") \(r.record.fields["dv"] ?? r.id)"
+            if let i = seen[id] { events[i].record = r.record } else { seen[id] = events.count; events.append(r) }
+        }
         for ev in events {
             let f = ev.record.fields
             let entry = f["e"] ?? ""
@@ -128,6 +134,15 @@ extension Tracer {
             let ts = f["ts"].flatMap { Int64($0) }
             func skip(_ why: String) { notSent.append(.init(entryID: entryID, tsMillis: ts, reason: why)) }
             if f["ev"] == "start" { continue }  // push-to-start goes to the device's start token
+            if f["m"] == nil && f["x"] == nil {
+                // Only its intent is on the trail: the worker stopped before its decisions were written.
+                if registered(at: ev.atMillis), f["ev"] != "none" {
+                    pushes.append(.init(atMillis: ev.atMillis, entryID: entryID, timestamp: nil, event: f["ev"] ?? "update", priority: 0,
+                                        via: onBroadcast ? "channel" : "token", channel: nil, alert: false, status: nil, reason: nil, fate: "unknown",
+                                        note: "the worker stopped after the event's merge: it may have been sent (its redelivery is another event element)"))
+                }
+                continue
+            }
             if let m = f["m"], m.hasPrefix("stale") || m == "after-end" || m == "refused" {
                 if f["s:channel"] == nil && f["s:tokens"] == nil { skip(f["w:merge"] ?? m); continue }
             }
@@ -138,7 +153,8 @@ extension Tracer {
             let later = records.filter { $0.atMillis >= ev.atMillis && $0.record.fields["e"] == entry }
             if onBroadcast {
                 guard registered(at: ev.atMillis) else { skip("not registered for the key yet"); continue }
-                let mine = later.filter { $0.record.kind == .broadcast && $0.record.fields["env"] == env }
+                let mine = Tracer.folded(f).filter { $0["env"] == env }.map { Read(id: ev.id, atMillis: ev.atMillis, record: TrailRecord(.broadcast, $0)) }
+                    + later.filter { $0.record.kind == .broadcast && $0.record.fields["env"] == env }
                 if mine.isEmpty {
                     if let s = f["s:channel"], decision == "p10" || decision == "p5" || decision == nil {
                         let p = Int(s.split(separator: " ").first ?? "") ?? 10

@@ -53,7 +53,8 @@ extension SendRole {
             let result = await client.broadcast(payload: payload, channelID: record.id, bundleID: configuration.bundleID,
                                                 priority: priority, storagePolicy: record.policy.rawValue)
             stats.count(.broadcast, result, priority: priority)
-            trail?.append(Self.broadcastRecord(result, env: env, channel: record.id, priority: priority, alert: plan.alert != nil && payload == bytes && quiet != bytes))
+            trail?.answer(Self.broadcastRecord(result, env: env, channel: record.id, priority: priority, alert: plan.alert != nil && payload == bytes && quiet != bytes),
+                          first: attempt == 0 && !recreated)
             if result.action == .delivered { return true }
             if result.response?.reason == .channelNotRegistered, !recreated {
                 recreated = true

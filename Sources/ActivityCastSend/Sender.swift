@@ -203,8 +203,16 @@ public final class Sender: SendRole {
     private func sendTrailed(_ plan: Plan, entry: String, redelivered: Bool, trail: EventTrail?) async throws -> Locked {
         do {
             let locked = try await sendLocked(plan, entry: entry, redelivered: redelivered, trail: trail)
-            if case .outcome(.rejected(let why)) = locked { trail?.note { $0.merge("refused"); $0.record.fields["w:merge"] = why } }
-            // What is left: the whole record when nothing went, a fan-out's creation after it.
+            switch locked {
+            case .outcome(.done(var summary)):
+                // What is left rides with the acknowledgement (no round trip of its own).
+                summary.beforeAcknowledgement += trailCommands(trail)
+                return .outcome(.done(summary))
+            case .outcome(.rejected(let why)):
+                trail?.note { $0.merge("refused"); $0.record.fields["w:merge"] = why }
+            default:
+                break
+            }
             await write(trail)
             return locked
         } catch {
@@ -220,7 +228,7 @@ public final class Sender: SendRole {
             return .outcome(.done(SendSummary()))
         }
         var plan = original
-        var first = try await firstRoundTrip(plan, entry: entry, redelivered: redelivered)
+        var first = try await firstRoundTrip(plan, entry: entry, redelivered: redelivered, trail: trail)
         var merged = first.merged
         if merged.tooLarge != nil, let fitted = try await fitted(&plan, merged, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)) {
             // Merged with its free text trimmed: its decisions in the first round trip were
@@ -344,7 +352,7 @@ public final class Sender: SendRole {
     /// found a newer event or refused this one, or when a redelivered entry's fan-out recorded its
     /// decisions. A key whose last event found nobody per token asks for the channel's decision
     /// alone, with its per-token audience read beside it (`AudienceMemory`).
-    private func firstRoundTrip(_ plan: Plan, entry: String, redelivered: Bool) async throws -> FirstRead {
+    private func firstRoundTrip(_ plan: Plan, entry: String, redelivered: Bool, trail: EventTrail?) async throws -> FirstRead {
         var commands = [
             mergeCommand(plan, entry: entry, recordEvent: !(plan.event == .end && configuration.endSettle > .zero)),
             channels.statesCommand(plan.key, apns.environments),
@@ -353,7 +361,8 @@ public final class Sender: SendRole {
         ]
         if plan.event != .end { commands.append(RedisCommand("ZADD", keys.keysIndex, "GT", plan.timestampMillis, plan.key.description)) }
         let decide = decideCommands(plan, entry: entry, redelivered: redelivered, tiers: !ctx.nobodyPerToken.nobody(plan.key))
-        let replies = try await redis.pipeline(commands + decide)
+        // The event's record, before anything of it can go: written with its merge.
+        let replies = try await redis.pipeline(commands + trailCommands(trail) + decide)
         if plan.event != .end, let e = replies[4].errorMessage { throw RedisError(.server, "indexing \(plan.key): \(e)") }
         return FirstRead(merged: try KeyStateScripts.parse(replies[0]), channels: try channels.states(replies[1], apns.environments),
                          wanted: channels.wanted(replies[1], apns.environments), prior: FanoutPrior(replies[2]),
@@ -464,7 +473,7 @@ public final class Sender: SendRole {
                 if audiences.priorities.channel != nil { commands += audiences.live.map { broadcastCounted(plan.key, $0) } }
                 if finishEnd, plan.event == .end { try await finish(plan) }
                 summary.finishedRecord = fan
-                summary.beforeAcknowledgement = commands + trailCommands(trail)
+                summary.beforeAcknowledgement = commands
                 return .outcome(.done(summary))
             }
         }
@@ -518,8 +527,8 @@ public final class Sender: SendRole {
         let cb = cp == 10 && !redelivered ? bytes : a.bytes5
         trail?.note { $0.record.fields["pts"] = String(plan.timestampMillis / 1000) }
         trail?.note { $0.sending("channel", "\(cp) \(channelsLive.map { "\($0.0.rawValue)=\($0.1.id)" }.joined(separator: " "))\(cb == bytes && plan.alert != nil ? " alert" : "")") }
-        // What is about to go is on the trail before it goes.
-        await write(trail)
+        // The event's intent went on the trail with its merge: a worker that stops before its
+        // decisions are written leaves the event's pushes shown as sent with their fate unknown.
         if priorities.anyTokens, !channelsLive.isEmpty {
             a.broadcasting = Task { [bytes5 = a.bytes5] in
                 try await self.broadcast(plan, cb, quiet: bytes5, priority: cp, channels: channelsLive, trail: trail)

@@ -57,12 +57,16 @@ extension SendRole {
 final class EventTrail: Sendable {
     let key: ActivityKey
     let entry: String
-    private let state: Mutex<(note: EventNote, written: Bool, after: [TrailRecord])>
+    /// The note, whether it was written, whether it changed since, and the records after it.
+    private let state: Mutex<(note: EventNote, written: Bool, dirty: Bool, after: [TrailRecord])>
 
     init(_ plan: Plan, entry: String) {
         key = plan.key
         self.entry = entry
-        state = Mutex((EventNote(plan, entry: entry), false, []))
+        var note = EventNote(plan, entry: entry)
+        // This delivery's own id: its record written again (with its decisions) is one element.
+        note.record.fields["dv"] = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        state = Mutex((note, false, false, []))
     }
 
     /// A trail whose first record is `record` (a flush's): what follows names `entry`.
@@ -72,10 +76,30 @@ final class EventTrail: Sendable {
         var note = EventNote(Plan(key: key, event: nil, priority: .routine, timestampMillis: 0, audience: .none), entry: entry)
         note.record = record
         note.record.fields["e"] = entry
-        state = Mutex((note, false, []))
+        state = Mutex((note, false, false, []))
     }
 
-    func note(_ change: (inout EventNote) -> Void) { state.withLock { change(&$0.note) } }
+    func note(_ change: (inout EventNote) -> Void) {
+        state.withLock { s in
+            change(&s.note)
+            if s.written { s.dirty = true }
+        }
+    }
+    /// A broadcast attempt's answer: the first one per environment of an event folds into the
+    /// event's record (`b:<env>`: one XADD an event, not one per broadcast); others follow it.
+    func answer(_ record: TrailRecord, first: Bool) {
+        let env = record.fields["env"] ?? ""
+        let folded: Bool = state.withLock { s in
+            guard first, s.note.record.kind == .event, s.note.record.fields["b:\(env)"] == nil else { return false }
+            let f = record.fields
+            s.note.record.fields["b:\(env)"] = [f["st"] ?? "-", f["pr"] ?? "-", f["al"] ?? "0", f["ch"] ?? "-", f["id"] ?? "-", f["u"] ?? "-", f["r"] ?? "-"]
+                .joined(separator: " ")
+            if s.written { s.dirty = true }
+            return true
+        }
+        if !folded { append(record) }
+    }
+
     /// A record after the event's, naming its entry (`e`).
     func append(_ record: TrailRecord) {
         var r = record
@@ -83,13 +107,15 @@ final class EventTrail: Sendable {
         state.withLock { $0.after.append(r) }
     }
 
-    /// What is not written yet: the event record first (once), then the records after it; and
-    /// whether this is the event's first write (which sets the trail's life: one `EXPIRE` an event).
+    /// What is not written yet: the event record (the first time, and again once it changed:
+    /// the intent is written with the merge, the decisions after them), then the records after
+    /// it; and whether this is the event's first write (which sets the trail's life: one
+    /// `EXPIRE` an event).
     func take() -> (records: [TrailRecord], first: Bool) {
         state.withLock { s in
             let first = !s.written
-            var out = s.written ? [] : [s.note.record]
-            s.written = true
+            var out = !s.written || s.dirty ? [s.note.record] : []
+            (s.written, s.dirty) = (true, false)
             out += s.after
             s.after = []
             return (out, first)

@@ -52,4 +52,23 @@ import Testing
         let later = Tracer.device(records + [coalesced], key: "match:1", device: "d", facts: Tracer.DeviceFacts())
         #expect(later.notSent.last?.reason == "coalesced: within the spacing of routine updates")
     }
+
+    /// An event's record written twice by one delivery (its intent with the merge, its decisions
+    /// and first broadcast answers after) is one event; with only its intent (the worker stopped
+    /// between), its push is shown with its fate unknown, never as delivered or not sent.
+    @Test mutating func anEventsIntentAloneLeavesItsFateUnknown() {
+        let reg = read(.registration, ["what": "token", "device": "c", "activity": "C", "broadcast": "1", "env": "development"])
+        let intent = read(.event, ["e": "s/1-0", "dv": "x1", "ty": "match.score", "ts": "5000", "ev": "update", "pc": "critical"])
+        var decided = intent.record.fields
+        decided.merge(["m": "changed", "a:channel": "p10 7200000 4", "s:channel": "10 development=ch1 alert", "pts": "5",
+                       "b:development": "200 10 1 ch1 id1 u1 -"]) { _, new in new }
+        let decisions = read(.event, decided)
+        let both = Tracer.device([reg, intent, decisions], key: "match:1", device: "c", facts: Tracer.DeviceFacts())
+        #expect(both.pushes.map { "\($0.via) \($0.status ?? 0) \($0.fate) \($0.channel ?? "-")" } == ["channel 200 delivered ch1"], "\(both.pushes)")
+        #expect(Tracer.events([reg, intent, decisions]).count == 1)
+        let alone = Tracer.device([reg, intent], key: "match:1", device: "c", facts: Tracer.DeviceFacts())
+        #expect(alone.pushes.map(\.fate) == ["unknown"] && alone.notSent.isEmpty, "\(alone)")
+        #expect(Tracer.events([reg, intent]).first?.why?.contains("not recorded") == true)
+    }
 }
+
