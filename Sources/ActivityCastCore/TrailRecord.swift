@@ -38,11 +38,13 @@ public struct TrailRecord: Equatable, Sendable {
         self.fields = fields
     }
 
-    /// As stream fields: `k`, then the fields by name, each value cut to `valueLimit`.
+    /// As stream fields: `k`, then the fields (at most `fieldLimit`), each value cut to `valueLimit`.
     public var streamFields: [String] {
         var out = ["k", kind.rawValue]
-        for (name, value) in fields.sorted(by: { $0.key < $1.key }).prefix(Self.fieldLimit) {
-            out += [name, Self.cut(value)]
+        out.reserveCapacity(2 + 2 * min(fields.count, Self.fieldLimit))
+        for (name, value) in fields.prefix(Self.fieldLimit) {
+            out.append(name)
+            out.append(value.utf8.count > Self.valueLimit ? Self.cut(value) : value)
         }
         return out
     }

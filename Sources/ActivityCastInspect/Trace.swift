@@ -139,20 +139,26 @@ public struct Tracer: Sendable {
         // An event's record written again by the same delivery (`dv`: its decisions after its
         // intent) is the same element.
         var byDelivery: [String: Int] = [:]
+        var fieldsOf: [Int: [String: String]] = [:]
         for read in records {
             let f = read.record.fields
             let entry = f["e"] ?? ""
             switch read.record.kind {
             case .event:
                 if let dv = f["dv"], let i = byDelivery["\(entry) \(dv)"] {
-                    let at = out[i].atMillis, delivery = out[i].delivery
-                    out[i] = event(f, at: at, delivery: delivery)
+                    // Its decisions: what changed since its intent.
+                    let at = out[i].atMillis, delivery = out[i].delivery, broadcasts = out[i].broadcasts
+                    let all = (fieldsOf[i] ?? [:]).merging(f) { _, new in new }
+                    fieldsOf[i] = all
+                    out[i] = event(all, at: at, delivery: delivery)
+                    out[i].broadcasts = broadcasts.filter { !out[i].broadcasts.contains($0) } + out[i].broadcasts
                     continue
                 }
                 let (stream, id) = split(entry)
                 let e = event(f, at: read.atMillis, delivery: out.filter { $0.stream == stream && $0.entryID == id }.count + 1)
                 latest[entry] = out.count
                 if let dv = f["dv"] { byDelivery["\(entry) \(dv)"] = out.count }
+                fieldsOf[out.count] = f
                 out.append(e)
             case .broadcast:
                 guard let i = latest[entry] else { continue }

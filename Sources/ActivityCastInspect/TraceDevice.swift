@@ -125,7 +125,7 @@ extension Tracer {
         var events: [Read] = [], seen: [String: Int] = [:]
         for r in records where r.record.kind == .event {
             let id = "\(r.record.fields["e"] ?? "") \(r.record.fields["dv"] ?? r.id)"
-            if let i = seen[id] { events[i].record = r.record } else { seen[id] = events.count; events.append(r) }
+            if let i = seen[id] { events[i].record.fields.merge(r.record.fields) { _, new in new } } else { seen[id] = events.count; events.append(r) }
         }
         for ev in events {
             let f = ev.record.fields

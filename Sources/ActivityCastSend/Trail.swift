@@ -58,7 +58,7 @@ final class EventTrail: Sendable {
     let key: ActivityKey
     let entry: String
     /// The note, whether it was written, whether it changed since, and the records after it.
-    private let state: Mutex<(note: EventNote, written: Bool, dirty: Bool, after: [TrailRecord])>
+    private let state: Mutex<(note: EventNote, written: Bool, dirty: Bool, after: [TrailRecord], sent: [String: String])>
 
     init(_ plan: Plan, entry: String) {
         key = plan.key
@@ -66,7 +66,7 @@ final class EventTrail: Sendable {
         var note = EventNote(plan, entry: entry)
         // This delivery's own id: its record written again (with its decisions) is one element.
         note.record.fields["dv"] = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        state = Mutex((note, false, false, []))
+        state = Mutex((note, false, false, [], [:]))
     }
 
     /// A trail whose first record is `record` (a flush's): what follows names `entry`.
@@ -76,7 +76,7 @@ final class EventTrail: Sendable {
         var note = EventNote(Plan(key: key, event: nil, priority: .routine, timestampMillis: 0, audience: .none), entry: entry)
         note.record = record
         note.record.fields["e"] = entry
-        state = Mutex((note, false, false, []))
+        state = Mutex((note, false, false, [], [:]))
     }
 
     func note(_ change: (inout EventNote) -> Void) {
@@ -114,7 +114,17 @@ final class EventTrail: Sendable {
     func take() -> (records: [TrailRecord], first: Bool) {
         state.withLock { s in
             let first = !s.written
-            var out = !s.written || s.dirty ? [s.note.record] : []
+            var out: [TrailRecord] = []
+            if !s.written {
+                out.append(s.note.record)
+                s.sent = s.note.record.fields
+            } else if s.dirty {
+                // Only what changed since, with what names the delivery: the reader merges them.
+                var changed = s.note.record
+                changed.fields = s.note.record.fields.filter { s.sent[$0.key] != $0.value || $0.key == "e" || $0.key == "dv" }
+                out.append(changed)
+                s.sent = s.note.record.fields
+            }
             (s.written, s.dirty) = (true, false)
             out += s.after
             s.after = []
