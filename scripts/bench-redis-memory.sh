@@ -94,7 +94,7 @@ fans=$(cli --scan --pattern 'mem:*:fan:*' | wc -l)
 
 # 4. A key's trail: scores on one key, one a second apart in event time (nobody's token).
 awk -v n="$trail_events" -v ts="$ts" -v s="$sports" 'BEGIN {
-  for (i = 1; i <= n; i++) printf "XADD %s * type match.score ts %.0f match trail home_score %d away_score 0 period first_half\n", s, ts + 3600000 + i * 1000, i
+  for (i = 1; i <= n; i++) printf "XADD %s * type match.score ts %.0f match trail home_score %d away_score 0 period first_half\n", s, ts + i * 1000, i
 }' | cli --pipe >/dev/null
 drained "$sports"
 trail='mem:{match:trail}:trail'
