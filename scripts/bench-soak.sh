@@ -18,7 +18,7 @@
 #   LOG_LEVEL=info bash scripts/bench-soak.sh ...    # workers log every plan and send (default: warning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=2 rate=1000 out="" seconds=1800
+workers=2 rate=1000 out="" seconds=1800 keys=500
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
     --minutes) seconds=$(( $2 * 60 )); args+=("$1" "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --events-per-second) rate=$2; args+=("$1" "$2"); shift 2 ;;
+    --keys) keys=$2; args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
@@ -69,6 +70,14 @@ if [ -z "${ACTIVITYCAST_STREAMS_RETENTION_MS:-}" ]; then
   # run's few samples that is noise on the slope, so it trims every 2 s.
   if [ "$retention" -lt 60000 ] && [ -z "${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-}" ]; then export ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS=2000; fi
 fi
+# Each key's trail (docs/schema.md, "Trails") also grows by design until its cap,
+# trace.max_records (20,000 by default: hours of this feed): the soak caps it so that it fills in
+# half the warm-up (about 1.5 records per event), and then checks that memory stays flat with
+# every trail at its cap. ACTIVITYCAST_TRACE_MAX_RECORDS set by the caller wins.
+if [ -z "${ACTIVITYCAST_TRACE_MAX_RECORDS:-}" ]; then
+  export ACTIVITYCAST_TRACE_MAX_RECORDS=$(awk -v w="$warmup" -v r="$rate" -v k="$keys" 'BEGIN { n = int(w / 2 * 1.5 * r / k); print (n < 10 ? 10 : n) }')
+fi
+echo "each key's trail keeps ${ACTIVITYCAST_TRACE_MAX_RECORDS} records (trace.max_records)"
 echo "streams keep acknowledged entries $(( ACTIVITYCAST_STREAMS_RETENTION_MS / 1000 )) s (streams.retention_ms) and the newest ${ACTIVITYCAST_STREAMS_RETENTION_ENTRIES:-10000}, trimmed every $(( ${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-10000} / 1000 )) s; warm-up ${warmup} s"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="soak" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"

@@ -11,7 +11,8 @@ public enum Trail {
                                 expire: Bool = true) -> [RedisCommand] {
         guard maxRecords > 0, !records.isEmpty else { return [] }
         let name = keys.trail(key)
-        var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", "~", maxRecords, "*"] + r.streamFields) }
+        // Trimmed exactly: `~` trims whole nodes of 100 entries, too coarse for a small cap.
+        var out = records.map { r in RedisCommand("XADD", [name, "MAXLEN", maxRecords, "*"] + r.streamFields) }
         if expire { out.append(RedisCommand("EXPIRE", name, ttlSeconds)) }
         return out
     }
