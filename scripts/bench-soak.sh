@@ -70,14 +70,24 @@ if [ -z "${ACTIVITYCAST_STREAMS_RETENTION_MS:-}" ]; then
   # run's few samples that is noise on the slope, so it trims every 2 s.
   if [ "$retention" -lt 60000 ] && [ -z "${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-}" ]; then export ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS=2000; fi
 fi
-# Each key's trail (docs/schema.md, "Trails") also grows by design until its cap,
-# trace.max_records (20,000 by default: hours of this feed): the soak caps it so that it fills in
-# half the warm-up (about 1.5 records per event), and then checks that memory stays flat with
-# every trail at its cap. ACTIVITYCAST_TRACE_MAX_RECORDS set by the caller wins.
+# Each key's trail (docs/schema.md, "Trails") grows by design until its cap (trace.max_records,
+# 20,000 by default: hours of this feed), and an ended key's trail stays for its dismissal window
+# plus trace.retention_s: the soak caps it so that it fills in half the warm-up (about 1.5 records
+# per event). A run under 10 minutes can't see the ended keys' trails expire, so it runs without
+# trails (said below; the 30-minute soak keeps them). ACTIVITYCAST_TRACE_MAX_RECORDS set by the
+# caller wins.
 if [ -z "${ACTIVITYCAST_TRACE_MAX_RECORDS:-}" ]; then
-  export ACTIVITYCAST_TRACE_MAX_RECORDS=$(awk -v w="$warmup" -v r="$rate" -v k="$keys" 'BEGIN { n = int(w / 2 * 1.5 * r / k); print (n < 10 ? 10 : n) }')
+  if [ "$seconds" -lt 600 ]; then
+    export ACTIVITYCAST_TRACE_MAX_RECORDS=0
+  else
+    export ACTIVITYCAST_TRACE_MAX_RECORDS=$(awk -v w="$warmup" -v r="$rate" -v k="$keys" 'BEGIN { n = int(w / 2 * 1.5 * r / k); print (n < 10 ? 10 : n) }')
+  fi
 fi
-echo "each key's trail keeps ${ACTIVITYCAST_TRACE_MAX_RECORDS} records (trace.max_records)"
+if [ "$ACTIVITYCAST_TRACE_MAX_RECORDS" = 0 ]; then
+  echo "trails off (trace.max_records 0): a run under 10 minutes can't see ended keys' trails expire; the 30-minute soak keeps them"
+else
+  echo "each key's trail keeps ${ACTIVITYCAST_TRACE_MAX_RECORDS} records (trace.max_records)"
+fi
 echo "streams keep acknowledged entries $(( ACTIVITYCAST_STREAMS_RETENTION_MS / 1000 )) s (streams.retention_ms) and the newest ${ACTIVITYCAST_STREAMS_RETENTION_ENTRIES:-10000}, trimmed every $(( ${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-10000} / 1000 )) s; warm-up ${warmup} s"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"
 export ACTIVITYCAST_SANDBOX_LISTEN="127.0.0.1:$(free_port)" ACTIVITYCAST_PREFIX="soak" ACTIVITYCAST_LOG_LEVEL="${LOG_LEVEL:-warning}"
