@@ -140,6 +140,7 @@ public struct Tracer: Sendable {
         // intent) is the same element.
         var byDelivery: [String: Int] = [:]
         var fieldsOf: [Int: [String: String]] = [:]
+        var deliveries: [String: Int] = [:]
         for read in records {
             let f = read.record.fields
             let entry = f["e"] ?? ""
@@ -154,8 +155,8 @@ public struct Tracer: Sendable {
                     out[i].broadcasts = broadcasts.filter { !out[i].broadcasts.contains($0) } + out[i].broadcasts
                     continue
                 }
-                let (stream, id) = split(entry)
-                let e = event(f, at: read.atMillis, delivery: out.filter { $0.stream == stream && $0.entryID == id }.count + 1)
+                deliveries[entry, default: 0] += 1
+                let e = event(f, at: read.atMillis, delivery: deliveries[entry]!)
                 latest[entry] = out.count
                 if let dv = f["dv"] { byDelivery["\(entry) \(dv)"] = out.count }
                 fieldsOf[out.count] = f

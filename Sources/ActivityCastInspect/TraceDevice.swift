@@ -120,6 +120,9 @@ extension Tracer {
         if let f = forgotten, let later = regs.last, later.atMillis > f.atMillis, later.record.fields["what"] != "unregister" { forgotten = nil; forgottenReason = nil }
 
         var pushes: [DeviceTrace.Push] = [], notSent: [DeviceTrace.NotSent] = []
+        // Each entry's records, in order: what follows an event is looked up, not scanned for.
+        let byEntry = Dictionary(grouping: records) { $0.record.fields["e"] ?? "" }
+        func after(_ entry: String, _ at: Int64) -> [Read] { (byEntry[entry] ?? []).filter { $0.atMillis >= at } }
         // An event's record written twice by one delivery (intent, then decisions): one event,
         // at its first time, with its last fields.
         var events: [Read] = [], seen: [String: Int] = [:]
@@ -150,7 +153,7 @@ extension Tracer {
             if let x = f["x"], f["s:channel"] == nil && f["s:tokens"] == nil { skip(x); continue }
             let audience = onBroadcast ? "channel" : tier
             let decision = f["a:\(audience)"]?.split(separator: " ").first.map(String.init)
-            let later = records.filter { $0.atMillis >= ev.atMillis && $0.record.fields["e"] == entry }
+            let later = after(entry, ev.atMillis)
             if onBroadcast {
                 guard registered(at: ev.atMillis) else { skip("not registered for the key yet"); continue }
                 let mine = Tracer.folded(f).filter { $0["env"] == env }.map { Read(id: ev.id, atMillis: ev.atMillis, record: TrailRecord(.broadcast, $0)) }
@@ -195,7 +198,7 @@ extension Tracer {
         for r in records {
             let f = r.record.fields
             let entry = f["e"] ?? ""
-            let later = records.filter { $0.atMillis >= r.atMillis && $0.record.fields["e"] == entry }
+            let later = after(entry, r.atMillis)
             let stateTs = f["ms"].flatMap { Int64($0) }.map { $0 / 1000 }
             if r.record.kind == .flush, f["audience"] == (onBroadcast ? "channel" : tier), registered(at: r.atMillis) {
                 if onBroadcast {
