@@ -71,22 +71,34 @@ if [ -z "${ACTIVITYCAST_STREAMS_RETENTION_MS:-}" ]; then
   if [ "$retention" -lt 60000 ] && [ -z "${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-}" ]; then export ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS=2000; fi
 fi
 # Each key's trail (docs/schema.md, "Trails") grows by design until its cap (trace.max_records,
-# 20,000 by default: hours of this feed), and an ended key's trail stays for its dismissal window
-# plus trace.retention_s: the soak caps it so that it fills in half the warm-up (about 1.5 records
-# per event). A run under 10 minutes can't see the ended keys' trails expire, so it runs without
-# trails (said below; the 30-minute soak keeps them). ACTIVITYCAST_TRACE_MAX_RECORDS set by the
-# caller wins.
+# 20,000 by default: hours of this feed), and an ended key's data stays for its dismissal window
+# (the route's dismiss-after, an hour for a match) plus 10 minutes, its trail trace.retention_s
+# longer (a day). The soak compresses those windows so that its steady state comes within the run:
+# the 30-minute soak caps each trail to fill in 2 minutes (about 1.5 records per event),
+# runs the built-in routes with dismiss-after 60 s and trace.retention_s 60 (an ended key is gone
+# 12 minutes after its end), and warms up for 15 minutes (the trails' 2, the ended keys' 12, one
+# to spare) before it judges Redis memory. A shorter run can't see ended keys' trails expire, so
+# it runs without trails (said below). ACTIVITYCAST_TRACE_MAX_RECORDS set by the
+# caller wins (and then nothing else here changes).
 if [ -z "${ACTIVITYCAST_TRACE_MAX_RECORDS:-}" ]; then
-  if [ "$seconds" -lt 600 ]; then
+  if [ "$seconds" -lt 1800 ]; then
     export ACTIVITYCAST_TRACE_MAX_RECORDS=0
   else
-    export ACTIVITYCAST_TRACE_MAX_RECORDS=$(awk -v w="$warmup" -v r="$rate" -v k="$keys" 'BEGIN { n = int(w / 2 * 1.5 * r / k); print (n < 10 ? 10 : n) }')
+    export ACTIVITYCAST_TRACE_MAX_RECORDS=$(awk -v r="$rate" -v k="$keys" 'BEGIN { n = int(120 * 1.5 * r / k); print (n < 10 ? 10 : n) }')
+    mkdir -p "$work/routes"
+    for feed in sports transit; do
+      "$bin" routes show "$feed" | sed -E 's/^( *)dismiss-after: [0-9]+/\1dismiss-after: 60/' >"$work/routes/$feed.yaml"
+      grep -q 'dismiss-after: 60' "$work/routes/$feed.yaml" || { echo "routes show $feed: no dismiss-after to shorten" >&2; exit 1; }
+    done
+    export ACTIVITYCAST_ROUTES_SPORTS="$work/routes/sports.yaml" ACTIVITYCAST_ROUTES_TRANSIT="$work/routes/transit.yaml"
+    export ACTIVITYCAST_TRACE_RETENTION_S=60
+    args+=(--warmup-seconds 900)
   fi
 fi
 if [ "$ACTIVITYCAST_TRACE_MAX_RECORDS" = 0 ]; then
-  echo "trails off (trace.max_records 0): a run under 10 minutes can't see ended keys' trails expire; the 30-minute soak keeps them"
+  echo "trails off (trace.max_records 0): a run under 30 minutes can't see ended keys' trails expire; the 30-minute soak keeps them"
 else
-  echo "each key's trail keeps ${ACTIVITYCAST_TRACE_MAX_RECORDS} records (trace.max_records)"
+  echo "each key's trail keeps ${ACTIVITYCAST_TRACE_MAX_RECORDS} records (trace.max_records), ${ACTIVITYCAST_TRACE_RETENTION_S:-86400} s after its key (trace.retention_s); routes: ${ACTIVITYCAST_ROUTES_SPORTS:-built in}"
 fi
 echo "streams keep acknowledged entries $(( ACTIVITYCAST_STREAMS_RETENTION_MS / 1000 )) s (streams.retention_ms) and the newest ${ACTIVITYCAST_STREAMS_RETENTION_ENTRIES:-10000}, trimmed every $(( ${ACTIVITYCAST_STREAMS_TRIM_INTERVAL_MS:-10000} / 1000 )) s; warm-up ${warmup} s"
 export ACTIVITYCAST_REDIS_URL="redis://127.0.0.1:$redis_port" ACTIVITYCAST_SANDBOX_DIR="$work/sandbox"

@@ -30,7 +30,7 @@ struct SoakBench: AsyncParsableCommand {
         draws the plot. Writes under the configured prefix; use a Redis nobody else uses.
 
         Criteria: Redis used_memory grows less than --max-slope MB/min after the warm-up (least squares; the warm-up is the \
-        first third of the run or 5 minutes, whichever is shorter); every worker's VmHWM during the soak is at most --max-rss \
+        first third of the run or 5 minutes, whichever is shorter, or --warmup-seconds); every worker's VmHWM during the soak is at most --max-rss \
         MiB; the p99 of the last window is at most --max-p99-ratio times the p99 of the first window after warm-up (windows of \
         1 minute, shorter for short runs); no match.score lacks a broadcast and nothing was dead-lettered.
         """)
@@ -54,6 +54,8 @@ struct SoakBench: AsyncParsableCommand {
     @Option(help: "Transit routes.") var routes = 20
     @Option(help: "Riders: devices with a push-to-start token that follow a route.") var riders = 1000
     @Option(help: "Seconds between samples (default 10; 5 for runs under 2 minutes).") var sampleSeconds: Double?
+    @Option(help: "Seconds of warm-up before the criteria apply (default: the first third of the run, at most 5 minutes). It must cover every window that fills by design: the streams' retention, and an ended key's life (its dismissal, 10 minutes' grace and its trail's trace.retention_s).")
+    var warmupSeconds: Double?
     @Option(help: "Directory for soak.csv (one row per sample) and soak-summary.gp (the fit and verdict, for scripts/soak-plot.gp).")
     var out: String?
     @Option(help: "A worker's PID (repeatable): its RSS is sampled.") var workerPid: [Int32] = []
@@ -96,7 +98,7 @@ struct SoakBench: AsyncParsableCommand {
             throw CommandFailure("the soak needs a sports and a transit feed (streams.feeds)")
         }
         let streams = SoakStreams(sports: sports, transit: transit, registrations: settings.registrationsStream)
-        let windows = SoakWindows(duration: duration, interval: sampleSeconds ?? (duration < 120 ? 5 : 10))
+        let windows = SoakWindows(duration: duration, interval: sampleSeconds ?? (duration < 120 ? 5 : 10), warmup: warmupSeconds)
         let redis = RedisConnection(configuration: settings.redisConfiguration)
         defer { redis.close() }
         let monitorRedis = RedisConnection(configuration: settings.redisConfiguration)
@@ -327,14 +329,19 @@ struct SoakWindows: Sendable {
     /// whole samples (a 60 s run: 15 s).
     let window: Double
 
-    init(duration: Double, interval: Double) {
+    /// `warmup`: seconds given instead of the rule (at most 3/4 of the run).
+    init(duration: Double, interval: Double, warmup given: Double? = nil) {
         self.duration = duration
         self.interval = interval
-        warmup = (min(duration / 3, 300) / interval).rounded(.up) * interval
+        warmupGiven = given != nil
+        warmup = (min(given ?? min(duration / 3, 300), duration * 3 / 4) / interval).rounded(.up) * interval
         window = min(60, max(interval, ((duration - warmup) * 3 / 8 / interval).rounded(.down) * interval))
     }
 
-    var warmupRule: String { duration / 3 <= 300 ? "the first third of the run" : "5 minutes, shorter than a third of the run" }
+    let warmupGiven: Bool
+    var warmupRule: String {
+        warmupGiven ? "--warmup-seconds" : duration / 3 <= 300 ? "the first third of the run" : "5 minutes, shorter than a third of the run"
+    }
     var samples: Int { Int((duration / interval).rounded(.up)) }
     /// Sample k covers [k·interval, end(k)) seconds into the soak.
     func end(_ k: Int) -> Double { min(duration, Double(k + 1) * interval) }

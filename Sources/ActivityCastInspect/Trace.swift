@@ -38,6 +38,17 @@ public struct TraceReport: Codable, Sendable {
         public var apnsUniqueID: String?
     }
 
+    /// An event's push-to-start: devices sent a start, over their start budget, and activities
+    /// past Apple's 8 hours started again (`st` records).
+    public struct Starts: Codable, Sendable, Equatable {
+        public var sent = 0
+        public var overBudget = 0
+        public var relaunched = 0
+        public init(sent: Int = 0, overBudget: Int = 0, relaunched: Int = 0) {
+            (self.sent, self.overBudget, self.relaunched) = (sent, overBudget, relaunched)
+        }
+    }
+
     public struct Event: Codable, Sendable {
         public var stream: String
         public var entryID: String
@@ -66,6 +77,7 @@ public struct TraceReport: Codable, Sendable {
         public var failed: String?
         /// Set when the event was processed more than once (a redelivery): each time is an element.
         public var delivery: Int
+        public var starts: Starts?
     }
 
     public var key: String
@@ -151,7 +163,9 @@ public struct Tracer: Sendable {
                     let at = out[i].atMillis, delivery = out[i].delivery, broadcasts = out[i].broadcasts
                     let all = (fieldsOf[i] ?? [:]).merging(f) { _, new in new }
                     fieldsOf[i] = all
+                    let starts = out[i].starts
                     out[i] = event(all, at: at, delivery: delivery)
+                    out[i].starts = starts
                     out[i].broadcasts = broadcasts.filter { !out[i].broadcasts.contains($0) } + out[i].broadcasts
                     continue
                 }
@@ -166,6 +180,17 @@ public struct Tracer: Sendable {
                 out[i].broadcasts.append(broadcast(f, at: read.atMillis))
             case .fanout:
                 if let i = latest[entry] { out[i].fanout = f["r"] }
+            case .start:
+                guard let i = latest[entry] else { continue }
+                let n = TrailRecord.names(f["acts"]), count = n.names.count + n.more
+                var starts = out[i].starts ?? .init()
+                switch f["what"] {
+                case "sent"?: starts.sent += count
+                case "over budget"?: starts.overBudget += count
+                case "relaunched"?: starts.relaunched += count
+                default: break
+                }
+                out[i].starts = starts
             default:
                 continue
             }
@@ -256,8 +281,13 @@ public enum TraceText {
                 case let t? where e.sending["tokens"]?.contains("\(t)=") == true: sent = "per token"
                 default: sent = "-"
                 }
+                let starts = e.starts.map { s in
+                    [s.sent > 0 ? "\(s.sent) started" : nil, s.overBudget > 0 ? "\(s.overBudget) over start budget" : nil,
+                     s.relaunched > 0 ? "\(s.relaunched) relaunched" : nil].compactMap { $0 }.joined(separator: ", ")
+                }
+                let shown = i == 0 && starts != nil ? (sent == "-" ? starts! : "\(sent); \(starts!)") : sent
                 let why = i == 0 ? [e.why, a?.why, e.failed, e.fanout.map { "fan-out: \($0)" }].compactMap { $0 }.joined(separator: "; ") : (a?.why ?? "")
-                rows.append((i == 0 ? head : ["", "", "", "", ""]) + [a?.audience ?? "-", a?.decision ?? "-", budget, cell(sent, 60), cell(why, 160)])
+                rows.append((i == 0 ? head : ["", "", "", "", ""]) + [a?.audience ?? "-", a?.decision ?? "-", budget, cell(shown, 60), cell(why, 160)])
             }
         }
         out += TextTable.render(rows, limit: 100_000, more: "")

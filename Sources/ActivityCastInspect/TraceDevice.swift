@@ -136,7 +136,12 @@ extension Tracer {
             let entryID = Tracer.split(entry).1
             let ts = f["ts"].flatMap { Int64($0) }
             func skip(_ why: String) { notSent.append(.init(entryID: entryID, tsMillis: ts, reason: why)) }
-            if f["ev"] == "start" { continue }  // push-to-start goes to the device's start token
+            if f["ev"] == "start" {
+                let (sent, why) = startPushes(after(entry, ev.atMillis), device: device, entryID: entryID, startedBefore: pushes.contains { $0.event == "start" })
+                pushes += sent
+                if let why { skip(why(registered(at: ev.atMillis))) }
+                continue
+            }
             if f["m"] == nil && f["x"] == nil {
                 // Only its intent is on the trail: the worker stopped before its decisions were written.
                 if registered(at: ev.atMillis), f["ev"] != "none" {
@@ -193,6 +198,8 @@ extension Tracer {
             pushes += tokenPushes(later, activities: activities, entryID: entryID, at: ev.atMillis, timestamp: f["pts"].flatMap { Int64($0) },
                                   event: f["ev"] ?? "update", priority: p, alert: alert, slices: fo?.record.fields["of"].flatMap { Int($0) },
                                   changedMeanwhile: regs.contains { $0.atMillis > ev.atMillis && $0.atMillis <= (later.last?.atMillis ?? ev.atMillis) })
+            // An activity past Apple's 8 hours started again beside the update.
+            pushes += startPushes(later, device: device, entryID: entryID, startedBefore: false, what: "relaunched").pushes
         }
         // Pushes not of an event: flushes of the device's audience, and catch-ups of its activities.
         for r in records {
@@ -235,13 +242,44 @@ extension Tracer {
         return f["w:merge"] ?? f["x"] ?? "no push for \(audience)"
     }
 
+    /// The push-to-start an event sent the device (`st` records naming it, `what` `sent` or
+    /// `relaunched`), each with its answers; or, when it was sent none, why (given whether the
+    /// device had an activity for the key then).
+    static func startPushes(_ later: [Read], device: String, entryID: String, startedBefore: Bool,
+                            what: String = "sent") -> (pushes: [DeviceTrace.Push], why: ((Bool) -> String)?) {
+        let mine = later.filter { $0.record.kind == .start && TrailRecord.names($0.record.fields["acts"]).names.contains(device) }
+        if mine.contains(where: { $0.record.fields["what"] == "over budget" }) {
+            return ([], { _ in "push-to-start skipped: the device's start budget was spent (a later event can start it)" })
+        }
+        guard let st = mine.first(where: { $0.record.fields["what"] == what }) else {
+            if what != "sent" { return ([], nil) }
+            return ([], { registered in
+                registered ? "it has an activity for the key: a start is for devices without one"
+                    : startedBefore ? "started by an earlier event: a device gets one start per key"
+                    : "no start: the device follows none of the event's targets with a start token for its type, or a start of the key reached it before the trail began"
+            })
+        }
+        let f = st.record.fields
+        let answers = later.filter { $0.atMillis >= st.atMillis && ($0.record.kind != .tokens || $0.record.fields["kind"] == "start") }
+        var out = tokenPushes(answers, activities: [device], entryID: entryID, at: st.atMillis, timestamp: f["pts"].flatMap { Int64($0) },
+                              event: "start", priority: 10, alert: f["al"] == "1", slices: nil, changedMeanwhile: false, kind: "start")
+        for i in out.indices {
+            out[i].channel = f["ch"]
+            let started = what == "relaunched" ? "started again: its activity was past Apple's 8 hours" : "push-to-start"
+            out[i].note = [started, f["ch"].map { "the activity then listens on channel \($0)" }, out[i].note].compactMap { $0 }.joined(separator: "; ")
+        }
+        return (out, nil)
+    }
+
     /// The pushes a fan-out (or a catch-up) sent the device's token: each answer the trail names
     /// it in, and the push as sent when no record says otherwise.
     static func tokenPushes(_ later: [Read], activities: Set<String>, entryID: String, at: Int64, timestamp: Int64?, event: String, priority: Int,
-                            alert: Bool, slices: Int?, changedMeanwhile: Bool) -> [DeviceTrace.Push] {
+                            alert: Bool, slices: Int?, changedMeanwhile: Bool, kind: String? = nil) -> [DeviceTrace.Push] {
         var out: [DeviceTrace.Push] = []
         var final = false
-        for r in later where r.record.kind == .tokens && TrailRecord.names(r.record.fields["acts"]).names.contains(where: activities.contains) {
+        // A start's answers are its own (`kind` start), apart from the activity's pushes.
+        func ofKind(_ f: [String: String]) -> Bool { kind == nil ? f["kind"] != "start" : f["kind"] == kind }
+        for r in later where r.record.kind == .tokens && ofKind(r.record.fields) && TrailRecord.names(r.record.fields["acts"]).names.contains(where: activities.contains) {
             let f = r.record.fields
             let st = f["st"].flatMap { Int($0) }
             let what = f["what"] ?? ""

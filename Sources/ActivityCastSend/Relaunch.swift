@@ -70,7 +70,7 @@ extension TokenBatches {
         let byDevice = Dictionary(claimed.compactMap { row in row.device.map { ($0, row.activity) } }, uniquingKeysWith: { a, _ in a })
         guard !byDevice.isEmpty else { return }
         let starts = try await startRows(byDevice.keys.sorted(), activityType: type)
-        let within = try await withinStartBudget(starts)
+        let within = try await withinStartBudget(starts, plan, entry: entry)
         let skipped = byDevice.count - within.count
         if skipped > 0 { stats.relaunchesSkipped.add(skipped, ordering: .relaxed) }
         guard !within.isEmpty else { return }
@@ -86,6 +86,7 @@ extension TokenBatches {
         }
         var summary = SendSummary()
         for (env, rows) in Dictionary(grouping: within, by: \.env).sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            await trailStarts(start, "relaunched", rows, env: env, channel: nil, entry: entry)
             try await sendBatch(start, bytes, priority: 10, env: env, rows: rows, kind: .start, entry: entry, summary: &summary)
         }
         let n = summary.starts

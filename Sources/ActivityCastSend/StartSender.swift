@@ -41,7 +41,7 @@ struct StartSender: SendRole {
                 if fresh.isEmpty { continue }
                 // Each device's push-to-start budget (across keys and workers): a device over it is
                 // skipped and counted; it can be started by a later event.
-                let rows = try await withinStartBudget(try await startRows(fresh, activityType: activityType))
+                let rows = try await withinStartBudget(try await startRows(fresh, activityType: activityType), plan, entry: entry)
                 // A follower on broadcast starts its activity on the key's channel
                 // (`input-push-channel`): the key gets its channels now if it has none (in every
                 // environment, as for a registration on broadcast: one key, one set of channels).
@@ -62,6 +62,7 @@ struct StartSender: SendRole {
                     for (env, rows) in plain.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                         for chunk in pacing.chunks(rows) {
                             try await pacing.wait(for: chunk.count)
+                            await trailStarts(plan, "sent", Array(chunk), env: env, channel: nil, entry: entry)
                             try await tokens.sendBatch(plan, withToken, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
                         }
                     }
@@ -71,6 +72,7 @@ struct StartSender: SendRole {
                         guard case .success(let bytes) = PushBuilder.encoded(payload, limit: PayloadLimits.device, what: "a push-to-start") else { continue }
                         for chunk in pacing.chunks(rows) {
                             try await pacing.wait(for: chunk.count)
+                            await trailStarts(plan, "sent", Array(chunk), env: env, channel: record.id, entry: entry)
                             try await tokens.sendBatch(plan, bytes, priority: 10, env: env, rows: Array(chunk), kind: .start, entry: entry, summary: &summary, onDelivered: marks)
                         }
                     }
@@ -114,8 +116,20 @@ extension SendRole {
         if !back.isEmpty { _ = try? await redis.pipeline(back) }
     }
 
-    /// The rows whose device's push-to-start bucket had a token (one taken each, in one round trip).
-    func withinStartBudget(_ rows: [TokenRow]) async throws -> [TokenRow] {
+    /// On the key's trail before they go: the devices about to be sent a start (`what` `sent`, or
+    /// `relaunched`), or skipped (`over budget`), 20 to a record (`TrailRecord.Kind.start`).
+    func trailStarts(_ plan: Plan, _ what: String, _ rows: [TokenRow], env: APNsEnvironment?, channel: String?, entry: String) async {
+        guard configuration.trailMaxRecords > 0, !rows.isEmpty else { return }
+        var f = ["e": entry, "what": what, "pts": String(plan.timestampMillis / 1000), "al": plan.alert != nil ? "1" : "0"]
+        if let env { f["env"] = env.rawValue }
+        if let channel { f["ch"] = channel }
+        let records = TokenBatches.chunked(rows.map(\.activity), f).map { TrailRecord(.start, $0.fields) }
+        await trail(plan.key, records)
+    }
+
+    /// The rows whose device's push-to-start bucket had a token (one taken each, in one round
+    /// trip); the others are on the key's trail as over budget.
+    func withinStartBudget(_ rows: [TokenRow], _ plan: Plan, entry: String) async throws -> [TokenRow] {
         guard !rows.isEmpty else { return rows }
         let policy = configuration.budgets.pushToStart
         let now = budgetNow().map { String($0) } ?? "-"
@@ -123,15 +137,19 @@ extension SendRole {
             .script(BudgetScripts.take, keys: [keys.startBudget(device: row.activity)],
                     args: [policy.capacityTicks, policy.ticksPerMillisecond, now, configuration.stateTTLSeconds])
         })
-        var kept: [TokenRow] = []
+        var kept: [TokenRow] = [], over: [TokenRow] = []
         for (row, reply) in zip(rows, replies) {
             if let e = reply.errorMessage { throw RedisError(.server, "push-to-start budget: \(e)") }
             if reply.int == 1 { kept.append(row) } else {
+                over.append(row)
                 stats.startsOverBudget.add(1, ordering: .relaxed)
                 logger.info("push-to-start skipped: the device's start budget is spent", metadata: ["device": "\(row.activity)"])
             }
         }
-        if kept.count < rows.count { _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "starts_over_budget", rows.count - kept.count)) }
+        if !over.isEmpty {
+            _ = try? await redis.send(RedisCommand("HINCRBY", keys.counters, "starts_over_budget", over.count))
+            await trailStarts(plan, "over budget", over, env: nil, channel: nil, entry: entry)
+        }
         return kept
     }
 }

@@ -156,6 +156,9 @@ struct TokenBatches: SendRole {
                                       summary: &summary)
             }
             if !retry.isEmpty && attempt >= configuration.maxAttempts {
+                // No further attempt in this batch: the trail says so, or its last `retry` would read as a try that followed.
+                await trail(plan.key, Self.chunked(retry.map(\.row.activity), ["e": entry, "kind": kind.rawValue, "what": "gave up", "n": String(attempt),
+                                                                             "r": "still failing after \(attempt) attempts: \(answers.lastReason)"]))
                 throw SendFailure("\(retry.count) \(kind.rawValue) pushes for \(plan.key) still failing after \(attempt) attempts: \(answers.lastReason)",
                                   apnsOutage: await outage())
             }

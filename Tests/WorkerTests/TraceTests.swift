@@ -160,3 +160,63 @@ extension SendTests {
         #expect(await w.stop() == 0)
     }
 }
+
+extension SendTests {
+    /// Push-to-start on the trail: each device's starts that `trace --device` shows delivered are
+    /// exactly what the sandbox accepted for its start token (429s mixed in, each refused attempt
+    /// shown with its status); a start over the device's start budget, and a device following
+    /// none of the event's teams, are shown not sent with why; `trace KEY` counts each event's
+    /// starts.
+    @Test func tracedStartsAreWhatTheSandboxAccepted() async throws {
+        let r = try await rig()
+        defer { r.redis.close() }
+        let w = try r.worker("w", ["budgets.start.capacity": "2", "budgets.start.refill_per_hour": "0"])
+        defer { w.removeLogs() }
+        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        var t = now() - 100_000
+        let fans = (0..<6).map { ("fan\($0)", token(String(format: "5%x", $0)), "team:ars") } + [("other", token("5e"), "team:lee")]
+        for (device, tok, team) in fans {
+            t += 1
+            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", device), ("activity_type", "MatchActivityAttributes"),
+                                  ("token", tok), ("env", "development")])
+            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", device), ("target", team)])
+        }
+        #expect(await eventually { await r.drainedAll() })
+        _ = try await r.sandbox.post("/sandbox/faults", json: #"{"tooManyRequestsRate":0.3,"seed":5}"#)
+        for (match, home, away) in [("st1", "ars", "che"), ("st2", "tot", "ars"), ("st3", "ars", "new")] {
+            t += 1000
+            try await r.add(sports, [("type", "match.started"), ("ts", String(t)), ("match", match), ("home", home), ("away", away)])
+            #expect(await eventually(timeout: .seconds(30)) { await r.drainedAll() })
+        }
+        let accepted = try await r.sandbox.deviceDeliveries().filter { $0.event == "start" }
+        var refused = 0
+        for match in ["st1", "st2", "st3"] {
+            let (status, out, err) = try await runActivitycast(["trace", "match:\(match)", "--json"], redis: r.server, settings: ["prefix": r.settings.prefix])
+            #expect(status == 0, "\(err)")
+            let report = try JSONDecoder().decode(TraceReport.self, from: Data(out.utf8))
+            #expect(report.events.count == 1 && report.events[0].event == "start", "\(report.events)")
+            let expected = match == "st3" ? TraceReport.Starts(sent: 0, overBudget: 6) : TraceReport.Starts(sent: 6)
+            #expect(report.events.first?.starts == expected, "\(match): \(String(describing: report.events.first?.starts))")
+            for (device, tok, _) in fans {
+                let (status, out, err) = try await runActivitycast(["trace", "match:\(match)", "--device", device, "--json"], redis: r.server,
+                                                                   settings: ["prefix": r.settings.prefix])
+                #expect(status == 0, "\(err)")
+                let view = try JSONDecoder().decode(DeviceTrace.self, from: Data(out.utf8))
+                let ts = view.pushes.first?.timestamp ?? -1
+                let mine = accepted.filter { $0.target == tok && Int64($0.timestamp) == ts }
+                let delivered = view.pushes.filter { $0.fate == "delivered" }
+                #expect(delivered.map { "\($0.event) p\($0.priority)" } == mine.map { "start p\($0.priority)" }, "\(device) \(match): \(view.pushes) \(mine)")
+                refused += view.pushes.filter { $0.status == 429 }.count
+                if device == "other" || match == "st3" {
+                    #expect(view.pushes.isEmpty && view.notSent.count == 1, "\(device) \(match): \(view)")
+                    let why = view.notSent.first?.reason ?? ""
+                    #expect(device == "other" ? why.contains("follows none") : why.contains("start budget was spent"), "\(device) \(match): \(why)")
+                } else {
+                    #expect(delivered.count == 1 && !view.pushes.contains { $0.fate == "unknown" }, "\(device) \(match): \(view.pushes)")
+                }
+            }
+        }
+        #expect(refused > 0, "no 429 was seen: the test proves nothing about refused starts")
+        #expect(await w.stop() == 0)
+    }
+}
