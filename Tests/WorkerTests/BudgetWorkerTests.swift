@@ -318,14 +318,12 @@ extension SendTests {
         defer { r.redis.close() }
         let w = try r.worker("w", ["budgets.start.capacity": "2", "budgets.start.refill_per_hour": "0"])
         defer { w.removeLogs() }
-        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        let sports = r.settings.feeds[0].stream
         var t = now() - 100_000
         let fan = token("5a"), other = token("5b")
         for (device, tok, team) in [("fan", fan, "team:ars"), ("other", other, "team:lee")] {
             t += 1
-            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", device), ("activity_type", "MatchActivityAttributes"),
-                                  ("token", tok), ("env", "development")])
-            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", device), ("target", team)])
+            try await follower(r, device: device, startToken: tok, team: team, ts: t)
         }
         #expect(await eventually { await r.drainedAll() })
         for (match, home, away) in [("s1", "ars", "che"), ("s2", "tot", "ars"), ("s3", "ars", "lee")] {

@@ -187,6 +187,13 @@ import TestSupport
         try await r.add(r.settings.registrationsStream, fields)
     }
 
+    /// Gives `device` a push-to-start token for matches (development) and has it follow `team`.
+    func follower(_ r: Rig, device: String, startToken: String, team: String, ts: Int64) async throws {
+        try await r.add(r.settings.registrationsStream, [("type", "start.token"), ("ts", String(ts)), ("device", device),
+                                                         ("activity_type", "MatchActivityAttributes"), ("token", startToken), ("env", "development")])
+        try await r.add(r.settings.registrationsStream, [("type", "follow"), ("ts", String(ts)), ("device", device), ("target", team)])
+    }
+
     func score(_ r: Rig, _ match: String, _ home: Int, _ away: Int, ts: Int64) async throws {
         try await r.add(r.settings.feeds[0].stream, [("type", "match.score"), ("ts", String(ts)), ("match", match),
                                                       ("home_score", String(home)), ("away_score", String(away))])

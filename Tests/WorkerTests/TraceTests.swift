@@ -172,14 +172,12 @@ extension SendTests {
         defer { r.redis.close() }
         let w = try r.worker("w", ["budgets.start.capacity": "2", "budgets.start.refill_per_hour": "0"])
         defer { w.removeLogs() }
-        let reg = r.settings.registrationsStream, sports = r.settings.feeds[0].stream
+        let sports = r.settings.feeds[0].stream
         var t = now() - 100_000
         let fans = (0..<6).map { ("fan\($0)", token(String(format: "5%x", $0)), "team:ars") } + [("other", token("5e"), "team:lee")]
         for (device, tok, team) in fans {
             t += 1
-            try await r.add(reg, [("type", "start.token"), ("ts", String(t)), ("device", device), ("activity_type", "MatchActivityAttributes"),
-                                  ("token", tok), ("env", "development")])
-            try await r.add(reg, [("type", "follow"), ("ts", String(t)), ("device", device), ("target", team)])
+            try await follower(r, device: device, startToken: tok, team: team, ts: t)
         }
         #expect(await eventually { await r.drainedAll() })
         _ = try await r.sandbox.post("/sandbox/faults", json: #"{"tooManyRequestsRate":0.3,"seed":5}"#)
