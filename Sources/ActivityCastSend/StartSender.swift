@@ -123,8 +123,7 @@ extension SendRole {
         var f = ["e": entry, "what": what, "pts": String(plan.timestampMillis / 1000), "al": plan.alert != nil ? "1" : "0"]
         if let env { f["env"] = env.rawValue }
         if let channel { f["ch"] = channel }
-        let records = TokenBatches.chunked(rows.map(\.activity), f).map { TrailRecord(.start, $0.fields) }
-        await trail(plan.key, records)
+        await trail(plan.key, TokenBatches.chunked(rows.map(\.activity), f, kind: .start))
     }
 
     /// The rows whose device's push-to-start bucket had a token (one taken each, in one round

@@ -223,11 +223,11 @@ struct TokenBatches: SendRole {
     }
 
     /// Records of `fields` naming `activities` (`acts`), 20 to a record.
-    static func chunked(_ activities: [String], _ fields: [String: String]) -> [TrailRecord] {
+    static func chunked(_ activities: [String], _ fields: [String: String], kind: TrailRecord.Kind = .tokens) -> [TrailRecord] {
         stride(from: 0, to: activities.count, by: 20).map { start in
             var f = fields
             f["acts"] = activities[start..<min(start + 20, activities.count)].joined(separator: " ")
-            return TrailRecord(.tokens, f)
+            return TrailRecord(kind, f)
         }
     }
 
