@@ -154,6 +154,7 @@ extension Tracer {
             if let m = f["m"], m.hasPrefix("stale") || m == "after-end" || m == "refused" {
                 if f["s:channel"] == nil && f["s:tokens"] == nil { skip(f["w:merge"] ?? m); continue }
             }
+            if f["m"] == "dead-lettered" { skip("dead-lettered: \(f["w:merge"] ?? "no reason recorded")"); continue }
             if f["ev"] == "none" || f["ev"] == nil { skip(f["w:merge"] ?? "nothing to send for this event"); continue }
             if let x = f["x"], f["s:channel"] == nil && f["s:tokens"] == nil { skip(x); continue }
             let audience = onBroadcast ? "channel" : tier

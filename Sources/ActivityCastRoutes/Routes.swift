@@ -53,6 +53,21 @@ public struct Routes: Sendable {
     }
 }
 
+extension Routes {
+    /// The activity key an entry of `type` with `fields` would have, from its route's key
+    /// alternatives alone (nothing else of the entry need be valid): where a dead-lettered
+    /// entry is put on its key's trail. nil for a type routed to nothing or without the field.
+    public func key(type: String, fields: [RawField]) -> ActivityKey? {
+        guard let compiled = types[type] else { return nil }
+        return withUnsafeTemporaryAllocation(of: Int.self, capacity: max(compiled.table.count, 1)) { index in
+            let values = FieldValues(fields: fields, table: compiled.table, index: index, timestampMillis: 0)
+            return compiled.select(values).keys.first { values.present.contains($0.slot) }.map {
+                ActivityKey(kind: $0.kind, id: String(decoding: values.bytes($0.slot), as: UTF8.self))
+            }
+        }
+    }
+}
+
 /// The routes of both feeds, as a worker holds them.
 public struct RouteSet: Sendable {
     public var sports: Routes
@@ -74,6 +89,11 @@ public struct RouteSet: Sendable {
         case .transit: transit
         case .registrations: nil
         }
+    }
+
+    /// The key of a feed's entry by its type and raw fields (`Routes.key(type:fields:)`).
+    public func key(feed: StreamKind, type: String, fields: [RawField]) -> ActivityKey? {
+        routes(for: feed)?.key(type: type, fields: fields)
     }
 
     /// The plan for a decoded feed event (see `Routes.plan(entry:fields:)`); nil for registrations.

@@ -32,13 +32,21 @@ extension SendTests {
         }
         // Older than the key's newest: stale.
         try await add([("type", "match.score"), ("ts", String(t - 500)), ("match", "tr1"), ("home_score", "1"), ("away_score", "0")])
+        // Dead-lettered before any plan: a score that isn't a number, a time far ahead of the clock.
+        try await add([("type", "match.score"), ("ts", String(t + 100)), ("match", "tr1"), ("home_score", "two"), ("away_score", "0")])
+        try await add([("type", "match.score"), ("ts", String(t + 86_400_000)), ("match", "tr1"), ("home_score", "3"), ("away_score", "0")])
 
         let (status, out, err) = try await runActivitycast(["trace", "match:tr1", "--json"], redis: r.server, settings: ["prefix": r.settings.prefix])
         #expect(status == 0, "\(err)")
         let report = try JSONDecoder().decode(TraceReport.self, from: Data(out.utf8))
         #expect(report.events.map(\.entryID) == ids && report.events.allSatisfy { $0.stream == sports && $0.delivery == 1 }, "\(report.events.map(\.entryID)) \(ids)")
-        #expect(report.events.map(\.type) == ["match.started", "match.moment", "match.moment", "match.score"])
+        #expect(report.events.map(\.type) == ["match.started", "match.moment", "match.moment", "match.score", "match.score", "match.score"])
         let first = report.events[1], second = report.events[2], stale = report.events[3]
+        let (malformed, ahead) = (report.events[4], report.events[5])
+        #expect(malformed.merge == "dead-lettered" && malformed.why?.contains("home_score") == true && malformed.broadcasts.isEmpty, "\(malformed)")
+        #expect(ahead.merge == "dead-lettered" && ahead.why?.contains("ahead of Redis's clock") == true, "\(ahead)")
+        let letters = try #require(try await r.redis.send(RedisCommand("XRANGE", r.settings.deadLetterStream, "-", "+")).array)
+        #expect(letters.count == 2, "\(letters)")
         #expect(first.merge == "changed" && first.tsMillis == t - 1000 && first.fields.contains("homeScore"), "\(first)")
         func decision(_ e: TraceReport.Event, _ a: String) -> TraceReport.Audience? { e.audiences.first { $0.audience == a } }
         #expect(decision(first, "channel")?.decision == "p10" && decision(first, "standard")?.decision == "p10", "\(first.audiences)")
@@ -57,7 +65,12 @@ extension SendTests {
         #expect(first.broadcasts.first?.priority == 10 && first.broadcasts.first?.alert == true && second.broadcasts.first?.alert == true)
         // The table: a line per event and audience.
         let (_, text, _) = try await runActivitycast(["trace", "match:tr1"], redis: r.server, settings: ["prefix": r.settings.prefix])
-        #expect(text.hasPrefix("TRAIL match:tr1: 4 events") && text.contains("downgraded") && text.contains("stale "), "\(text)")
+        #expect(text.hasPrefix("TRAIL match:tr1: 6 events") && text.contains("downgraded") && text.contains("stale "), "\(text)")
+        // The per-token device: each dead letter is an event it was not sent, and why.
+        let (_, dev, _) = try await runActivitycast(["trace", "match:tr1", "--device", "p", "--json"], redis: r.server, settings: ["prefix": r.settings.prefix])
+        let notSent = try #require(try JSONSerialization.jsonObject(with: Data(dev.utf8)) as? [String: Any])["notSent"] as? [[String: Any]]
+        let dead = (notSent ?? []).filter { ($0["reason"] as? String)?.hasPrefix("dead-lettered: ") == true }.compactMap { $0["entryID"] as? String }
+        #expect(dead == Array(ids.suffix(2)), "\(notSent ?? [])")
         #expect(await w.stop() == 0)
     }
 }
