@@ -16,6 +16,8 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
     ],
     targets: [
         // C shims: each includes one library's headers and turns its function-like macros into functions.
@@ -84,6 +86,12 @@ let package = Package(
         ]),
         // What every command shares, the command line's and the benchmarks': the Redis options and
         // the settings they load, the failure printed as `Error: …`, an APNs client from the settings.
+        .target(name: "ActivityCastConsole", dependencies: [
+            "ActivityCastCore", "ActivityCastInspect", "ActivityCastSettings", "OpenSSLKit", "RedisClient",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "Mustache", package: "swift-mustache"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "ActivityCastCommandSupport", dependencies: [
             "ActivityCastSettings", "ActivityCastWorker", "APNs",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -100,7 +108,7 @@ let package = Package(
         // The command line: worker, inspect, top, publish, send, channels, sandbox, routes, and bench
         // from ActivityCastBench.
         .executableTarget(name: "activitycast", dependencies: [
-            "ActivityCastBench", "ActivityCastCommandSupport", "ActivityCastWorker", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
+            "ActivityCastBench", "ActivityCastConsole", "ActivityCastCommandSupport", "ActivityCastWorker", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSettings", "RedisClient", "APNs", "APNsCore", "APNsSandbox", "HTTP2Transport", "OpenSSLKit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [
@@ -140,6 +148,7 @@ let package = Package(
             "ActivityCastSend", "ActivityCastCore", "ActivityCastSettings", "ActivityCastWorker", "APNs", "APNsCore", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .testTarget(name: "ConsoleTests", dependencies: ["ActivityCastConsole", "ActivityCastCore", "ActivityCastInspect", "ActivityCastSettings", "OpenSSLKit", "RedisClient", "TestSupport"]),
         .testTarget(name: "WorkerTests", dependencies: [
             "ActivityCastWorker", "APNs", "ActivityCastCore", "ActivityCastInspect", "ActivityCastRoutes", "ActivityCastSend", "ActivityCastSettings", "RedisClient", "TestSupport",
             .product(name: "Logging", package: "swift-log"),

@@ -91,14 +91,19 @@ public struct DeadLetterTool: Sendable {
         public var complete: Bool
         public var reasonFilter: String?
         public var letters: [DeadLetter]
+        /// The last entry read, when the scan stopped before the stream's start: a next page
+        /// (`before`) goes on from there.
+        public var lastScannedID: String? = nil
     }
 
     /// The newest letters, or those whose reason contains `reason` (case-insensitive), at most
     /// `limit` of them, reading at most `scan` entries (a stream has no index: the listing says
     /// how far it looked).
-    public func list(reason: String? = nil, limit: Int = 20, scan: Int = 10_000) async throws -> Listing {
+    /// `before`: start below this letter id (the next page of a listing).
+    public func list(reason: String? = nil, limit: Int = 20, scan: Int = 10_000, before: String? = nil) async throws -> Listing {
         let total = try await redis.send(RedisCommand("XLEN", stream)).orThrow("XLEN \(stream)").int ?? 0
-        var found: [StreamEntry] = [], scanned = 0, end = "+", complete = false
+        var found: [StreamEntry] = [], scanned = 0, end = before.flatMap { StreamID($0) != nil ? "(\($0)" : nil } ?? "+", complete = false
+        var lastRead: String?
         let needle = reason?.lowercased()
         while found.count < limit, scanned < scan {
             let want = min(Self.page, scan - scanned)
@@ -106,14 +111,16 @@ public struct DeadLetterTool: Sendable {
             let entries = try (reply.orThrow("XREVRANGE \(stream)").array ?? []).map(StreamReplies.entry)
             scanned += entries.count
             for e in entries where found.count < limit {
+                lastRead = e.id
                 guard let needle else { found.append(e); continue }
                 if let r = e.fields.flatMap({ Self.value("reason", in: $0) }), r.lowercased().contains(needle) { found.append(e) }
             }
             guard let last = entries.last, entries.count == want else { complete = true; break }
             end = "(\(last.id)"
         }
-        return Listing(stream: stream, total: total, scanned: scanned, complete: complete || Int64(scanned) >= total,
-                       reasonFilter: reason, letters: try await letters(found))
+        let whole = complete || (before == nil && Int64(scanned) >= total)
+        return Listing(stream: stream, total: total, scanned: scanned, complete: whole,
+                       reasonFilter: reason, letters: try await letters(found), lastScannedID: whole ? nil : lastRead)
     }
 
     /// One letter by its id; nil when there is none.

@@ -95,6 +95,8 @@ public struct Settings: Sendable {
     public var logFormat: String
     /// Where the worker serves `/metrics`, `/healthz` and `/readyz` (`ops.listen`); nil: off.
     public var opsListen: OpsListen? = OpsListen(host: "127.0.0.1", port: 9464)
+    /// `activitycast console` (`console.*`).
+    public var console = ConsoleSettings()
     public var apns: APNsSettings
     /// The route file of each feed (`routes.sports`, `routes.transit`); nil: the built-in routes.
     /// Read by `loadRoutes()`, which the worker calls at start.
@@ -171,6 +173,10 @@ public enum SettingsLoader {
         ("log.level", "info"),
         ("log.format", "text"),
         ("ops.listen", "127.0.0.1:9464"),
+        ("console.listen", "127.0.0.1:9310"),
+        ("console.allow_actions", "false"),
+        ("console.metrics", "(none: the workers' /metrics URLs, comma-separated)"),
+        ("console.refresh_ms", "3000"),
         ("apns.endpoint", "sandbox (127.0.0.1:2197)"),
         ("apns.channels_endpoint", "the push endpoint's channel host"),
         ("apns.bundle_id", "com.example.activitycast"),
@@ -505,6 +511,15 @@ public enum SettingsLoader {
             }
             settings.opsListen = listen.port == nil ? nil : listen
         }
+        if let text = raw["console.listen"]?.value {
+            guard let listen = OpsListen(parsing: text), listen.port != nil else {
+                throw wrong("console.listen", "must be host:port (port 0…65535; [::1]:9310 for IPv6), got '\(shown(text))'")
+            }
+            settings.console.listen = listen
+        }
+        settings.console.allowActions = try bool("console.allow_actions", false)
+        settings.console.refreshMillis = try int("console.refresh_ms", 3000, 500...600_000)
+        settings.console.metrics = string("console.metrics", "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         settings.sportsRoutesFile = raw["routes.sports"]?.value
         settings.transitRoutesFile = raw["routes.transit"]?.value
         return settings
@@ -669,6 +684,21 @@ public struct APNsSettings: Sendable {
         }
         return settings
     }
+}
+
+/// `activitycast console`'s settings (docs/configuration.md, "console"). Its operator token is
+/// not one of them: it comes from `ACTIVITYCAST_CONSOLE_TOKEN` or `--token-file`, never a file
+/// of settings.
+public struct ConsoleSettings: Sendable, Equatable {
+    public var listen = OpsListen(host: "127.0.0.1", port: 9310)
+    /// Replay and discard dead letters (POSTs with the token); off: read-only.
+    public var allowActions = false
+    /// Each worker's `/metrics` URL.
+    public var metrics: [String] = []
+    /// How often an open overview reads again.
+    public var refreshMillis = 3000
+
+    public init() {}
 }
 
 /// `ops.listen`: the address of a worker's ops endpoints, or off.

@@ -29,7 +29,7 @@ public enum CommandKeys {
         for name in ["GET", "SET", "APPEND", "STRLEN", "TYPE", "RPUSH", "LPUSH", "LRANGE", "LLEN", "EXPIRE", "PEXPIRE", "TTL", "PTTL", "PERSIST", "INCR", "INCRBY",
                      "HGET", "HSET", "HMGET", "HDEL", "HINCRBY", "HGETALL", "HVALS", "HKEYS", "HLEN", "HEXISTS", "HSCAN", "HSETNX",
                      "SADD", "SREM", "SCARD", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SRANDMEMBER", "SSCAN",
-                     "ZADD", "ZREM", "ZCARD", "ZRANGE", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE", "ZCOUNT", "ZSCORE", "ZINCRBY",
+                     "ZADD", "ZREM", "ZCARD", "ZRANGE", "ZSCAN", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE", "ZCOUNT", "ZSCORE", "ZINCRBY",
                      "XADD", "XLEN", "XRANGE", "XREVRANGE", "XDEL", "XACK", "XPENDING", "XAUTOCLAIM", "XCLAIM", "XTRIM", "XSETID"] {
             t[name] = .at(1)
         }

@@ -8,7 +8,7 @@ struct ActivityCastCommand: AsyncParsableCommand {
         commandName: "activitycast",
         abstract: "Live Activity push backend: Redis stream workers that keep iOS Live Activities current through APNs.",
         version: ActivityCastVersion.description,
-        subcommands: [WorkerCommand.self, InspectCommand.self, TopCommand.self, TraceCommand.self, DeadLettersCommand.self, PublishCommand.self, SendCommand.self, ChannelsCommand.self,
+        subcommands: [WorkerCommand.self, InspectCommand.self, TopCommand.self, TraceCommand.self, DeadLettersCommand.self, ConsoleCommand.self, PublishCommand.self, SendCommand.self, ChannelsCommand.self,
                       SandboxCommand.self, BenchCommand.self, RoutesCommand.self])
 
     /// argument-parser's own entry point, after one process-wide setting: a server ignores

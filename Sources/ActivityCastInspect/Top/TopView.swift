@@ -82,14 +82,14 @@ public struct TopState: Sendable {
         }
         let rowLimit = interactive ? 10 : InspectReport.rowLimit
         if let report = latest?.report {
-            out += streams(report)
+            out += text(streams(report))
             out += summary(report)
         }
-        out += pushes()
+        out += text(pushes())
         if let report = latest?.report {
-            out += counters(report)
-            out += budgets(report, rowLimit: rowLimit)
-            out += channels(report, rowLimit: rowLimit)
+            out += text(counters(report))
+            out += text(budgets(report, rowLimit: rowLimit))
+            out += text(channels(report, rowLimit: rowLimit))
         }
         var cut = out.map { fit($0, width) }
         if cut.count > height {
@@ -103,7 +103,31 @@ public struct TopState: Sendable {
 
     // MARK: Sections
 
-    private func streams(_ report: InspectReport) -> [String] {
+    /// One section of the frame as data: a heading line (nil: the first table's header names
+    /// it), its tables (each with its header row first), and lines after them (errors, "and N
+    /// more"). The terminal draws it as text (`text`); the console as HTML.
+    public struct Section: Sendable, Equatable {
+        public var heading: String?
+        /// Lines between the heading and the tables (`(none yet)`).
+        public var lead: [String] = []
+        public var tables: [[[String]]]
+        public var notes: [String]
+    }
+
+    /// The sections the frame is made of, for a reading that has a report (the console's).
+    public func sections(rowLimit: Int) -> (streams: Section, pushes: Section, counters: Section, budgets: Section, channels: Section)? {
+        guard let report = latest?.report else { return nil }
+        return (streams(report), pushes(), counters(report), budgets(report, rowLimit: rowLimit), channels(report, rowLimit: rowLimit))
+    }
+
+    /// When the latest reading was taken, and whether it failed (and why).
+    public var latestReadingAt: ContinuousClock.Instant? { latest?.at }
+
+    private func text(_ section: Section) -> [String] {
+        [""] + (section.heading.map { [$0] } ?? []) + section.lead + section.tables.flatMap(table) + section.notes
+    }
+
+    private func streams(_ report: InspectReport) -> Section {
         let previous = reports.previous?.value.streams
         let dt = span()
         // The numbers to watch first, so a narrow terminal still shows them.
@@ -137,7 +161,7 @@ public struct TopState: Sendable {
                              "\(t.length)", "", "\(g.consumers)", t.kind, ""])
             }
         }
-        return [""] + table(rows) + errors
+        return Section(heading: nil, tables: [rows], notes: errors)
     }
 
     private func summary(_ report: InspectReport) -> [String] {
@@ -149,9 +173,9 @@ public struct TopState: Sendable {
     }
 
     /// PUSHES by kind and outcome and one line per worker, from the workers' `/metrics`.
-    private func pushes() -> [String] {
+    private func pushes() -> Section {
         guard let workers = latest?.workers, !workers.isEmpty else {
-            return ["", "PUSHES  (pass --metrics http://HOST:PORT/metrics, a worker's ops.listen, to see pushes and APNs requests)"]
+            return Section(heading: "PUSHES  (pass --metrics http://HOST:PORT/metrics, a worker's ops.listen, to see pushes and APNs requests)", tables: [], notes: [])
         }
         var totals: [String: (kind: String, outcome: String, total: Double, rate: Double?)] = [:]
         var workerRows = [["WORKER", "state", "in flight", "read/s", "pushes/s", "dead letters"]]
@@ -193,35 +217,38 @@ public struct TopState: Sendable {
             rows.append([cell(t.kind), cell(t.outcome), "\(Int(t.total))", format(t.rate)])
         }
         let scraped = workers.filter { $0.samples != nil }.count
-        return ["", "PUSHES  APNs requests \(format(apnsRate))/s, ok \(format(okRate))/s  (\(scraped) of \(workers.count) workers' /metrics)"]
-            + (rows.count > 1 ? table(rows) : ["  (none yet)"]) + table(workerRows) + errors
+        let heading = "PUSHES  APNs requests \(format(apnsRate))/s, ok \(format(okRate))/s  (\(scraped) of \(workers.count) workers' /metrics)"
+        if rows.count > 1 { return Section(heading: heading, tables: [rows, workerRows], notes: errors) }
+        // No push yet: said where the table would be (the text keeps its order).
+        return Section(heading: heading, lead: ["  (none yet)"], tables: [workerRows], notes: errors)
     }
 
-    private func counters(_ report: InspectReport) -> [String] {
+    private func counters(_ report: InspectReport) -> Section {
         let c = report.counters
         let before = reports.previous?.value.counters.values ?? [:]
         var rows = [["COUNTER", "value", "/s"]]
         for (name, value) in c.values.sorted(by: { $0.key < $1.key }) {
             rows.append([cell(name), "\(value)", rate(value, before[name], span())])
         }
-        return [""] + (rows.count > 1 ? table(rows) : ["COUNTERS  (none)"]) + (c.error.map { ["  error: \(VisibleText.escaped($0, limit: 300))"] } ?? [])
+        return Section(heading: rows.count > 1 ? nil : "COUNTERS  (none)", tables: rows.count > 1 ? [rows] : [],
+                       notes: c.error.map { ["  error: \(VisibleText.escaped($0, limit: 300))"] } ?? [])
     }
 
-    private func budgets(_ report: InspectReport, rowLimit: Int) -> [String] {
+    private func budgets(_ report: InspectReport, rowLimit: Int) -> Section {
         let b = report.budgets
         var rows = [["BUDGET KEY", "audience", "tokens", "capacity", "p10", "p5", "downgraded", "coalesced", "waiting"]]
         for budget in b.budgets.prefix(rowLimit) {
             rows.append([cell(budget.key), InspectReport.audienceLabel(budget), InspectReport.tokensText(ticks: budget.ticks), "\(budget.capacity)",
                          "\(budget.priority10)", "\(budget.priority5)", "\(budget.downgraded)", "\(budget.coalesced)", report.waiting(budget)])
         }
-        var out = ["", "BUDGETS  \(b.budgets.count)\(b.truncated ? "+" : "") (key, audience)  due flushes \(b.scheduled), overdue \(b.overdue)"]
-        if rows.count > 1 { out += table(rows) }
-        if b.budgets.count > rowLimit { out.append("  … and \(b.budgets.count - rowLimit) more (inspect lists them)") }
-        if let error = b.error { out.append("  error: \(VisibleText.escaped(error, limit: 300))") }
-        return out
+        var notes: [String] = []
+        if b.budgets.count > rowLimit { notes.append("  … and \(b.budgets.count - rowLimit) more (inspect lists them)") }
+        if let error = b.error { notes.append("  error: \(VisibleText.escaped(error, limit: 300))") }
+        return Section(heading: "BUDGETS  \(b.budgets.count)\(b.truncated ? "+" : "") (key, audience)  due flushes \(b.scheduled), overdue \(b.overdue)",
+                       tables: rows.count > 1 ? [rows] : [], notes: notes)
     }
 
-    private func channels(_ report: InspectReport, rowLimit: Int) -> [String] {
+    private func channels(_ report: InspectReport, rowLimit: Int) -> Section {
         let c = report.channels
         let before = reports.previous?.value.channels.channels ?? []
         let count = { (state: String) in c.channels.filter { $0.state == state }.count }
@@ -230,11 +257,11 @@ public struct TopState: Sendable {
             let was = before.first { $0.key == ch.key && $0.environment == ch.environment }
             rows.append([cell(ch.key), ch.environment, cell(ch.id ?? "-"), ch.state, "\(ch.broadcasts)", rate(ch.broadcasts, was?.broadcasts, span())])
         }
-        var out = ["", "CHANNELS  live \(count("live")), ending \(count("ending")), fallback \(count("fallback"))\(c.truncated ? " (partial)" : "")"]
-        if rows.count > 1 { out += table(rows) }
-        if c.channels.count > rowLimit { out.append("  … and \(c.channels.count - rowLimit) more (inspect lists them)") }
-        if let error = c.error { out.append("  error: \(VisibleText.escaped(error, limit: 300))") }
-        return out
+        var notes: [String] = []
+        if c.channels.count > rowLimit { notes.append("  … and \(c.channels.count - rowLimit) more (inspect lists them)") }
+        if let error = c.error { notes.append("  error: \(VisibleText.escaped(error, limit: 300))") }
+        return Section(heading: "CHANNELS  live \(count("live")), ending \(count("ending")), fallback \(count("fallback"))\(c.truncated ? " (partial)" : "")",
+                       tables: rows.count > 1 ? [rows] : [], notes: notes)
     }
 
     // MARK: Helpers
