@@ -10,8 +10,10 @@
 # prometheus on a free loopback port.
 #
 # gnuplot-nox draws scripts/bench-soak.sh's plot (PNG through cairo, no X libraries).
+#
+# chromium (headless) drives the console in a real browser (scripts/test-console-browser.sh).
 set -euo pipefail
-packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux prometheus gnuplot-nox "$@")
+packages=(pkg-config libhiredis-dev libssl-dev libnghttp2-dev libjemalloc-dev redis-server nghttp2-client nghttp2-server openssl python3 curl tmux prometheus gnuplot-nox chromium "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -34,7 +34,8 @@ public struct Console: Sendable {
         auth = ConsoleAuth(token: token, loopbackOnly: ConsoleAuth.isLoopback(host), allowActions: settings.console.allowActions)
         self.logger = logger
         reader = TopReader(inspector: Inspector(settings: settings, redis: redis),
-                           endpoints: settings.console.metrics.compactMap(MetricsEndpoint.init), timeout: .seconds(2))
+                           endpoints: settings.console.metrics.compactMap(MetricsEndpoint.init), timeout: .seconds(2),
+                           service: settings.console.metricsService)
         readings = Readings(redisURL: settings.redisURL.description, interval: .milliseconds(settings.console.refreshMillis))
     }
 

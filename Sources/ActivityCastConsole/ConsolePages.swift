@@ -55,6 +55,12 @@ extension Console {
         return first.prefix(1) + first.dropFirst().lowercased() + (rest.isEmpty ? "" : ": \(rest)")
     }
 
+    /// `16:44:29.287` (UTC): a trail's times, to the millisecond; the date is the day's.
+    static func time(_ ms: Int64) -> String {
+        let s = Int(ms / 1000) % 86_400
+        return String(format: "%02d:%02d:%02d.%03d", s / 3600, s / 60 % 60, s % 60, Int(ms % 1000))
+    }
+
     static func clock(_ ms: Int64) -> String {
         let s = Int(ms / 1000) % 86_400
         return String(format: "%02d:%02d:%02d UTC", s / 3600, s / 60 % 60, s % 60)
@@ -163,18 +169,20 @@ extension Console {
         for (tier, n) in k.tokensByTier.sorted(by: { $0.key < $1.key }) { cards.append(["label": "tokens \(tier)", "value": "\(n)"]) }
         var tables: [Table] = []
         tables.append(Table(title: "Content-state", rows: [["field", "value"]] + (k.contentState ?? [:]).sorted { $0.key < $1.key }.map { [$0.key, $0.value] },
-                            empty: "No state (no event yet, or it expired)."))
+                            empty: "No state (no event yet, or it expired).", wide: [1]))
         tables.append(Table(title: "Devices", rows: [["device", "activity", "state", "tier", "env", "broadcast", "registered"]] + k.devices.map { d in
             [d.device, d.activity, d.state, d.tier ?? "-", d.env ?? "-", d.onBroadcast.map { $0 ? "yes" : "no" } ?? "-", d.registeredMillis.map(DeadLetterTool.utc) ?? "-"]
         }, links: [0: { $0 == "-" ? nil : link + Self.segment($0) }], empty: "No registrations.",
            notes: k.devicesTruncated ? ["More registrations than listed (the first \(Inspector.deviceListLimit))."] : []))
         tables.append(Table(title: "Channels", rows: [["environment", "value"]] + k.channels.sorted { $0.key < $1.key }.map { [$0.key, $0.value] }, empty: "No channels."))
-        for (audience, fields) in k.budgets.sorted(by: { $0.key < $1.key }) {
-            tables.append(Table(title: "Budget: \(audience)", rows: [["field", "value"]] + fields.sorted { $0.key < $1.key }.map { [$0.key, $0.value] }))
-        }
-        tables.append(Table(title: "Trail: \(trace.events.count) events" + (trace.trimmed ? " (the oldest were trimmed: trace.max_records)" : ""),
-                            rows: [["at (UTC)", "entry", "type", "event", "ts", "merge", "decisions", "broadcasts", "why"]] + trace.events.reversed().map(Self.eventRow),
-                            empty: "Nothing on the trail (trace.max_records 0, or nothing happened to this key)."))
+        // The audiences' budget hashes side by side: a row per field.
+        let audiences = k.budgets.keys.sorted()
+        let names = Set(k.budgets.values.flatMap(\.keys)).sorted()
+        tables.append(Table(title: "Budgets", rows: [["field"] + audiences] + names.map { n in [n] + audiences.map { k.budgets[$0]?[n] ?? "-" } },
+                            empty: "No budget yet (no event decided)."))
+        tables.append(Table(title: "Trail: \(trace.events.count) events, newest first" + (trace.trimmed ? " (the oldest were trimmed: trace.max_records)" : ""),
+                            rows: [["at (UTC)", "entry", "type", "event", "ts (UTC)", "merge", "decisions", "broadcasts", "why"]] + trace.events.reversed().map(Self.eventRow),
+                            empty: "Nothing on the trail (trace.max_records 0, or nothing happened to this key).", wide: [6, 7, 8]))
         return ConsoleViews.render("key", frame(f, title: k.key, extra: ["key": k.key, "cards": cards, "tables": tables]))
     }
 
@@ -185,8 +193,8 @@ extension Console {
         let broadcasts = e.broadcasts.map { "\($0.environment) \($0.status.map(String.init) ?? "?") \($0.fate)" }.joined(separator: "; ")
         var why = [e.why, e.failed, e.fanout.map { "fan-out: \($0)" }].compactMap { $0 }.joined(separator: "; ")
         if let s = e.starts { why += (why.isEmpty ? "" : "; ") + "starts: \(s.sent) sent, \(s.overBudget) over budget, \(s.relaunched) relaunched" }
-        return [DeadLetterTool.utc(e.atMillis), e.entryID + (e.delivery > 1 ? " (delivery \(e.delivery))" : ""), e.type, e.event,
-                e.tsMillis.map(String.init) ?? "-", e.merge ?? "-", decisions.isEmpty ? "-" : decisions, broadcasts.isEmpty ? "-" : broadcasts,
+        return [Self.time(e.atMillis), e.entryID + (e.delivery > 1 ? " (delivery \(e.delivery))" : ""), e.type, e.event,
+                e.tsMillis.map(Self.time) ?? "-", e.merge ?? "-", decisions.isEmpty ? "-" : decisions, broadcasts.isEmpty ? "-" : broadcasts,
                 why.isEmpty ? "-" : why]
     }
 
@@ -198,12 +206,12 @@ extension Console {
             + (d.trimmed ? "; the trail's oldest records were trimmed" : "")
         let pushes = Table(title: "Pushes: \(d.pushes.count)", rows: [["at (UTC)", "entry", "event", "timestamp", "priority", "via", "alert", "status", "fate", "note"]]
                            + d.pushes.map { p in
-                               [DeadLetterTool.utc(p.atMillis), p.entryID, p.event, p.timestamp.map(String.init) ?? "-", "\(p.priority)",
+                               [Self.time(p.atMillis), p.entryID, p.event, p.timestamp.map(String.init) ?? "-", "\(p.priority)",
                                 p.via + (p.channel.map { " \($0)" } ?? ""), p.alert ? "yes" : "no",
                                 (p.status.map(String.init) ?? "-") + (p.reason.map { " \($0)" } ?? ""), p.fate, p.note ?? ""]
-                           }, empty: "No push on the trail.")
+                           }, empty: "No push on the trail.", wide: [9])
         let notSent = Table(title: "Not sent: \(d.notSent.count)", rows: [["entry", "ts", "why"]] + d.notSent.map { [$0.entryID, $0.tsMillis.map(String.init) ?? "-", $0.reason] },
-                            empty: "Every event on the trail was sent.")
+                            empty: "Every event on the trail was sent.", wide: [2])
         return ConsoleViews.render("device", frame(f, title: "\(device) on \(key)", extra: [
             "heading": "Device \(device) on \(key.description)", "summary": token, "tables": [pushes, notSent],
         ]))
@@ -247,8 +255,9 @@ extension Console {
         guard let l = try await DeadLetterTool(settings: settings, redis: redis).show(id) else { throw Missing(what: "No dead letter \(id).") }
         let about = Table(title: nil, rows: [["", "value"], ["reason", l.reason], ["from", "\(l.stream) \(l.entryID)"], ["deliveries", l.deliveries.map(String.init) ?? "-"],
                                             ["consumer", l.consumer ?? "-"], ["at", l.atMillis.map(DeadLetterTool.utc) ?? "-"],
-                                            ["copy", l.truncated ?? "whole"], ["replayed", l.replayed.map { "at \(DeadLetterTool.utc($0.atMillis)) as \($0.entryID)" } ?? "no"]])
-        let fields = Table(title: "Fields", rows: [["name", "value"]] + l.fields.map { [$0.name, $0.value] }, empty: "No fields were copied.")
+                                            ["copy", l.truncated ?? "whole"], ["replayed", l.replayed.map { "at \(DeadLetterTool.utc($0.atMillis)) as \($0.entryID)" } ?? "no"]],
+                          wide: [1])
+        let fields = Table(title: "Fields", rows: [["name", "value"]] + l.fields.map { [$0.name, $0.value] }, empty: "No fields were copied.", wide: [1])
         var values: [String: Any] = ["id": l.id, "table": about, "fields": fields]
         if canAct(f.access), l.unreplayable == nil { values["actions"] = true }
         return ConsoleViews.render("deadletter", frame(f, title: "Dead letter \(l.id)", extra: values, error: l.unreplayable))

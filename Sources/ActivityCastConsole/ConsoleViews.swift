@@ -35,8 +35,9 @@ enum ConsoleViews {
 
         /// From text rows, the first the header: a column whose cells all read as numbers (or `-`)
         /// is right-aligned.
+        /// `wide`: columns of prose (why, reasons, values), which wrap; the others stay on one line.
         init(title: String?, rows text: [[String]], links: [Int: (String) -> String?] = [:], sort: (String) -> String? = { _ in nil },
-             empty: String? = nil, notes: [String] = []) {
+             empty: String? = nil, notes: [String] = [], wide: Set<Int> = []) {
             self.title = title
             self.empty = empty
             self.notes = notes
@@ -48,7 +49,7 @@ enum ConsoleViews {
             headers = header.enumerated().map { i, h in Header(label: h, href: sort(h), num: numeric[i]) }
             rows = body.map { row in
                 Row(cells: row.enumerated().map { i, c in
-                    Cell(text: c, href: links[i].flatMap { $0(c) }, num: i < numeric.count && numeric[i], cls: nil)
+                    Cell(text: c, href: links[i].flatMap { $0(c) }, num: i < numeric.count && numeric[i], cls: wide.contains(i) ? "w" : nil)
                 })
             }
             hasRows = !rows.isEmpty
@@ -110,7 +111,8 @@ enum ConsoleViews {
     header .who{margin-left:auto;color:#c9d1e0}header .who a,header .who button{color:#c9d1e0;background:none;border:0;font:inherit;cursor:pointer;padding:0}
     main{padding:16px 20px;max-width:1600px}h1{font-size:18px;margin:4px 0 12px}h2{font-size:15px;margin:18px 0 6px}
     table{border-collapse:collapse;background:#fff;border:1px solid #dde1e7;margin:4px 0 10px;max-width:100%}
-    th,td{padding:4px 10px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top;max-width:520px;overflow-wrap:anywhere}
+    th,td{padding:4px 10px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top;white-space:nowrap}
+    td.w{white-space:normal;min-width:120px;max-width:360px;overflow-wrap:anywhere}
     th{background:#f0f2f5;font-weight:600;white-space:nowrap}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
     .wrap{overflow-x:auto}.muted{color:#6b7385}.cards{display:flex;gap:12px;flex-wrap:wrap;margin-bottom:8px}
     .card{background:#fff;border:1px solid #dde1e7;padding:8px 14px;min-width:150px}.card .v{font-size:20px;font-variant-numeric:tabular-nums}
@@ -133,7 +135,7 @@ enum ConsoleViews {
         """),
         ("table", """
         {{#title}}<h2>{{.}}</h2>{{/title}}{{#hasRows}}<div class="wrap"><table><thead><tr>{{#headers}}<th{{#num}} class="n"{{/num}}>{{#href}}<a href="{{.}}">{{/href}}{{label}}{{#href}}</a>{{/href}}</th>{{/headers}}</tr></thead>
-        <tbody>{{#rows}}<tr>{{#cells}}<td{{#num}} class="n"{{/num}}>{{#href}}<a href="{{.}}">{{/href}}{{text}}{{#href}}</a>{{/href}}</td>{{/cells}}</tr>{{/rows}}</tbody></table></div>{{/hasRows}}
+        <tbody>{{#rows}}<tr>{{#cells}}<td{{#num}} class="n"{{/num}}{{#cls}} class="{{.}}"{{/cls}}>{{#href}}<a href="{{.}}">{{/href}}{{text}}{{#href}}</a>{{/href}}</td>{{/cells}}</tr>{{/rows}}</tbody></table></div>{{/hasRows}}
         {{^hasRows}}{{#empty}}<p class="muted">{{.}}</p>{{/empty}}{{/hasRows}}{{#notes}}<p class="muted">{{.}}</p>{{/notes}}
         """),
         ("overview", """
@@ -164,7 +166,7 @@ enum ConsoleViews {
         <p class="muted">{{summary}}</p>
         {{#actions}}<form method="post" action="/deadletters/action"><input type="hidden" name="csrf" value="{{page.csrf}}"><input type="hidden" name="reason" value="{{reason}}">{{/actions}}
         {{#hasLetters}}<div class="wrap"><table><thead><tr>{{#actions}}<th></th>{{/actions}}<th>id</th><th>at</th><th>reason</th><th>stream</th><th>entry</th><th class="n">deliveries</th><th>replayed</th></tr></thead><tbody>
-        {{#letters}}<tr>{{#actions}}<td><input type="checkbox" name="id" value="{{id}}"></td>{{/actions}}<td><a href="/deadletters/{{id}}">{{id}}</a></td><td>{{at}}</td><td>{{reason}}</td><td>{{stream}}</td><td>{{entryID}}</td><td class="n">{{deliveries}}</td><td>{{replayed}}</td></tr>{{/letters}}
+        {{#letters}}<tr>{{#actions}}<td><input type="checkbox" name="id" value="{{id}}"></td>{{/actions}}<td><a href="/deadletters/{{id}}">{{id}}</a></td><td>{{at}}</td><td class="w">{{reason}}</td><td>{{stream}}</td><td>{{entryID}}</td><td class="n">{{deliveries}}</td><td>{{replayed}}</td></tr>{{/letters}}
         </tbody></table></div>{{/hasLetters}}{{^hasLetters}}<p class="muted">No dead letters{{#reasonText}} whose reason contains “{{.}}”{{/reasonText}} in what was read.</p>{{/hasLetters}}
         {{#actions}}<p><button name="do" value="replay">replay selected</button> <button name="do" value="replay-all">replay all matching</button> <button class="danger" name="do" value="discard">discard selected</button> <button class="danger" name="do" value="discard-all">discard all matching</button></p></form>{{/actions}}
         {{#next}}<p><a href="{{.}}">older →</a></p>{{/next}}{{/body}}{{/frame}}

@@ -176,6 +176,7 @@ public enum SettingsLoader {
         ("console.listen", "127.0.0.1:9310"),
         ("console.allow_actions", "false"),
         ("console.metrics", "(none: the workers' /metrics URLs, comma-separated)"),
+        ("console.metrics_service", "(none: a headless Service's host:port, each of its addresses a worker's ops port)"),
         ("console.refresh_ms", "3000"),
         ("apns.endpoint", "sandbox (127.0.0.1:2197)"),
         ("apns.channels_endpoint", "the push endpoint's channel host"),
@@ -519,6 +520,12 @@ public enum SettingsLoader {
         }
         settings.console.allowActions = try bool("console.allow_actions", false)
         settings.console.refreshMillis = try int("console.refresh_ms", 3000, 500...600_000)
+        if let text = raw["console.metrics_service"]?.value, !text.isEmpty {
+            guard let service = OpsListen(parsing: text), let port = service.port, port > 0 else {
+                throw wrong("console.metrics_service", "must be host:port (a headless Service's name and the workers' ops port), got '\(shown(text))'")
+            }
+            settings.console.metricsService = (service.host, port)
+        }
         settings.console.metrics = string("console.metrics", "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         settings.sportsRoutesFile = raw["routes.sports"]?.value
         settings.transitRoutesFile = raw["routes.transit"]?.value
@@ -695,6 +702,14 @@ public struct ConsoleSettings: Sendable, Equatable {
     public var allowActions = false
     /// Each worker's `/metrics` URL.
     public var metrics: [String] = []
+    /// A headless Service's name and the workers' ops port: each address the name resolves to,
+    /// at each reading, is a worker (`console.metrics_service`).
+    public var metricsService: (host: String, port: Int)? {
+        get { metricsServiceHost.map { ($0, metricsServicePort) } }
+        set { (metricsServiceHost, metricsServicePort) = (newValue?.host, newValue?.port ?? 0) }
+    }
+    var metricsServiceHost: String?
+    var metricsServicePort = 0
     /// How often an open overview reads again.
     public var refreshMillis = 3000
 

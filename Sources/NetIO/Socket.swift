@@ -68,6 +68,32 @@ public final class Socket {
         throw lastError
     }
 
+    /// Every address `host` resolves to, numeric (`10.0.3.7`, `fd00::7`), in the resolver's
+    /// order without repeats: a headless Service's name gives each of its pods.
+    public static func addresses(of host: String) throws -> [String] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, nil, &hints, &list)
+        guard rc == 0 else {
+            throw StreamError.system(SystemError("getaddrinfo", errno: EHOSTUNREACH, context: host,
+                                                 reason: "cannot resolve '\(host)' (DNS): \(String(cString: gai_strerror(rc)))"))
+        }
+        defer { freeaddrinfo(list) }
+        var out: [String] = []
+        var cursor = list
+        while let info = cursor {
+            cursor = info.pointee.ai_next
+            var name = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            if getnameinfo(info.pointee.ai_addr, info.pointee.ai_addrlen, &name, socklen_t(name.count), nil, 0, NI_NUMERICHOST) == 0 {
+                let text = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if !out.contains(text) { out.append(text) }
+            }
+        }
+        return out
+    }
+
     private func finishConnect(_ address: UnsafeMutablePointer<sockaddr>?, _ length: socklen_t, deadline: Deadline, what: String) throws {
         if connect(fd, address, length) == 0 { return }
         guard errno == EINPROGRESS else { throw StreamError.system(SystemError("connect", errno: errno, context: what)) }

@@ -26,6 +26,9 @@ struct ConsoleCommand: AsyncParsableCommand {
     @Option(help: "A worker's /metrics URL (repeat for each worker; console.metrics).")
     var metrics: [String] = []
 
+    @Option(help: "A headless Service's host:port whose every address is a worker's ops port (console.metrics_service).")
+    var metricsService: String?
+
     @Flag(help: "Allow replaying and discarding dead letters (console.allow_actions).")
     var allowActions = false
 
@@ -39,6 +42,12 @@ struct ConsoleCommand: AsyncParsableCommand {
             settings.console.listen = parsed
         }
         if !metrics.isEmpty { settings.console.metrics = metrics }
+        if let metricsService {
+            guard let s = OpsListen(parsing: metricsService), let port = s.port, port > 0 else {
+                throw ValidationError("--metrics-service must be host:port, got '\(metricsService)'")
+            }
+            settings.console.metricsService = (s.host, port)
+        }
         if allowActions { settings.console.allowActions = true }
         for url in settings.console.metrics where MetricsEndpoint(url) == nil {
             throw ValidationError("'\(url)' is not a metrics URL (http://HOST:PORT/metrics)")

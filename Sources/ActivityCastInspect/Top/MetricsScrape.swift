@@ -86,6 +86,13 @@ public struct MetricsEndpoint: Sendable, CustomStringConvertible {
     public var port: Int
     public var path: String
 
+    /// `/metrics` on `host:port`.
+    public init(host: String, port: Int, path: String = "/metrics") {
+        self.host = host
+        self.port = port
+        self.path = path
+    }
+
     /// Parses `http://HOST[:PORT][/PATH]` (IPv6 as `[::1]`); the port defaults to 80, the path to
     /// `/metrics`. Nil for anything else.
     public init?(_ url: String) {
