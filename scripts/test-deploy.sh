@@ -76,7 +76,7 @@ fi
 py="$venv/bin/python"
 bash Deploy/k8s/local/make-secrets.sh >"$work/secrets.yaml"
 # The schemas ship inside the package: no network needed (or used) from here on.
-"$venv/bin/kubernetes-validate" --strict --quiet Deploy/k8s/config.yaml Deploy/k8s/worker.yaml \
+"$venv/bin/kubernetes-validate" --strict --quiet Deploy/k8s/config.yaml Deploy/k8s/worker.yaml Deploy/k8s/console.yaml \
   Deploy/k8s/local/config.yaml Deploy/k8s/local/redis.yaml Deploy/k8s/local/sandbox.yaml "$work/secrets.yaml" \
   Deploy/k8s/cluster/config.yaml Deploy/k8s/cluster/redis-cluster.yaml
 "$py" scripts/check-keda.py Deploy/k8s/keda-scaledobject.yaml --worker-config Deploy/activitycast.yaml \

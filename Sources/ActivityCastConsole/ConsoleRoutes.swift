@@ -9,6 +9,8 @@ extension Console {
 
     func router() -> Router<Context> {
         let router = Router(context: Context.self)
+        // For probes: answers without the token and says nothing of the fleet.
+        router.get("/healthz") { _, _ in Self.asset("ok\n", type: "text/plain; charset=utf-8") }
         router.get("/console.css") { _, _ in Self.asset(ConsoleViews.style, type: "text/css; charset=utf-8") }
         router.get("/console.js") { _, _ in Self.asset(Self.script, type: "text/javascript; charset=utf-8") }
         router.get("/") { request, _ in try await self.page(request) { try await self.overview($0, live: false) } }

@@ -178,6 +178,7 @@ public enum SettingsLoader {
         ("console.metrics", "(none: the workers' /metrics URLs, comma-separated)"),
         ("console.metrics_service", "(none: a headless Service's host:port, each of its addresses a worker's ops port)"),
         ("console.refresh_ms", "3000"),
+        ("console.token", "(secret; ACTIVITYCAST_CONSOLE_TOKEN, or --token-file)"),
         ("apns.endpoint", "sandbox (127.0.0.1:2197)"),
         ("apns.channels_endpoint", "the push endpoint's channel host"),
         ("apns.bundle_id", "com.example.activitycast"),
@@ -519,6 +520,7 @@ public enum SettingsLoader {
             settings.console.listen = listen
         }
         settings.console.allowActions = try bool("console.allow_actions", false)
+        if let token = raw["console.token"]?.value, !token.isEmpty { settings.console.token = token }
         settings.console.refreshMillis = try int("console.refresh_ms", 3000, 500...600_000)
         if let text = raw["console.metrics_service"]?.value, !text.isEmpty {
             guard let service = OpsListen(parsing: text), let port = service.port, port > 0 else {
@@ -712,6 +714,8 @@ public struct ConsoleSettings: Sendable, Equatable {
     var metricsServicePort = 0
     /// How often an open overview reads again.
     public var refreshMillis = 3000
+    /// The operator token (`ACTIVITYCAST_CONSOLE_TOKEN`); never logged.
+    public var token: String?
 
     public init() {}
 }

@@ -52,7 +52,7 @@ struct ConsoleCommand: AsyncParsableCommand {
         for url in settings.console.metrics where MetricsEndpoint(url) == nil {
             throw ValidationError("'\(url)' is not a metrics URL (http://HOST:PORT/metrics)")
         }
-        var token = ProcessInfo.processInfo.environment["ACTIVITYCAST_CONSOLE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        var token = settings.console.token
         if let tokenFile {
             do { token = try String(contentsOfFile: tokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) }
             catch { throw CommandFailure("--token-file \(tokenFile): \(error.localizedDescription)") }
