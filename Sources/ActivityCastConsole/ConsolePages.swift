@@ -68,14 +68,17 @@ extension Console {
 
     // MARK: Budgets and channels
 
-    func table(_ f: Frame, _ title: String, sort: String?, desc: Bool,
+    /// Rows per page of the budgets and channels tables (rendering is most of a page's time).
+    static let tableRows = 100
+
+    func table(_ f: Frame, _ title: String, sort: String?, desc: Bool, page: Int = 0,
                _ pick: ((streams: TopState.Section, pushes: TopState.Section, counters: TopState.Section, budgets: TopState.Section, channels: TopState.Section)) -> TopState.Section) async throws -> String {
         let top = await readings.current(reader)
         guard let s = top.sections(rowLimit: 5000) else { throw RedisError(.connectionFailed, top.latest?.redisError ?? "Redis unreachable") }
         let section = pick(s)
         var rows = section.tables.first ?? []
         let path = "/\(title.lowercased())"
-        if rows.count > 1, let sort, let column = rows[0].firstIndex(of: sort) {
+        if rows.count > 1, let sort, let column = rows[0].firstIndex(where: { $0.lowercased() == sort.lowercased() }) {
             let body = rows.dropFirst().sorted { a, b in
                 let (x, y) = (column < a.count ? a[column] : "", column < b.count ? b[column] : "")
                 let less = Double(x).flatMap { dx in Double(y).map { dx < $0 } } ?? (x < y)
@@ -83,12 +86,20 @@ extension Console {
             }
             rows = [rows[0]] + body
         }
-        let header = rows.first ?? []
-        let table = Table(title: section.heading.map(Self.titled), rows: rows, links: [0: { "/keys/\(Self.segment($0))" }],
-                          sort: { h in "\(path)?sort=\(Self.queryValue(h))\(sort == h && !desc ? "&desc=1" : "")" },
-                          empty: "none", notes: section.notes)
-        _ = header
-        return ConsoleViews.render("plain", frame(f, title: title, extra: ["heading": title, "tables": [table]]))
+        // A page of the sorted rows.
+        let total = max(rows.count - 1, 0)
+        let first = min(max(page, 0) * Self.tableRows, total)
+        let shown = rows.isEmpty ? [] : [rows[0]] + rows.dropFirst().dropFirst(first).prefix(Self.tableRows)
+        let order = sort.map { "sort=\(Self.queryValue($0))\(desc ? "&desc=1" : "")&" } ?? ""
+        var notes = section.notes
+        if total > Self.tableRows { notes.insert("rows \(first + 1)–\(first + shown.count - 1) of \(total)", at: 0) }
+        let table = Table(title: section.heading.map(Self.titled), rows: shown, links: [0: { "/keys/\(Self.segment($0))" }],
+                          sort: { h in "\(path)?sort=\(Self.queryValue(h.lowercased()))\(sort?.lowercased() == h.lowercased() && !desc ? "&desc=1" : "")" },
+                          empty: "none", notes: notes)
+        var values: [String: Any] = ["heading": title, "tables": [table]]
+        if first > 0 { values["prev"] = "\(path)?\(order)page=\(max(page, 0) - 1)" }
+        if first + Self.tableRows < total { values["next"] = "\(path)?\(order)page=\(max(page, 0) + 1)" }
+        return ConsoleViews.render("plain", frame(f, title: title, extra: values))
     }
 
     // MARK: Keys
@@ -224,6 +235,19 @@ extension Console {
         tables.append(Table(title: "Settings", rows: [["setting", "value"]] + d.settings.sorted { $0.key < $1.key }.map { [$0.key, $0.value] }, empty: "Defaults."))
         tables.append(Table(title: "Keys", rows: [["key", "activity", "registration"]] + d.keys.map { [$0.key, $0.activity, $0.registration ?? "-"] },
                             links: [0: { "/keys/\(Self.segment($0))/devices/\(Self.segment(id))" }], empty: "No activity registered."))
+        // What it was sent for each key, the last few pushes with their answers (the key's
+        // device page has all, and why not for the other events).
+        let tracer = Tracer(settings: settings, redis: redis)
+        for k in d.keys.prefix(20) {
+            guard let key = ActivityKey(parsing: k.key) else { continue }
+            let view = try await tracer.device(key, id)
+            let last = view.pushes.suffix(10)
+            tables.append(Table(title: "\(k.key): \(view.pushes.count) pushes, \(view.notSent.count) events not sent" + (view.pushes.count > last.count ? " (the last \(last.count))" : ""),
+                                rows: [["at (UTC)", "entry", "event", "priority", "via", "alert", "status", "fate"]] + last.map { p in
+                                    [Self.time(p.atMillis), p.entryID, p.event, "\(p.priority)", p.via, p.alert ? "yes" : "no",
+                                     (p.status.map(String.init) ?? "-") + (p.reason.map { " \($0)" } ?? ""), p.fate]
+                                }, empty: "No push for this key on its trail."))
+        }
         tables.append(Table(title: "Push-to-start tokens", rows: [["activity type", "token"]] + d.startTokens.sorted { $0.key < $1.key }.map { [$0.key, $0.value] }, empty: "None."))
         tables.append(Table(title: "Follows", rows: [["target", "since"]] + d.follows.sorted { $0.key < $1.key }.map { [$0.key, $0.value] }, empty: "None."))
         return ConsoleViews.render("device", frame(f, title: "Device \(id)", extra: [

@@ -33,10 +33,12 @@ extension Console {
         }
         router.post("/deadletters/action") { request, _ in try await self.action(request) }
         router.get("/budgets") { request, _ in
-            try await self.page(request) { try await self.table($0, "Budgets", sort: Self.query(request, "sort"), desc: Self.query(request, "desc") != nil) { $0.budgets } }
+            try await self.page(request) { try await self.table($0, "Budgets", sort: Self.query(request, "sort"), desc: Self.query(request, "desc") != nil,
+                                    page: Self.query(request, "page").flatMap { Int($0) } ?? 0) { $0.budgets } }
         }
         router.get("/channels") { request, _ in
-            try await self.page(request) { try await self.table($0, "Channels", sort: Self.query(request, "sort"), desc: Self.query(request, "desc") != nil) { $0.channels } }
+            try await self.page(request) { try await self.table($0, "Channels", sort: Self.query(request, "sort"), desc: Self.query(request, "desc") != nil,
+                                    page: Self.query(request, "page").flatMap { Int($0) } ?? 0) { $0.channels } }
         }
         router.get("/login") { request, _ in self.html(.ok, ConsoleViews.render("login", self.frame(request, title: "Sign in", access: self.access(request)))) }
         router.post("/login") { request, _ in try await self.login(request) }

@@ -177,7 +177,8 @@ enum ConsoleViews {
         <button name="do" value="replay">replay</button> <label><input type="checkbox" name="force" value="1"> again (force)</label> <button class="danger" name="do" value="discard">discard</button></form>{{/actions}}{{/body}}{{/frame}}
         """),
         ("plain", """
-        {{<frame}}{{$body}}<h1>{{heading}}</h1>{{#tables}}{{> table}}{{/tables}}{{/body}}{{/frame}}
+        {{<frame}}{{$body}}<h1>{{heading}}</h1>{{#tables}}{{> table}}{{/tables}}
+        <p>{{#prev}}<a href="{{.}}">← previous</a> {{/prev}}{{#next}}<a href="{{.}}">next →</a>{{/next}}</p>{{/body}}{{/frame}}
         """),
         ("login", """
         {{<frame}}{{$body}}<h1>Sign in</h1><form method="post" action="/login"><p><input type="password" name="token" placeholder="operator token" autofocus></p>

@@ -178,12 +178,12 @@ public struct TopState: Sendable {
             return Section(heading: "PUSHES  (pass --metrics http://HOST:PORT/metrics, a worker's ops.listen, to see pushes and APNs requests)", tables: [], notes: [])
         }
         var totals: [String: (kind: String, outcome: String, total: Double, rate: Double?)] = [:]
-        var workerRows = [["WORKER", "state", "in flight", "read/s", "pushes/s", "dead letters"]]
+        var workerRows = [["WORKER", "state", "in flight", "read/s", "pushes/s", "not ok/s", "dead letters"]]
         var apnsRate: Double?, okRate: Double?
         var errors: [String] = []
         for w in workers {
             guard let samples = w.samples else {
-                workerRows.append([cell(w.endpoint), "down", "-", "-", "-", "-"])
+                workerRows.append([cell(w.endpoint), "down", "-", "-", "-", "-", "-"])
                 errors.append("  \(cell(w.endpoint)) unreachable: \(VisibleText.escaped(w.error ?? "?", limit: 200))")
                 continue
             }
@@ -204,13 +204,15 @@ public struct TopState: Sendable {
                 totals[key] = (kind, outcome, (old?.total ?? 0) + s.value, add(old.map { $0.rate } ?? 0, r))
             }
             let pushRate = rateOf("activitycast_pushes_total")
+            let workerOK = rateOf("activitycast_pushes_total") { $0.labels["outcome"] == "ok" }
             apnsRate = add(apnsRate ?? 0, pushRate)
-            okRate = add(okRate ?? 0, rateOf("activitycast_pushes_total") { $0.labels["outcome"] == "ok" })
+            okRate = add(okRate ?? 0, workerOK)
             func gauge(_ name: String) -> Double? { samples.first { $0.name == name }?.value }
             let state = gauge("activitycast_draining") == 1 ? "draining" : gauge("activitycast_ready").map { $0 == 1 ? "ready" : "not ready" } ?? "?"
             let dead = samples.filter { $0.name == "activitycast_dead_letters_total" }.reduce(0) { $0 + $1.value }
             workerRows.append([cell(w.endpoint), state, gauge("activitycast_entries_in_flight").map { "\(Int($0))" } ?? "-",
-                               format(rateOf("activitycast_stream_entries_read_total")), format(pushRate), "\(Int(dead))"])
+                               format(rateOf("activitycast_stream_entries_read_total")), format(pushRate),
+                               format(pushRate.flatMap { p in workerOK.map { max(0, p - $0) } }), "\(Int(dead))"])
         }
         var rows = [["PUSH KIND", "outcome", "total", "/s"]]
         for t in totals.values.sorted(by: { ($0.kind, $0.outcome) < ($1.kind, $1.outcome) }) {
