@@ -16,7 +16,7 @@ public struct Console: Sendable {
     let auth: ConsoleAuth
     let logger: Logger
     let reader: TopReader
-    let readings: Readings
+    let readings: ConsoleReadings
 
     /// Requests' bodies are small forms: anything larger is refused.
     static let maxBody = 64 * 1024
@@ -36,7 +36,7 @@ public struct Console: Sendable {
         reader = TopReader(inspector: Inspector(settings: settings, redis: redis),
                            endpoints: settings.console.metrics.compactMap(MetricsEndpoint.init), timeout: .seconds(2),
                            service: settings.console.metricsService)
-        readings = Readings(redisURL: settings.redisURL.description, interval: .milliseconds(settings.console.refreshMillis))
+        readings = ConsoleReadings(redisURL: settings.redisURL.description, interval: .milliseconds(settings.console.refreshMillis))
     }
 
     /// Serves until the process is asked to stop (SIGTERM, SIGINT). `onRunning` gets the port.
@@ -46,33 +46,33 @@ public struct Console: Sendable {
                               onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
         try await app.runService()
     }
+}
 
-    /// The overview's readings, shared by every viewer: one read of Redis and the workers per
-    /// refresh period however many pages are open, rates from the reading before.
-    final class Readings: Sendable {
-        let state: Mutex<(top: TopState, at: ContinuousClock.Instant?, reading: Bool)>
-        let interval: Duration
+/// The overview's readings, shared by every viewer: one read of Redis and the workers per
+/// refresh period however many pages are open, rates from the reading before.
+final class ConsoleReadings: Sendable {
+    let state: Mutex<(top: TopState, at: ContinuousClock.Instant?, reading: Bool)>
+    let interval: Duration
 
-        init(redisURL: String, interval: Duration) {
-            state = Mutex((TopState(redisURL: redisURL, interval: interval), nil, false))
-            self.interval = interval
+    init(redisURL: String, interval: Duration) {
+        state = Mutex((TopState(redisURL: redisURL, interval: interval), nil, false))
+        self.interval = interval
+    }
+
+    /// The state, read again when the last reading is older than most of a period.
+    func current(_ reader: TopReader) async -> TopState {
+        let due: Bool = state.withLock { s in
+            let stale = s.at.map { ContinuousClock.now - $0 > interval * 0.8 } ?? true
+            if stale, !s.reading { s.reading = true; return true }
+            return false
         }
-
-        /// The state, read again when the last reading is older than most of a period.
-        func current(_ reader: TopReader) async -> TopState {
-            let due: Bool = state.withLock { s in
-                let stale = s.at.map { ContinuousClock.now - $0 > interval * 0.8 } ?? true
-                if stale, !s.reading { s.reading = true; return true }
-                return false
+        if due {
+            let reading = await reader.read()
+            state.withLock { s in
+                s.top.record(reading)
+                (s.at, s.reading) = (reading.at, false)
             }
-            if due {
-                let reading = await reader.read()
-                state.withLock { s in
-                    s.top.record(reading)
-                    (s.at, s.reading) = (reading.at, false)
-                }
-            }
-            return state.withLock { $0.top }
         }
+        return state.withLock { $0.top }
     }
 }

@@ -513,25 +513,33 @@ public enum SettingsLoader {
             }
             settings.opsListen = listen.port == nil ? nil : listen
         }
-        if let text = raw["console.listen"]?.value {
-            guard let listen = OpsListen(parsing: text), listen.port != nil else {
-                throw wrong("console.listen", "must be host:port (port 0…65535; [::1]:9310 for IPv6), got '\(shown(text))'")
-            }
-            settings.console.listen = listen
-        }
-        settings.console.allowActions = try bool("console.allow_actions", false)
-        if let token = raw["console.token"]?.value, !token.isEmpty { settings.console.token = token }
-        settings.console.refreshMillis = try int("console.refresh_ms", 3000, 500...600_000)
-        if let text = raw["console.metrics_service"]?.value, !text.isEmpty {
-            guard let service = OpsListen(parsing: text), let port = service.port, port > 0 else {
-                throw wrong("console.metrics_service", "must be host:port (a headless Service's name and the workers' ops port), got '\(shown(text))'")
-            }
-            settings.console.metricsService = (service.host, port)
-        }
-        settings.console.metrics = string("console.metrics", "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        settings.console = try console(raw: { raw[$0]?.value }, bool: bool, int: int, wrong: wrong)
         settings.sportsRoutesFile = raw["routes.sports"]?.value
         settings.transitRoutesFile = raw["routes.transit"]?.value
         return settings
+    }
+
+    /// The `console.*` settings (docs/configuration.md, "console").
+    static func console(raw: (String) -> String?, bool: (String, Bool) throws -> Bool, int: (String, Int, ClosedRange<Int>) throws -> Int,
+                        wrong: (String, String) -> SettingsError) throws -> ConsoleSettings {
+        var console = ConsoleSettings()
+        if let text = raw("console.listen") {
+            guard let listen = OpsListen(parsing: text), listen.port != nil else {
+                throw wrong("console.listen", "must be host:port (port 0…65535; [::1]:9310 for IPv6), got '\(shown(text))'")
+            }
+            console.listen = listen
+        }
+        console.allowActions = try bool("console.allow_actions", false)
+        if let token = raw("console.token"), !token.isEmpty { console.token = token }
+        console.refreshMillis = try int("console.refresh_ms", 3000, 500...600_000)
+        if let text = raw("console.metrics_service"), !text.isEmpty {
+            guard let service = OpsListen(parsing: text), let port = service.port, port > 0 else {
+                throw wrong("console.metrics_service", "must be host:port (a headless Service's name and the workers' ops port), got '\(shown(text))'")
+            }
+            console.metricsService = (service.host, port)
+        }
+        console.metrics = (raw("console.metrics") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        return console
     }
 
     /// The `budgets.*` settings, each in its range, then the policy as a whole through
