@@ -42,6 +42,9 @@ extension Console {
         let reason = value("reason").flatMap { $0.isEmpty ? nil : $0 }
         var ids = fields.filter { $0.0 == "id" }.map(\.1)
         let what = value("do") ?? ""
+        if what.hasSuffix("-all"), reason == nil, value("confirm") != "all" {
+            return refused(request, .badRequest, "“All matching” without a reason filter is every dead letter read: tick the box that says so, or filter by reason first.")
+        }
         if what.hasSuffix("-all") {
             // Every letter matching the filter, within the bounded scan the listing makes.
             ids = try await tool.list(reason: reason, limit: Self.filterScan, scan: Self.filterScan).letters.map(\.id)

@@ -168,7 +168,8 @@ enum ConsoleViews {
         {{#hasLetters}}<div class="wrap"><table><thead><tr>{{#actions}}<th></th>{{/actions}}<th>id</th><th>at</th><th>reason</th><th>stream</th><th>entry</th><th class="n">deliveries</th><th>replayed</th></tr></thead><tbody>
         {{#letters}}<tr>{{#actions}}<td><input type="checkbox" name="id" value="{{id}}"></td>{{/actions}}<td><a href="/deadletters/{{id}}">{{id}}</a></td><td>{{at}}</td><td class="w">{{reason}}</td><td>{{stream}}</td><td>{{entryID}}</td><td class="n">{{deliveries}}</td><td>{{replayed}}</td></tr>{{/letters}}
         </tbody></table></div>{{/hasLetters}}{{^hasLetters}}<p class="muted">No dead letters{{#reasonText}} whose reason contains “{{.}}”{{/reasonText}} in what was read.</p>{{/hasLetters}}
-        {{#actions}}<p><button name="do" value="replay">replay selected</button> <button name="do" value="replay-all">replay all matching</button> <button class="danger" name="do" value="discard">discard selected</button> <button class="danger" name="do" value="discard-all">discard all matching</button></p></form>{{/actions}}
+        {{#actions}}<p><button name="do" value="replay">replay selected</button> <button name="do" value="replay-all">replay all matching</button> <button class="danger" name="do" value="discard">discard selected</button> <button class="danger" name="do" value="discard-all">discard all matching</button>
+        {{^reasonText}}<label><input type="checkbox" name="confirm" value="all"> all matching means every letter (no filter)</label>{{/reasonText}}</p></form>{{/actions}}
         {{#next}}<p><a href="{{.}}">older →</a></p>{{/next}}{{/body}}{{/frame}}
         """),
         ("deadletter", """

@@ -171,6 +171,11 @@ extension SendTests {
                                                  headers: ["Authorization: Bearer \(token)"], cookies: false)
         #expect(discarded.status == 200 && discarded.body.contains("Discarded 1 of 1."), "\(discarded.body)")
         #expect(try await r.redis.send(RedisCommand("XLEN", dlq)).int == 1)
+        // "All matching" with no filter is every letter: only when the form says so.
+        let unconfirmed = try await client.request("/deadletters/action", form: [("do", "discard-all")],
+                                                   headers: ["Authorization: Bearer \(token)"], cookies: false)
+        #expect(unconfirmed.status == 400 && unconfirmed.body.contains("every dead letter read"), "\(unconfirmed.body)")
+        #expect(try await r.redis.send(RedisCommand("XLEN", dlq)).int == 1)
         // An oversized form is refused without disturbing the console.
         let big = try await client.request("/deadletters/action", headers: ["Authorization: Bearer \(token)"], cookies: false,
                                            raw: "do=discard&id=" + String(repeating: "x", count: 100_000))
