@@ -63,20 +63,6 @@ enum ConsoleViews {
         }
     }
 
-    /// The frame every page shares: title, navigation, whether the viewer holds the token.
-    struct Page: Sendable {
-        var title: String
-        var nav: [NavItem]
-        var signedIn: Bool
-        var canSignIn: Bool
-        var csrf: String
-        var flash: String?
-        var error: String?
-        /// A live page's fragment URL and period (the overview's refresh).
-        var live: String?
-        var liveMillis: Int
-    }
-
     struct NavItem: Sendable {
         var label: String
         var href: String
